@@ -1,0 +1,1 @@
+"""Model-optimisation tools; pruning lives in :mod:`tensorplay.ao.pruning`."""
