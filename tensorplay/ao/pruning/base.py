@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import Any, ClassVar, Literal
@@ -55,7 +56,8 @@ class BasePruningMethod(ABC):
         ...         mask = default_mask.clone()
         ...         mask.view(-1)[::2] = 0
         ...         return mask
-        >>> module = PruneEveryOther.apply(nn.Linear(2, 2), "weight")
+        >>> module = nn.Linear(2, 2)
+        >>> hook = PruneEveryOther.apply(module, "weight")
         >>> module.weight_mask
         tensor([[0., 1.],
                 [0., 1.]])
@@ -141,9 +143,7 @@ class BasePruningMethod(ABC):
         if old_method is None:
             mask = method.compute_mask(scores, default_mask=torch.ones_like(tensor))
         else:
-            default_mask = getattr(module, name + "_mask").detach()
-            default_mask = default_mask.clone(memory_format=torch.contiguous_format)
-            mask = combine_masks(method, scores, default_mask)
+            mask = combine_masks(method, scores, getattr(module, name + "_mask").detach())
         return _install(module, name, method, mask, old_key, old_method)
 
     def prune(
@@ -286,12 +286,14 @@ def combine_masks(method: BasePruningMethod, t: Tensor, mask: Tensor) -> Tensor:
         mask: the earlier mask.
 
     Returns:
-        A new mask in ``t``'s dtype.
+        A new mask in ``t``'s dtype; ``mask`` itself is left unchanged.
 
     Raises:
         AttributeError: if a structured method has no ``dim``.
         IndexError: if ``method.dim`` is out of range.
-        ValueError: if ``method.PRUNING_TYPE`` is not recognised.
+        TypeError: if ``method.dim`` is not an int.
+        ValueError: if ``method.PRUNING_TYPE`` is not recognised, or if a structured method is
+            given a tensor of fewer than two dimensions.
 
     Example:
         >>> from tensorplay.ao.pruning import L1Unstructured
@@ -299,6 +301,8 @@ def combine_masks(method: BasePruningMethod, t: Tensor, mask: Tensor) -> Tensor:
         >>> combine_masks(method, torch.tensor([3.0, 1.0, 2.0]), torch.tensor([1.0, 0.0, 1.0]))
         tensor([1., 0., 0.])
     """
+    # torch writes into the mask it is given; a copy leaves the caller's (and the buffer) alone.
+    mask = mask.clone(memory_format=torch.contiguous_format)
     new_mask = mask.to(dtype=t.dtype)
     slc: Tensor | tuple[Any, ...]
     if method.PRUNING_TYPE == "unstructured":
@@ -310,11 +314,21 @@ def combine_masks(method: BasePruningMethod, t: Tensor, mask: Tensor) -> Tensor:
                 "defined."
             )
         n_dims = t.dim()
+        if n_dims <= 1:
+            # torch indexes on regardless and prunes a 1-D tensor as if it had one channel.
+            raise ValueError(
+                "Structured pruning can only be applied to multidimensional tensors. Found tensor "
+                f"of shape {t.shape} with {n_dims} dims"
+            )
+        if not isinstance(method.dim, numbers.Integral):
+            raise TypeError(f"Expected `dim` to be an int, but got {method.dim!r}.")
         dim = int(method.dim)
         if dim < 0:
             dim = n_dims + dim
         if dim < 0:
             raise IndexError(f"Index is out of bounds for tensor with dimensions {n_dims}")
+        if dim >= n_dims:
+            raise IndexError(f"Invalid index {method.dim} for tensor of size {t.shape}")
         keep_channel = mask.sum(dim=[d for d in range(n_dims) if d != dim]) != 0
         index: list[Any] = [slice(None)] * n_dims
         index[dim] = keep_channel

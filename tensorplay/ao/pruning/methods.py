@@ -225,6 +225,7 @@ class RandomStructured(BasePruningMethod):
         Raises:
             ValueError: if ``t`` has fewer than two dimensions.
             IndexError: if ``dim`` is out of range.
+            TypeError: if ``dim`` is not an int.
         """
         _validate_structured_pruning(t)
         _validate_pruning_dim(t, self.dim)
@@ -292,6 +293,7 @@ class LnStructured(BasePruningMethod):
         Raises:
             ValueError: if ``t`` has fewer than two dimensions.
             IndexError: if ``dim`` is out of range.
+            TypeError: if ``dim`` is not an int.
         """
         _validate_structured_pruning(t)
         _validate_pruning_dim(t, self.dim)
@@ -578,6 +580,8 @@ def is_pruned(module: nn.Module) -> bool:
 def lowest_k_indices(scores: Tensor, k: int) -> Tensor:
     """Flat indices of the ``k`` lowest entries of a 1-D tensor; ties go to the lower index.
 
+    NaN ranks above every number (``+inf`` included), as in :func:`torch.topk`.
+
     Args:
         scores: a 1-D tensor.
         k: how many indices, ``0 <= k <= scores.numel()``.
@@ -595,8 +599,13 @@ def lowest_k_indices(scores: Tensor, k: int) -> Tensor:
         return torch.arange(k, device=scores.device)
     keys = scores.float() if scores.dtype in (torch.float16, torch.bfloat16) else scores
     threshold = torch.kthvalue(keys, k).values
-    below = torch.nonzero(keys < threshold).view(-1)
-    ties = torch.nonzero(keys == threshold).view(-1)
+    if torch.isnan(threshold):
+        # NaN ranks above every number, as in torch.topk; NaN == NaN is False, so match by isnan.
+        is_nan = torch.isnan(keys)
+        below, ties = torch.nonzero(~is_nan).view(-1), torch.nonzero(is_nan).view(-1)
+    else:
+        below = torch.nonzero(keys < threshold).view(-1)
+        ties = torch.nonzero(keys == threshold).view(-1)
     return torch.cat([below, ties[: k - below.numel()]])
 
 
@@ -623,7 +632,10 @@ def _validate_structured_pruning(t: Tensor) -> None:
 
 
 def _validate_pruning_dim(t: Tensor, dim: int) -> None:
-    if not isinstance(dim, numbers.Integral) or dim >= t.dim():
+    if not isinstance(dim, numbers.Integral):
+        # torch fails here with a TypeError from indexing t.shape; say so plainly.
+        raise TypeError(f"Expected `dim` to be an int, but got {dim!r}.")
+    if not -t.dim() <= dim < t.dim():  # torch checks only the upper bound, then fails indexing
         raise IndexError(f"Invalid index {dim} for tensor of size {t.shape}")
 
 
