@@ -1,0 +1,659 @@
+"""A stateful, framework-agnostic pruner: a schedule driving ``global_unstructured``.
+
+The pruner holds the selected tensors (by name), the pruning method, the schedule and the step
+counter. Each :meth:`Pruner.step` on a pruning step turns the schedule's cumulative target into
+the exact number of units still to prune, ``round(target * total) - already_pruned``, and prunes
+them. Its :meth:`Pruner.state_dict` is plain data; together with the model's own state_dict
+(which carries every ``<name>_orig`` and ``<name>_mask``) a resumed run continues exactly where it
+stopped and never prunes a step twice.
+
+Example:
+    >>> import torch
+    >>> from torch import nn
+    >>> from tensorplay.ao.pruning.schedules import CubicSchedule
+    >>> _ = torch.manual_seed(0)
+    >>> model = nn.Sequential(nn.Linear(10, 10), nn.ReLU(), nn.Linear(10, 10))
+    >>> pruner = Pruner(model, CubicSchedule(final_sparsity=0.5, end_step=4))
+    >>> for step in range(6):
+    ...     # ... forward, backward, optimizer.step() ...
+    ...     _ = pruner.step()
+    >>> pruner.pruned_count(), pruner.total_count(), pruner.sparsity()
+    (100, 200, 0.5)
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+from tensorplay.ao.pruning.amount import compute_nparams_to_prune
+from tensorplay.ao.pruning.base import BasePruningMethod
+from tensorplay.ao.pruning.global_pruning import global_unstructured
+from tensorplay.ao.pruning.methods import L1Unstructured, custom_from_mask, remove
+from tensorplay.ao.pruning.schedules import Schedule
+from tensorplay.ao.pruning.stats import (
+    SparsityReport,
+    _is_pruned_tensor,
+    _pruned_units,
+    sparsity_report,
+)
+from tensorplay.ao.pruning.targets import (
+    _method_name,
+    _owned_parameter,
+    resolve_method,
+    resolve_parameters,
+    select_parameters,
+)
+
+__all__ = ["Pruner"]
+
+STATE_VERSION = 1
+_STATE_KEYS = (
+    "version",
+    "step",
+    "last_pruned_step",
+    "targets",
+    "schedule",
+    "method",
+    "scope",
+    "min_density",
+    "history",
+    "permanent",
+)
+
+Scope = Literal["global", "layerwise"]
+ImportanceFn = Callable[[nn.Module, str], Tensor]
+
+
+def _min_kept(numel: int, min_density: float) -> int:
+    """The fewest units to keep so that ``kept / numel >= min_density`` holds in float math."""
+    keep = min(numel, math.ceil(min_density * numel))
+    while keep > 0 and (keep - 1) / numel >= min_density:
+        keep -= 1
+    while keep < numel and keep / numel < min_density:
+        keep += 1
+    return keep
+
+
+def _check_step(step: object) -> int:
+    if isinstance(step, bool) or not isinstance(step, int):
+        raise TypeError(f"Expected `step` to be an int, but got {step!r}.")
+    if step < 0:
+        raise ValueError(f"Expected `step` to be a non-negative int, but got {step}.")
+    return step
+
+
+class Pruner:
+    """Prune a model on a schedule from any training loop.
+
+    Call :meth:`step` once per optimizer step (after ``optimizer.step()``). On the schedule's
+    pruning steps it prunes ``round(target * total) - already_pruned`` more units, chosen by
+    ``method`` across all targets (``scope="global"``) or within each target on its own
+    (``scope="layerwise"``, every tensor pruned to the target).
+
+    Args:
+        model: The model to prune.
+        schedule: Step to cumulative target sparsity; see
+            :mod:`tensorplay.ao.pruning.schedules`.
+        parameters: Fully qualified names of the tensors to prune, e.g. ``["fc1.weight"]``;
+            default: :func:`~tensorplay.ao.pruning.targets.select_parameters` (the weights of
+            every Linear and Conv layer).
+        method: An unstructured pruning method: a class, a name (``"l1_unstructured"``,
+            ``"random_unstructured"``) or an import path.
+        importance_fn: ``(module, name) -> scores`` of the tensor's shape; the method ranks
+            units by these instead of the tensor's current values.
+        scope: ``"global"`` ranks all targets together, ``"layerwise"`` each on its own.
+        min_density: No target is pruned below this fraction of its units kept, in [0, 1). When
+            the caps bind, the units a capped tensor cannot give up are taken from the others,
+            still lowest score first; if all are capped, fewer units are pruned than asked.
+
+    Raises:
+        TypeError: ``schedule`` is not a :class:`~tensorplay.ao.pruning.schedules.Schedule`, or
+            ``importance_fn`` is not callable.
+        ValueError: An unknown ``scope``, ``min_density`` outside [0, 1), an empty or unknown
+            selection, tied targets, or a method that is not unstructured.
+
+    Example:
+        >>> from torch import nn
+        >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+        >>> model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4))
+        >>> pruner = Pruner(model, OneShotSchedule(0.5, step=2), scope="layerwise")
+        >>> [pruner.step() for _ in range(4)]
+        [0, 0, 16, 0]
+        >>> [row.pruned for row in pruner.report().rows]
+        [8, 8]
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        schedule: Schedule,
+        *,
+        parameters: Sequence[str] | None = None,
+        method: str | type[BasePruningMethod] = "l1_unstructured",
+        importance_fn: ImportanceFn | None = None,
+        scope: Scope = "global",
+        min_density: float = 0.0,
+    ) -> None:
+        if not isinstance(schedule, Schedule):
+            raise TypeError(f"Expected `schedule` to be a Schedule, but got {schedule!r}.")
+        if scope not in ("global", "layerwise"):
+            raise ValueError(f"Expected `scope` to be 'global' or 'layerwise', but got {scope!r}.")
+        if isinstance(min_density, bool) or not isinstance(min_density, (int, float)):
+            raise TypeError(
+                f"Expected `min_density` to be a float in [0, 1), but got {min_density!r}."
+            )
+        if not 0.0 <= min_density < 1.0:
+            raise ValueError(
+                f"Expected `min_density` to be a float in [0, 1), but got {min_density}."
+            )
+        if importance_fn is not None and not callable(importance_fn):
+            raise TypeError(
+                f"Expected `importance_fn` to be callable or None, but got {importance_fn!r}."
+            )
+        self.method = resolve_method(method)
+        if parameters is None:
+            targets = select_parameters(model)
+        elif isinstance(parameters, str):
+            targets = [parameters]
+        else:
+            targets = list(parameters)
+            if not targets:
+                raise ValueError(
+                    "Expected `parameters` to name at least one tensor, but got an empty sequence."
+                )
+        pairs = resolve_parameters(model, targets)
+        _check_untied(targets, pairs)
+        self.model = model
+        self.schedule = schedule
+        self.targets: list[str] = targets
+        self.importance_fn = importance_fn
+        self.scope: Scope = scope
+        self.min_density = float(min_density)
+        self.last_step = -1
+        self.last_pruned_step = -1
+        self.history: list[tuple[int, float, int]] = []
+        self._pairs = pairs
+        self._permanent = False
+
+    @property
+    def pairs(self) -> list[tuple[nn.Module, str]]:
+        """The ``(module, name)`` pairs of the targets, in the order of :attr:`targets`."""
+        return list(self._pairs)
+
+    @property
+    def permanent(self) -> bool:
+        """Whether :meth:`make_permanent` has been called."""
+        return self._permanent
+
+    def step(self, step: int | None = None) -> int:
+        """Advance to ``step`` and prune if it is a pruning step not pruned before.
+
+        Args:
+            step: The optimizer step just done; ``None`` for the last one plus 1 (0 at first).
+
+        Returns:
+            The number of units newly pruned (0 on other steps).
+
+        Raises:
+            RuntimeError: After :meth:`make_permanent`.
+            ValueError: A negative ``step``, or scores the method rejects.
+
+        Example:
+            >>> from torch import nn
+            >>> from tensorplay.ao.pruning.schedules import LinearSchedule
+            >>> pruner = Pruner(nn.Linear(10, 10), LinearSchedule(0.5, end_step=20, frequency=10))
+            >>> [pruner.step(s) for s in (0, 5, 10, 10, 20, 30)]
+            [0, 0, 25, 0, 25, 0]
+        """
+        if self._permanent:
+            raise RuntimeError(
+                "Expected a pruner whose pruning is not permanent, but make_permanent() was "
+                "called: the reparametrization is gone, so nothing more can be pruned."
+            )
+        step = self.last_step + 1 if step is None else _check_step(step)
+        newly_pruned = 0
+        if self.schedule.should_prune(step) and step > self.last_pruned_step:
+            target = self.schedule(step)
+            newly_pruned = self._prune_to(target)
+            self.last_pruned_step = step
+            if newly_pruned:
+                self.history.append((step, target, newly_pruned))
+        self.last_step = step
+        return newly_pruned
+
+    def target_sparsity(self, step: int | None = None) -> float:
+        """The schedule's target at ``step`` (default: the last step taken).
+
+        Example:
+            >>> from torch import nn
+            >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+            >>> Pruner(nn.Linear(2, 2), OneShotSchedule(0.5, step=3)).target_sparsity(7)
+            0.5
+        """
+        return self.schedule(self.last_step if step is None else step)
+
+    def pruned_count(self) -> int:
+        """Units masked out over all targets (a target not yet pruned counts 0).
+
+        Example:
+            >>> from torch import nn
+            >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+            >>> pruner = Pruner(nn.Linear(4, 2), OneShotSchedule(0.25))
+            >>> _ = pruner.step()
+            >>> pruner.pruned_count()
+            2
+        """
+        return sum(self._pruned_counts())
+
+    def total_count(self) -> int:
+        """Units over all targets.
+
+        Example:
+            >>> from torch import nn
+            >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+            >>> Pruner(nn.Linear(4, 2), OneShotSchedule(0.25)).total_count()
+            8
+        """
+        return sum(self._numels())
+
+    def sparsity(self) -> float:
+        """``pruned_count() / total_count()``.
+
+        Example:
+            >>> from torch import nn
+            >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+            >>> pruner = Pruner(nn.Linear(4, 2), OneShotSchedule(0.25))
+            >>> pruner.sparsity(), pruner.step(), pruner.sparsity()
+            (0.0, 2, 0.25)
+        """
+        return self.pruned_count() / self.total_count()
+
+    def report(self) -> SparsityReport:
+        """Per-target and global sparsity against the current target.
+
+        Example:
+            >>> from torch import nn
+            >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+            >>> pruner = Pruner(nn.Linear(4, 2), OneShotSchedule(0.25))
+            >>> _ = pruner.step()
+            >>> print(pruner.report())
+            tensor  shape   numel  pruned  sparsity
+            weight  (2, 4)      8       2    25.00%
+            total               8       2    25.00%  (target 25.00%)
+        """
+        return sparsity_report(self.model, self.targets, target=self.target_sparsity())
+
+    def make_permanent(self) -> None:
+        """Remove the reparametrization of every target, keeping its zeros; pruning then ends.
+
+        Example:
+            >>> from torch import nn
+            >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+            >>> model = nn.Linear(4, 2)
+            >>> pruner = Pruner(model, OneShotSchedule(0.25))
+            >>> _ = pruner.step()
+            >>> pruner.make_permanent()
+            >>> sorted(model.state_dict()), int((model.weight == 0).sum())
+            (['bias', 'weight'], 2)
+        """
+        for module, name in self._pairs:
+            if _is_pruned_tensor(module, name):
+                remove(module, name)
+        self._permanent = True
+
+    def snapshot(self) -> dict[str, Tensor]:
+        """Clones of the targets' unpruned values (``<name>_orig`` if pruned), by name.
+
+        Example:
+            >>> from torch import nn
+            >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+            >>> model = nn.Linear(4, 2)
+            >>> snapshot = Pruner(model, OneShotSchedule(0.5)).snapshot()
+            >>> list(snapshot), snapshot["weight"].equal(model.weight)
+            (['weight'], True)
+        """
+        return {
+            fq_name: self._parameter(module, name).detach().clone()
+            for fq_name, (module, name) in zip(self.targets, self._pairs, strict=True)
+        }
+
+    def rewind(self, state: Mapping[str, Tensor]) -> None:
+        """Copy ``state`` into the targets' unpruned values, keeping the masks (lottery tickets).
+
+        Args:
+            state: Values by target name, e.g. from :meth:`snapshot` at initialisation; targets
+                not in ``state`` are left alone.
+
+        Raises:
+            RuntimeError: After :meth:`make_permanent`.
+            ValueError: A name that is not a target, or a value of another shape.
+
+        Example:
+            >>> import torch
+            >>> from torch import nn
+            >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+            >>> model = nn.Linear(4, 2)
+            >>> pruner = Pruner(model, OneShotSchedule(0.5))
+            >>> initial = pruner.snapshot()
+            >>> _ = pruner.step()
+            >>> with torch.no_grad():
+            ...     _ = model.weight_orig.add_(1.0)
+            >>> pruner.rewind(initial)
+            >>> model.weight_orig.equal(initial["weight"])
+            True
+            >>> model.weight.equal(initial["weight"] * model.weight_mask)
+            True
+        """
+        if self._permanent:
+            raise RuntimeError(
+                "Expected a pruner whose pruning is not permanent, but make_permanent() was "
+                "called: there are no `_orig` parameters left to rewind."
+            )
+        if not isinstance(state, Mapping):
+            raise TypeError(
+                f"Expected `state` to be a mapping of name to tensor, but got {state!r}."
+            )
+        index = {fq_name: i for i, fq_name in enumerate(self.targets)}
+        for fq_name, value in state.items():
+            if fq_name not in index:
+                raise ValueError(
+                    f"Expected the keys of `state` to be targets of the pruner, but got "
+                    f"{fq_name!r}; targets: {self.targets}."
+                )
+            module, name = self._pairs[index[fq_name]]
+            shape = tuple(self._parameter(module, name).shape)
+            if not isinstance(value, Tensor) or tuple(value.shape) != shape:
+                got = tuple(value.shape) if isinstance(value, Tensor) else repr(value)
+                raise ValueError(
+                    f"Expected `state[{fq_name!r}]` to be a tensor of shape {shape}, but got {got}."
+                )
+        for fq_name, value in state.items():
+            module, name = self._pairs[index[fq_name]]
+            with torch.no_grad():
+                self._parameter(module, name).copy_(value)
+            if _is_pruned_tensor(module, name):
+                # What the forward pre-hook would compute, so `module.<name>` is not stale.
+                mask: Tensor = getattr(module, name + "_mask")
+                orig: Tensor = getattr(module, name + "_orig")
+                setattr(module, name, mask.to(dtype=orig.dtype) * orig)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The pruner's state as plain data, by name.
+
+        ``"schedule"`` is ``None`` when the schedule cannot be serialised (a lambda in a
+        :class:`~tensorplay.ao.pruning.schedules.CallableSchedule`); it is informative only, the
+        pruner's own schedule is kept on load.
+
+        Example:
+            >>> from torch import nn
+            >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+            >>> state = Pruner(nn.Linear(4, 2), OneShotSchedule(0.5)).state_dict()
+            >>> state["version"], state["targets"], state["schedule"]["type"], state["method"]
+            (1, ['weight'], 'one_shot', 'l1_unstructured')
+        """
+        try:
+            schedule: dict[str, Any] | None = self.schedule.to_dict()
+        except ValueError:
+            schedule = None
+        return {
+            "version": STATE_VERSION,
+            "step": self.last_step,
+            "last_pruned_step": self.last_pruned_step,
+            "targets": list(self.targets),
+            "schedule": schedule,
+            "method": _method_name(self.method),
+            "scope": self.scope,
+            "min_density": self.min_density,
+            "history": list(self.history),
+            "permanent": self._permanent,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore counters and history from :meth:`state_dict`.
+
+        Load the model's state_dict too (it holds the masks; see
+        :func:`~tensorplay.ao.pruning.checkpoint.restore_pruning` for a fresh model). The
+        pruner's own configuration is kept; a state saved with a different schedule, method,
+        scope or minimum density only warns.
+
+        Raises:
+            ValueError: An unknown version, missing or unknown keys, other targets, or bad
+                counters.
+
+        Example:
+            >>> from torch import nn
+            >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+            >>> first = Pruner(nn.Linear(4, 2), OneShotSchedule(0.5))
+            >>> _ = first.step()
+            >>> second = Pruner(nn.Linear(4, 2), OneShotSchedule(0.5))
+            >>> second.load_state_dict(first.state_dict())
+            >>> second.last_step, second.last_pruned_step
+            (0, 0)
+        """
+        if not isinstance(state, Mapping):
+            raise TypeError(f"Expected `state` to be a mapping, but got {state!r}.")
+        version = state.get("version")
+        if version != STATE_VERSION:
+            raise ValueError(
+                f"Expected a pruner state of version {STATE_VERSION}, but got version {version!r}."
+            )
+        missing = [key for key in _STATE_KEYS if key not in state]
+        unknown = sorted(key for key in state if key not in _STATE_KEYS)
+        if missing or unknown:
+            raise ValueError(
+                f"Expected the pruner state to have keys {list(_STATE_KEYS)}, but {missing} are "
+                f"missing and {unknown} are unknown."
+            )
+        if list(state["targets"]) != self.targets:
+            raise ValueError(
+                f"Expected the state's targets to be the pruner's, {self.targets}, but got "
+                f"{list(state['targets'])}."
+            )
+        step = state["step"]
+        last_pruned = state["last_pruned_step"]
+        for key, value in (("step", step), ("last_pruned_step", last_pruned)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+                raise ValueError(f"Expected `{key}` to be an int >= -1, but got {value!r}.")
+        history = [_history_entry(entry) for entry in state["history"]]
+        if not isinstance(state["permanent"], bool):
+            raise ValueError(f"Expected `permanent` to be a bool, but got {state['permanent']!r}.")
+        self._warn_on_config_change(state)
+        self.last_step = step
+        self.last_pruned_step = last_pruned
+        self.history = history
+        self._permanent = state["permanent"]
+
+    def _warn_on_config_change(self, state: Mapping[str, Any]) -> None:
+        mine = self.state_dict()
+        changed = [
+            key
+            for key in ("schedule", "method", "scope", "min_density")
+            if state[key] is not None and mine[key] is not None and state[key] != mine[key]
+        ]
+        if changed:
+            details = ", ".join(f"{key}: {state[key]!r} -> {mine[key]!r}" for key in changed)
+            warnings.warn(
+                f"The pruner state was saved with another configuration ({details}); the "
+                "pruner keeps its own.",
+                UserWarning,
+                stacklevel=3,
+            )
+
+    # -- pruning ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _parameter(module: nn.Module, name: str) -> nn.Parameter:
+        param = _owned_parameter(module, name)
+        if param is None:
+            raise ValueError(
+                f"Expected ({type(module).__name__}, {name!r}) to be a parameter or a pruned "
+                "tensor, but it is neither; was the module changed after the pruner was made?"
+            )
+        return param
+
+    def _pruned_counts(self) -> list[int]:
+        return [_pruned_units(m, n, count_zeros=False)[0] for m, n in self._pairs]
+
+    def _numels(self) -> list[int]:
+        return [self._parameter(m, n).numel() for m, n in self._pairs]
+
+    def _caps(self, pruned: list[int], numels: list[int]) -> list[int]:
+        """How many more units each target may lose under ``min_density``."""
+        return [
+            max(0, numel - _min_kept(numel, self.min_density) - done)
+            for numel, done in zip(numels, pruned, strict=True)
+        ]
+
+    def _scores(self) -> dict[tuple[nn.Module, str], Tensor]:
+        """Scores per target: ``importance_fn``'s, else the current unpruned values.
+
+        The current ``<name>_orig`` is used rather than ``module.<name>``, which the forward
+        pre-hook last computed before the latest optimizer step.
+        """
+        scores: dict[tuple[nn.Module, str], Tensor] = {}
+        for fq_name, (module, name) in zip(self.targets, self._pairs, strict=True):
+            param = self._parameter(module, name)
+            if self.importance_fn is None:
+                scores[(module, name)] = param.detach()
+                continue
+            score = self.importance_fn(module, name)
+            if not isinstance(score, Tensor) or score.shape != param.shape:
+                got = tuple(score.shape) if isinstance(score, Tensor) else repr(score)
+                raise ValueError(
+                    f"Expected `importance_fn` to return a tensor of shape {tuple(param.shape)} "
+                    f"for {fq_name!r}, but got {got}."
+                )
+            scores[(module, name)] = score.detach()
+        return scores
+
+    def _prune_to(self, target: float) -> int:
+        """Prune up to ``target`` sparsity; return the number of units newly pruned."""
+        pruned, numels = self._pruned_counts(), self._numels()
+        caps = self._caps(pruned, numels)
+        if self.scope == "layerwise":
+            counts = [
+                min(compute_nparams_to_prune(target, numel) - done, cap)
+                for numel, done, cap in zip(numels, pruned, caps, strict=True)
+            ]
+            scores = self._scores()
+            for pair, count in zip(self._pairs, counts, strict=True):
+                if count > 0:
+                    global_unstructured(
+                        [pair], self.method, importance_scores={pair: scores[pair]}, amount=count
+                    )
+            return sum(self._pruned_counts()) - sum(pruned)
+        count = compute_nparams_to_prune(target, sum(numels)) - sum(pruned)
+        if self.min_density > 0:
+            count = min(count, sum(caps))
+        if count <= 0:
+            return 0
+        scores = self._scores()
+        if self.min_density > 0:
+            self._prune_capped(count, caps, scores)
+        else:
+            global_unstructured(self._pairs, self.method, importance_scores=scores, amount=count)
+        return sum(self._pruned_counts()) - sum(pruned)
+
+    def _prune_capped(
+        self, count: int, caps: list[int], scores: dict[tuple[nn.Module, str], Tensor]
+    ) -> None:
+        """Global selection of ``count`` units with at most ``caps[i]`` from target ``i``.
+
+        The result equals taking units lowest score first and skipping those of a target that
+        has reached its cap: select globally; every target over its cap is fixed at its cap (it
+        would reach the cap in the greedy order too, as excluding units only raises the
+        threshold); select the rest among the others; repeat. Each round fixes at least one
+        target, so there are at most as many rounds as targets. Selection runs on stand-in
+        modules holding the scores; then every target gets its mask at once.
+        """
+        masks = [self._current_mask(m, n) for m, n in self._pairs]
+        active = [i for i, cap in enumerate(caps) if cap > 0]
+        remaining = count
+        new_masks: dict[int, Tensor] = {}
+        while remaining > 0:
+            trial = self._select(active, scores, remaining, masks)
+            over = [
+                i
+                for i, mask in zip(active, trial, strict=True)
+                if _zeros(mask) - _zeros(masks[i]) > caps[i]
+            ]
+            if not over:
+                new_masks.update(zip(active, trial, strict=True))
+                break
+            for i in over:
+                new_masks[i] = self._select([i], scores, caps[i], masks)[0]
+                remaining -= caps[i]
+            active = [i for i in active if i not in over]
+        self._apply_masks(new_masks, masks)
+
+    def _apply_masks(self, new_masks: dict[int, Tensor], masks: list[Tensor]) -> None:
+        """Install selected masks through ``global_unstructured``'s lean, in-place path.
+
+        The new masks, as scores, make L1 selection pick exactly their ``count`` new zeros
+        (already-pruned units are not eligible), so the modules hold one mask each however
+        often they are pruned; ``custom_from_mask`` would keep every step's mask alive.
+        """
+        count = sum(_zeros(mask) - _zeros(masks[i]) for i, mask in new_masks.items())
+        if count == 0:
+            return
+        pairs = [self._pairs[i] for i in new_masks]
+        scores = {pair: new_masks[i] for pair, i in zip(pairs, new_masks, strict=True)}
+        global_unstructured(pairs, L1Unstructured, importance_scores=scores, amount=count)
+
+    def _select(
+        self,
+        indices: list[int],
+        scores: dict[tuple[nn.Module, str], Tensor],
+        count: int,
+        masks: list[Tensor],
+    ) -> list[Tensor]:
+        """The masks ``global_unstructured`` would give the targets ``indices`` (on top of
+        ``masks``), computed on stand-in modules so the model is not touched."""
+        stand_ins: list[tuple[nn.Module, str]] = []
+        for i in indices:
+            score = scores[self._pairs[i]]  # shared, not copied: only read
+            holder = nn.Module()
+            holder.register_parameter("w", nn.Parameter(score, requires_grad=False))
+            custom_from_mask(holder, "w", masks[i])
+            stand_ins.append((holder, "w"))
+        global_unstructured(stand_ins, self.method, amount=count)
+        return [holder.get_buffer("w_mask") for holder, _ in stand_ins]
+
+    @staticmethod
+    def _current_mask(module: nn.Module, name: str) -> Tensor:
+        if _is_pruned_tensor(module, name):
+            mask: Tensor = getattr(module, name + "_mask")
+            return mask.detach().clone()
+        param: Tensor = getattr(module, name)
+        return torch.ones_like(param, memory_format=torch.contiguous_format)
+
+
+def _zeros(mask: Tensor) -> int:
+    return mask.numel() - int(torch.count_nonzero(mask))
+
+
+def _history_entry(entry: object) -> tuple[int, float, int]:
+    if not isinstance(entry, (tuple, list)) or len(entry) != 3:
+        raise ValueError(
+            f"Expected `history` entries to be (step, target, pruned), but got {entry!r}."
+        )
+    step, target, pruned = entry
+    return int(step), float(target), int(pruned)
+
+
+def _check_untied(targets: list[str], pairs: list[tuple[nn.Module, str]]) -> None:
+    seen: dict[int, str] = {}
+    for fq_name, (module, name) in zip(targets, pairs, strict=True):
+        param = _owned_parameter(module, name)
+        if id(param) in seen:
+            raise ValueError(
+                f"Expected distinct tensors, but {seen[id(param)]!r} and {fq_name!r} are the same "
+                "parameter (tied weights); select only one of them."
+            )
+        seen[id(param)] = fq_name
