@@ -1,0 +1,144 @@
+"""A tiny LightningModule and recording callbacks for the callback tests.
+
+They live in an importable module with a unique name (not in conftest.py) so that ``ddp_spawn``
+workers can unpickle them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback
+from torch import Tensor, nn
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+from tensorplay.callbacks import PrunableMixin
+
+__all__ = [
+    "MaskRecorder",
+    "PrunableTiny",
+    "RankMaskWriter",
+    "TinyModule",
+    "TOTAL",
+    "ValidatedTiny",
+    "masks_of",
+]
+
+# net.0.weight (16 x 8) and net.2.weight (4 x 16): the default selection.
+TOTAL = 16 * 8 + 4 * 16
+
+
+class TinyModule(pl.LightningModule):
+    """An 8-16-4 MLP trained with momentum SGD on fixed random data, in a fixed order.
+
+    Args:
+        seed: seeds the initial weights, independently of the global RNG.
+        lr: the SGD learning rate.
+        samples: the number of training samples (batches of 8).
+    """
+
+    def __init__(self, seed: int = 0, lr: float = 0.1, samples: int = 64) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            self.net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)  # type: ignore[no-any-return]
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        x, y = batch
+        return F.cross_entropy(self(x), y)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=self.hparams["lr"], momentum=0.9)
+
+    def train_dataloader(self) -> DataLoader[tuple[Tensor, ...]]:
+        generator = torch.Generator().manual_seed(1234)
+        n = self.hparams["samples"]
+        x = torch.randn(n, 8, generator=generator)
+        y = torch.randint(0, 4, (n,), generator=generator)
+        return DataLoader(TensorDataset(x, y), batch_size=8, shuffle=False)
+
+
+class ValidatedTiny(TinyModule):
+    """:class:`TinyModule` with a validation loop on its training data."""
+
+    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        return self.training_step(batch, batch_idx)
+
+    def val_dataloader(self) -> DataLoader[tuple[Tensor, ...]]:
+        return self.train_dataloader()
+
+
+class PrunableTiny(PrunableMixin, TinyModule):
+    """:class:`TinyModule` that loads pruned checkpoints strictly."""
+
+
+def masks_of(module: nn.Module) -> dict[str, Tensor]:
+    """Every ``<name>_mask`` buffer, cloned, by fully qualified name."""
+    return {
+        name: buffer.detach().clone()
+        for name, buffer in module.named_buffers()
+        if name.endswith("_mask")
+    }
+
+
+def pruned_count(module: nn.Module) -> int:
+    """Zeros across every mask."""
+    return sum(int((mask == 0).sum()) for mask in masks_of(module).values())
+
+
+class MaskRecorder(Callback):
+    """Record ``(global_step, batch_idx, pruned units)`` at the start and after every batch.
+
+    Place it after the pruning callback so it sees each step's masks.
+    """
+
+    def __init__(self) -> None:
+        self.records: list[tuple[int, int, int]] = []
+        self.optimizer_states: list[int] = []
+        self.weights: dict[int, dict[str, Tensor]] = {}
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.records.append((trainer.global_step, -1, pruned_count(pl_module)))
+        self._keep_weights(trainer, pl_module)
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any
+    ) -> None:
+        batch_idx = args[-1]
+        self.records.append((trainer.global_step, batch_idx, pruned_count(pl_module)))
+        self.optimizer_states.append(len(trainer.optimizers[0].state))
+        self._keep_weights(trainer, pl_module)
+
+    def _keep_weights(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.weights[trainer.global_step] = {
+            name: value.detach().clone() for name, value in pl_module.state_dict().items()
+        }
+
+
+class RankMaskWriter(Callback):
+    """Give each rank its own global seed at setup; save its masks and effective weights at the
+    end of training.
+
+    Different seeds per rank make the test fail unless the pruning callback shares one seed.
+    """
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        torch.manual_seed(1000 + trainer.global_rank)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        path = Path(self.directory) / f"masks_rank{trainer.global_rank}.pt"
+        weights = {
+            name: pl_module.get_submodule(name).weight.detach() for name in ("net.0", "net.2")
+        }
+        torch.save({"masks": masks_of(pl_module), "weights": weights}, path)

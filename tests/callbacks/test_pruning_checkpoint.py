@@ -1,0 +1,168 @@
+"""Checkpoints: mid-schedule resume is bit-exact, pruned checkpoints load strictly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lit_helpers import TOTAL, PrunableTiny, TinyModule, masks_of
+
+from tensorplay.ao.pruning.methods import is_pruned
+from tensorplay.ao.pruning.schedules import CubicSchedule
+from tensorplay.callbacks import GradualPruning
+
+# 8 optimizer steps per epoch; pruning every 2 steps until step 20, so epoch 1 ends mid-schedule.
+SCHEDULE = CubicSchedule(0.8, end_step=20, frequency=2)
+EPOCHS = 3
+
+
+def _callback(method: str, rewind: str) -> GradualPruning:
+    return GradualPruning(SCHEDULE, method=method, rewind=rewind, verbose=False)
+
+
+def _assert_same_state(actual: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:
+    assert sorted(actual) == sorted(expected)
+    for name, value in expected.items():
+        assert actual[name].dtype == value.dtype, name
+        assert torch.equal(actual[name], value), name
+
+
+def _differs(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return sorted(a) != sorted(b) or any(not torch.equal(a[k], b[k]) for k in a)
+
+
+def _fit_with_checkpoints(make_trainer, directory: Path, method: str, rewind: str) -> TinyModule:
+    checkpoints = ModelCheckpoint(dirpath=directory, save_top_k=-1, every_n_epochs=1)
+    model = TinyModule()
+    trainer = make_trainer(
+        max_epochs=EPOCHS,
+        callbacks=[_callback(method, rewind), checkpoints],
+        enable_checkpointing=True,
+    )
+    trainer.fit(model)
+    return model
+
+
+# The resumed run needs no ModelCheckpoint of its own.
+@pytest.mark.filterwarnings("ignore:Be aware that when using `ckpt_path`")
+@pytest.mark.parametrize(
+    ("method", "rewind", "module_class"),
+    [
+        pytest.param("l1_unstructured", "none", TinyModule, id="l1"),
+        pytest.param("random_unstructured", "init", PrunableTiny, id="random-rewind-mixin"),
+    ],
+)
+def test_resume_mid_schedule_equals_an_uninterrupted_run(
+    make_trainer, tmp_path, method, rewind, module_class
+):
+    uninterrupted = _fit_with_checkpoints(make_trainer, tmp_path / "a", method, rewind)
+    final = uninterrupted.state_dict()
+    path = tmp_path / "a" / "epoch=0-step=8.ckpt"
+    saved = torch.load(path, weights_only=True)
+    callback_states = [v for k, v in saved["callbacks"].items() if k.startswith("GradualPruning")]
+    assert len(callback_states) == 1
+    assert callback_states[0]["pruner"]["last_pruned_step"] == 8
+    assert _differs(saved["state_dict"], final)  # the checkpoint is mid-schedule
+    resumed = module_class(seed=1)  # another init: everything must come from the checkpoint
+    assert _differs(resumed.state_dict(), saved["state_dict"])
+
+    callback = _callback(method, rewind)
+    trainer = make_trainer(max_epochs=EPOCHS, callbacks=[callback], logger=False)
+    trainer.fit(resumed, ckpt_path=path)
+
+    _assert_same_state(resumed.state_dict(), final)
+    assert callback.pruner.pruned_count() == round(0.8 * TOTAL)
+
+
+@pytest.fixture(scope="module")
+def pruned_checkpoint(tmp_path_factory) -> tuple[Path, dict[str, torch.Tensor]]:
+    """A checkpoint at 3/4 of a schedule and the model's state when it was saved."""
+    import lightning.pytorch as pl
+
+    directory = tmp_path_factory.mktemp("pruned")
+    model = TinyModule()
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_steps=15,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[GradualPruning(SCHEDULE, verbose=False)],
+    )
+    trainer.fit(model)
+    path = directory / "pruned.ckpt"
+    trainer.save_checkpoint(path)
+    return path, {name: value.clone() for name, value in model.state_dict().items()}
+
+
+def test_fresh_module_loads_a_pruned_checkpoint_strictly(pruned_checkpoint):
+    path, state = pruned_checkpoint
+    assert "net.0.weight_orig" in state
+
+    loaded = PrunableTiny.load_from_checkpoint(path, strict=True, seed=5)
+
+    _assert_same_state(loaded.state_dict(), state)
+    assert is_pruned(loaded)
+    x = torch.randn(3, 8)
+    expected = TinyModule()
+    expected.load_state_dict(_effective(state), strict=True)
+    assert torch.equal(loaded(x), expected(x))
+
+
+def _effective(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    dense = {}
+    for name, value in state.items():
+        if name.endswith("_orig"):
+            base = name.removesuffix("_orig")
+            dense[base] = value * state[base + "_mask"]
+        elif not name.endswith("_mask"):
+            dense[name] = value
+    return dense
+
+
+def test_plain_module_cannot_load_a_pruned_checkpoint_strictly(pruned_checkpoint):
+    path, _ = pruned_checkpoint
+    with pytest.raises(RuntimeError, match="weight_orig"):
+        TinyModule.load_from_checkpoint(path, strict=True)
+
+
+def test_make_permanent_leaves_a_dense_model_with_zeros(make_trainer, tmp_path):
+    model = TinyModule()
+    callback = GradualPruning(SCHEDULE, make_permanent=True, verbose=False)
+    trainer = make_trainer(max_steps=20, max_epochs=None, callbacks=[callback], logger=False)
+    trainer.fit(model)
+
+    assert sorted(model.state_dict()) == [
+        "net.0.bias",
+        "net.0.weight",
+        "net.2.bias",
+        "net.2.weight",
+    ]
+    assert not is_pruned(model)
+    zeros = sum(int((model.net[i].weight == 0).sum()) for i in (0, 2))
+    assert zeros == round(0.8 * TOTAL)
+    assert masks_of(model) == {}
+
+    trainer.save_checkpoint(tmp_path / "dense.ckpt")
+    loaded = TinyModule.load_from_checkpoint(tmp_path / "dense.ckpt", strict=True)
+    _assert_same_state(loaded.state_dict(), model.state_dict())
+
+
+def test_rewind_needs_the_snapshot_when_resuming_past_the_rewind_step(
+    make_trainer, pruned_checkpoint
+):
+    path, _ = pruned_checkpoint  # saved by a run without rewinding: no snapshot in its state
+    callback = GradualPruning(SCHEDULE, rewind="init", verbose=False)
+    trainer = make_trainer(max_steps=20, max_epochs=None, callbacks=[callback], logger=False)
+
+    with pytest.raises(RuntimeError, match="rewind snapshot of step 0"):
+        trainer.fit(TinyModule(), ckpt_path=path)
+
+
+def test_callback_state_of_another_version_is_rejected():
+    callback = GradualPruning(SCHEDULE)
+    with pytest.raises(ValueError, match="state version 1, but got 2"):
+        callback.load_state_dict({"version": 2, "pruner": {}, "seed": 0, "snapshot": None})
