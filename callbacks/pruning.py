@@ -24,7 +24,6 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 from typing_extensions import override
 
-from tensorplay.ao.pruning.methods import identity
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.targets import DEFAULT_MODULE_TYPES, resolve_method, select_parameters
@@ -280,7 +279,8 @@ class GradualPruning(Callback):
             min_density=self.min_density,
         )
         self._snapshot = None
-        _reparametrize(pl_module, self._pruner.targets)
+        # Lightning loads the model's state before any callback's: the keys must match already.
+        self._pruner.reparametrize()
         # Rank zero's seed on every rank: random methods then draw the same masks everywhere.
         seed = torch.initial_seed() if self.seed is None else self.seed
         self._seed = int(trainer.strategy.broadcast(seed, src=0))
@@ -363,17 +363,6 @@ class GradualPruning(Callback):
             rank_zero_info(f"GradualPruning: final sparsity\n{self.pruner.report()}")
         if self.make_permanent:
             self.pruner.make_permanent()
-
-
-def _reparametrize(model: torch.nn.Module, targets: list[str]) -> None:
-    # A pruned checkpoint holds `<name>_orig` / `<name>_mask`, and Lightning loads the model's
-    # state before any callback state: all-ones masks from the start keep the state_dict's keys
-    # the same at every step, so a resumed run loads strictly whatever step it stopped at.
-    for target in targets:
-        module_name, _, name = target.rpartition(".")
-        module = model.get_submodule(module_name)
-        if not hasattr(module, name + "_mask"):
-            identity(module, name)
 
 
 def _schedule_key(schedule: Schedule) -> object:

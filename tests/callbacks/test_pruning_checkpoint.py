@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lit_helpers import TOTAL, PrunableTiny, TinyModule, masks_of
 
 from tensorplay.ao.pruning.methods import is_pruned
 from tensorplay.ao.pruning.schedules import CubicSchedule
 from tensorplay.callbacks import GradualPruning
+from tests.callbacks.lit_helpers import TOTAL, PrunableTiny, TinyModule, masks_of
 
 # 8 optimizer steps per epoch; pruning every 2 steps until step 20, so epoch 1 ends mid-schedule.
 SCHEDULE = CubicSchedule(0.8, end_step=20, frequency=2)

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 from lightning.pytorch.cli import LightningCLI
-from lit_helpers import TinyModule, masks_of
 
 from tensorplay.ao.pruning.schedules import CubicSchedule, LinearSchedule
 from tensorplay.callbacks import GradualPruning
+from tests.callbacks.lit_helpers import TinyModule, masks_of
 
 SCHEDULE = LinearSchedule(0.5, end_step=4)
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from lit_helpers import RankMaskWriter, TinyModule
 
 from tensorplay.ao.pruning.schedules import CubicSchedule
 from tensorplay.callbacks import GradualPruning
+from tests.callbacks.lit_helpers import RankMaskWriter, TinyModule
 
 
 @pytest.mark.slow

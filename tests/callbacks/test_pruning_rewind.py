@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from lit_helpers import TOTAL, MaskRecorder, TinyModule, masks_of
 
 from tensorplay.ao.pruning.schedules import LinearSchedule, OneShotSchedule
 from tensorplay.callbacks import GradualPruning
+from tests.callbacks.lit_helpers import TOTAL, MaskRecorder, TinyModule, masks_of
 
 # Prunes 48 units at step 2 and 48 more at step 4 (step 0 prunes none).
 SCHEDULE = LinearSchedule(0.5, end_step=4, frequency=2)

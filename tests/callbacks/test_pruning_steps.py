@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
-from lit_helpers import TOTAL, MaskRecorder, TinyModule, ValidatedTiny, masks_of
 
 from tensorplay.ao.pruning.schedules import CubicSchedule, LinearSchedule
 from tensorplay.callbacks import GradualPruning
+from tests.callbacks.lit_helpers import TOTAL, MaskRecorder, TinyModule, ValidatedTiny, masks_of
 
 # LinearSchedule(0.5, end_step=4) over TOTAL = 192 units: 24 more units per step up to 96.
 LINEAR_COUNTS = [0, 24, 48, 72, 96, 96, 96]

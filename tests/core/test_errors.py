@@ -16,11 +16,11 @@ from typing import Any, ClassVar
 import pytest
 import torch
 import torch.nn.utils.prune as torch_prune
-from parity import assert_snapshot_equal, module_snapshot
 from torch import Tensor, nn
 
 import tensorplay.ao.pruning as tp_prune
 from tensorplay.ao.pruning import PruningShapeError
+from tests.core.parity import assert_snapshot_equal, module_snapshot
 
 Setup = Callable[[ModuleType], nn.Module]
 Action = Callable[[ModuleType, nn.Module], Any]

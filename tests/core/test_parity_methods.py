@@ -10,7 +10,10 @@ import torch
 import torch.nn.utils.prune as torch_prune
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from parity import (
+from torch import Tensor, nn
+
+import tensorplay.ao.pruning as tp_prune
+from tests.core.parity import (
     CLASS_OF,
     STRUCTURED,
     Call,
@@ -20,9 +23,6 @@ from parity import (
     run_parity,
     seed_cpu,
 )
-from torch import Tensor, nn
-
-import tensorplay.ao.pruning as tp_prune
 
 INF = math.inf
 

@@ -15,10 +15,16 @@ from types import ModuleType
 import pytest
 import torch
 import torch.nn.utils.prune as torch_prune
-from parity import Call, assert_same_reparametrization, hook_signature, run_parity, seed_cpu
 from torch import Tensor, nn
 
 import tensorplay.ao.pruning as tp_prune
+from tests.core.parity import (
+    Call,
+    assert_same_reparametrization,
+    hook_signature,
+    run_parity,
+    seed_cpu,
+)
 
 LIBS = {"tensorplay": tp_prune, "torch": torch_prune}
 

@@ -13,10 +13,10 @@ from types import ModuleType
 import pytest
 import torch
 import torch.nn.utils.prune as torch_prune
-from parity import assert_snapshot_equal, module_snapshot, seed_cpu
 from torch import nn
 
 import tensorplay.ao.pruning as tp_prune
+from tests.core.parity import assert_snapshot_equal, module_snapshot, seed_cpu
 
 BOTH = pytest.mark.parametrize("lib", [tp_prune, torch_prune], ids=["tensorplay", "torch"])
 LINEAR_AND_CONV3D = pytest.mark.parametrize(

@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from tensorplay.ao.pruning.amount import compute_nparams_to_prune
 from tensorplay.ao.pruning.base import BasePruningMethod
 from tensorplay.ao.pruning.global_pruning import global_unstructured
-from tensorplay.ao.pruning.methods import L1Unstructured, custom_from_mask, remove
+from tensorplay.ao.pruning.methods import L1Unstructured, custom_from_mask, identity, remove
 from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.stats import (
     SparsityReport,
@@ -288,6 +288,25 @@ class Pruner:
             total               8       2    25.00%  (target 25.00%)
         """
         return sparsity_report(self.model, self.targets, target=self.target_sparsity())
+
+    def reparametrize(self) -> None:
+        """Give every target not pruned yet an all-ones mask (``<name>_orig``/``<name>_mask``).
+
+        A pruned checkpoint holds ``<name>_orig`` and ``<name>_mask``; reparametrizing before
+        the first pruning step keeps the model's state_dict keys the same at every step, so a
+        run resumed at any step loads its checkpoint strictly.
+
+        Example:
+            >>> from torch import nn
+            >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+            >>> model = nn.Linear(4, 2)
+            >>> Pruner(model, OneShotSchedule(0.5, step=100)).reparametrize()
+            >>> sorted(model.state_dict())
+            ['bias', 'weight_mask', 'weight_orig']
+        """
+        for module, name in self._pairs:
+            if not _is_pruned_tensor(module, name):
+                identity(module, name)
 
     def make_permanent(self) -> None:
         """Remove the reparametrization of every target, keeping its zeros; pruning then ends.
