@@ -1,7 +1,8 @@
 """``tensorplay.ao.pruning``: the ``torch.nn.utils.prune`` API, exact and fast at scale.
 
 Every name that ``torch.nn.utils.prune`` has behaves the same here; see the docs for the few
-places where tensorplay is deliberately stricter or more general.
+places where tensorplay is deliberately stricter or more general. Schedules, the stateful
+:class:`Pruner`, sparsity statistics and checkpoint restoring build on that API.
 """
 
 from tensorplay.ao.pruning.amount import (
@@ -13,6 +14,7 @@ from tensorplay.ao.pruning.amount import (
     validate_pruning_amount_init,
 )
 from tensorplay.ao.pruning.base import BasePruningMethod, PruningContainer, PruningShapeError
+from tensorplay.ao.pruning.checkpoint import is_pruned_state_dict, pruned_names, restore_pruning
 from tensorplay.ao.pruning.global_pruning import global_unstructured
 from tensorplay.ao.pruning.methods import (
     CustomFromMask,
@@ -30,6 +32,24 @@ from tensorplay.ao.pruning.methods import (
     random_unstructured,
     remove,
 )
+from tensorplay.ao.pruning.pruner import Pruner
+from tensorplay.ao.pruning.schedules import (
+    CallableSchedule,
+    ConstantSchedule,
+    CubicSchedule,
+    ExponentialSchedule,
+    LinearSchedule,
+    OneShotSchedule,
+    Schedule,
+    schedule_from_dict,
+)
+from tensorplay.ao.pruning.stats import (
+    SparsityReport,
+    TensorSparsity,
+    sparsity_report,
+    tensor_sparsity,
+)
+from tensorplay.ao.pruning.targets import resolve_method, resolve_parameters, select_parameters
 
 __all__ = [
     # reparametrization mechanics
@@ -53,6 +73,27 @@ __all__ = [
     "random_unstructured",
     "remove",
     "is_pruned",
+    # schedules and the pruner
+    "Schedule",
+    "CubicSchedule",
+    "LinearSchedule",
+    "ConstantSchedule",
+    "OneShotSchedule",
+    "ExponentialSchedule",
+    "CallableSchedule",
+    "schedule_from_dict",
+    "Pruner",
+    "select_parameters",
+    "resolve_parameters",
+    "resolve_method",
+    # statistics and checkpoints
+    "SparsityReport",
+    "TensorSparsity",
+    "sparsity_report",
+    "tensor_sparsity",
+    "restore_pruning",
+    "is_pruned_state_dict",
+    "pruned_names",
     # amount
     "compute_nparams_to_prune",
     "validate_pruning_amount",
