@@ -227,10 +227,7 @@ class RandomStructured(BasePruningMethod):
             IndexError: if ``dim`` is out of range.
             TypeError: if ``dim`` is not an int.
         """
-        _validate_structured_pruning(t)
-        _validate_pruning_dim(t, self.dim)
-        nchannels = t.shape[self.dim]
-        nparams_to_prune = _checked_count(self.amount, nchannels)
+        nchannels, nparams_to_prune = _structured_count(t, self.amount, self.dim)
         if nparams_to_prune == 0:
             return default_mask
         prob = torch.rand(nchannels)
@@ -295,10 +292,7 @@ class LnStructured(BasePruningMethod):
             IndexError: if ``dim`` is out of range.
             TypeError: if ``dim`` is not an int.
         """
-        _validate_structured_pruning(t)
-        _validate_pruning_dim(t, self.dim)
-        nchannels = t.shape[self.dim]
-        nparams_to_prune = _checked_count(self.amount, nchannels)
+        nchannels, nparams_to_prune = _structured_count(t, self.amount, self.dim)
         if nparams_to_prune == 0:
             return default_mask
         norm = _compute_norm(t, self.n, self.dim)
@@ -613,6 +607,14 @@ def _checked_count(amount: PruningAmount, size: int) -> int:
     count = compute_nparams_to_prune(amount, size)
     validate_pruning_amount(count, size)
     return count
+
+
+def _structured_count(t: Tensor, amount: PruningAmount, dim: int) -> tuple[int, int]:
+    """The number of channels along ``dim`` and how many of them to prune."""
+    _validate_structured_pruning(t)
+    _validate_pruning_dim(t, dim)
+    nchannels = t.shape[dim]
+    return nchannels, _checked_count(amount, nchannels)
 
 
 def _channel_mask(t: Tensor, dim: int, keep_channel: Tensor) -> Tensor:
