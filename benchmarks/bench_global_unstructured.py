@@ -1,0 +1,287 @@
+"""``global_unstructured`` side by side: tensorplay against ``torch.nn.utils.prune`` (CPU, fp32).
+
+Run (the full run takes about 15 minutes on a 2-core machine and needs ~20 GB of free memory
+for the 200M torch runs and the 1B tensorplay runs; run nothing heavy next to it)::
+
+    python benchmarks/bench_global_unstructured.py                 # 10M, 50M, 200M, 1B, layouts
+    python benchmarks/bench_global_unstructured.py --quick         # 2M and 10M, 1 repeat
+    python benchmarks/bench_global_unstructured.py --sizes 10M,50M --repeats 5 --no-billion
+
+Every measurement runs in a fresh subprocess (so no allocator state or cache carries over): the
+model is built, the library is warmed up on a small stand-in model (which pages in its code and
+starts its threads, for torch and tensorplay alike), then the timed call is made, with the peak
+resident memory reset just before it (``/proc/self/clear_refs``) and read just after
+(``VmHWM``). "Extra" memory is that peak minus the
+resident memory before the call, per parameter. The *second* call is an iterative one: a first
+``amount=0.5`` call (not timed), then the timed ``amount=0.5`` call on top of it. The models are
+stacks of transformer-shaped ``nn.Linear`` weights (``d x 4d`` and ``4d x d``); the layout rows
+spread 50M parameters over 64 or 1024 tensors instead. The *read pass* is the time of one
+``sum`` over every weight: the physical floor of any exact selection.
+
+Results go to ``benchmarks/results/global_unstructured.json`` and ``.md`` (the docs include the
+markdown table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+LIBRARIES = ("torch", "tensorplay")
+
+
+# --- the worker: one measurement in this process ----------------------------------------------
+
+
+def _shapes(params: int, layout: str) -> list[tuple[int, int]]:
+    """Weight shapes of about ``params`` units."""
+    if layout == "transformer":
+        d = 512 if params < 20e6 else 1024 if params < 500e6 else 2048
+        layers = max(1, round(params / (4 * d * d)))
+        return [(4 * d, d) if i % 2 == 0 else (d, 4 * d) for i in range(layers)]
+    count = int(layout.removeprefix("tensors"))
+    rows = 256
+    return [(rows, max(1, round(params / count / rows)))] * count
+
+
+def _memory_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def worker(library: str, params: int, call: str, layout: str) -> dict[str, Any]:
+    """Build the model, make the call, report time and memory (run in a fresh process)."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    layers = []
+    for out_features, in_features in _shapes(params, layout):
+        layer = nn.utils.skip_init(nn.Linear, in_features, out_features, bias=False)
+        with torch.no_grad():
+            layer.weight.normal_()
+        layers.append(layer)
+    pairs = [(layer, "weight") for layer in layers]
+    total = sum(layer.weight.numel() for layer in layers)
+
+    if library == "torch":
+        import torch.nn.utils.prune as prune
+    else:
+        import tensorplay.ao.pruning as prune  # type: ignore[no-redef]
+
+    def prune_once() -> None:
+        prune.global_unstructured(pairs, prune.L1Unstructured, amount=0.5)
+
+    # Warm-up on a small stand-in (both libraries): pages in the library code and starts the
+    # thread pools, so the measurement is the call's own time and memory, not the process's.
+    warm = [nn.Linear(256, 1024, bias=False) for _ in range(2)]
+    for _ in range(2):
+        prune.global_unstructured([(w, "weight") for w in warm], prune.L1Unstructured, amount=0.5)
+    del warm
+
+    if call == "second":
+        prune_once()
+    reads = []
+    for _ in range(3):
+        start = time.perf_counter()
+        for layer in layers:
+            layer.weight.sum()
+        reads.append(time.perf_counter() - start)
+    Path("/proc/self/clear_refs").write_text("5")
+    before = _memory_kib("VmRSS")
+    start = time.perf_counter()
+    prune_once()
+    seconds = time.perf_counter() - start
+    peak = _memory_kib("VmHWM")
+    pruned = sum(int((layer.weight_mask == 0).sum()) for layer in layers)
+    first = round(0.5 * total)
+    expected = first if call == "first" else first + round(0.5 * (total - first))
+    return {
+        "seconds": seconds,
+        "extra_bytes_per_param": (peak - before) * 1024 / total,
+        "read_pass_seconds": min(reads),
+        "params": total,
+        "tensors": len(layers),
+        "pruned": pruned,
+        "expected_pruned": expected,
+        "threads": torch.get_num_threads(),
+    }
+
+
+# --- the driver: subprocesses, medians, the table ---------------------------------------------
+
+
+def measure(library: str, params: int, call: str, layout: str, repeats: int) -> dict[str, Any]:
+    runs = []
+    for _ in range(repeats):
+        command = [sys.executable, __file__, "--worker", library, str(params), call, layout]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            return {"error": (done.stderr or done.stdout).strip().splitlines()[-1:]}
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    if any(r["pruned"] != r["expected_pruned"] for r in runs):
+        return {"error": [f"wrong count: {runs}"]}
+    return {
+        "seconds": statistics.median(r["seconds"] for r in runs),
+        "seconds_all": [r["seconds"] for r in runs],
+        "extra_bytes_per_param": statistics.median(r["extra_bytes_per_param"] for r in runs),
+        "read_pass_seconds": statistics.median(r["read_pass_seconds"] for r in runs),
+        "params": runs[0]["params"],
+        "tensors": runs[0]["tensors"],
+        "threads": runs[0]["threads"],
+        "repeats": repeats,
+    }
+
+
+def _size(text: str) -> int:
+    scale = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9}
+    return int(float(text[:-1]) * scale[text[-1].upper()]) if text[-1].isalpha() else int(text)
+
+
+def _label(params: int) -> str:
+    return f"{params / 1e9:g}B" if params >= 1e9 else f"{params / 1e6:g}M"
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    rows: list[dict[str, Any]] = []
+    plan: list[tuple[int, str, tuple[str, ...]]] = [
+        (size, "transformer", LIBRARIES) for size in args.sizes
+    ]
+    if args.billion:
+        plan.append((1_000_000_000, "transformer", ("tensorplay",)))
+    for size, layout, libraries in plan:
+        for call in ("first", "second"):
+            row: dict[str, Any] = {"size": _label(size), "layout": layout, "call": call}
+            for library in libraries:
+                repeats = (
+                    args.repeats
+                    if library == "tensorplay" or size < 1e8
+                    else args.torch_repeats_large
+                )
+                row[library] = measure(library, size, call, layout, repeats)
+                _progress(row, library)
+            rows.append(row)
+    layouts = []
+    if args.layouts:
+        size = 50_000_000 if not args.quick else 5_000_000
+        for layout in ("tensors64", "tensors1024"):
+            row = {"size": _label(size), "layout": layout, "call": "first"}
+            row["tensorplay"] = measure("tensorplay", size, "first", layout, args.repeats)
+            _progress(row, "tensorplay")
+            layouts.append(row)
+    return {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "torch": __import__("torch").__version__,
+        },
+        "rows": rows,
+        "layouts": layouts,
+    }
+
+
+def _progress(row: dict[str, Any], library: str) -> None:
+    result = row[library]
+    shown = (
+        result.get("error")
+        or f"{result['seconds']:.3f}s {result['extra_bytes_per_param']:.2f} B/param"
+    )
+    print(
+        f"  {row['size']:>5} {row['layout']:<12} {row['call']:<6} {library:<10} {shown}", flush=True
+    )
+
+
+def markdown(results: dict[str, Any]) -> str:
+    lines = [
+        "| params | call | torch (s) | tensorplay (s) | speed-up | torch extra B/param "
+        "| tensorplay extra B/param | read pass (s) | tensorplay / read pass |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in results["rows"]:
+        ours = row["tensorplay"]
+        theirs = row.get("torch")
+        if "error" in ours:
+            lines.append(f"| {row['size']} | {row['call']} | | error: {ours['error']} | | | | | |")
+            continue
+        if theirs and "error" not in theirs:
+            t_time, ratio = (
+                f"{theirs['seconds']:.2f}",
+                f"{theirs['seconds'] / ours['seconds']:.1f}x",
+            )
+            t_mem = f"{theirs['extra_bytes_per_param']:.1f}"
+        else:
+            t_time = ratio = t_mem = "—"
+        lines.append(
+            f"| {row['size']} | {row['call']} | {t_time} | {ours['seconds']:.3f} | {ratio} "
+            f"| {t_mem} | {ours['extra_bytes_per_param']:.2f} | {ours['read_pass_seconds']:.3f} "
+            f"| {ours['seconds'] / ours['read_pass_seconds']:.0f}x |"
+        )
+    if results["layouts"]:
+        lines += [
+            "",
+            "| params | tensors | tensorplay first call (s) | extra B/param |",
+            "|---|---|---|---|",
+        ]
+        for row in results["layouts"]:
+            ours = row["tensorplay"]
+            if "error" in ours:
+                continue
+            lines.append(
+                f"| {row['size']} | {ours['tensors']} | {ours['seconds']:.3f} "
+                f"| {ours['extra_bytes_per_param']:.2f} |"
+            )
+    machine = results["machine"]
+    lines += [
+        "",
+        f"CPU, fp32, amount 0.5, medians of {results.get('repeats', '?')} fresh processes; "
+        f"{machine['cpus']} CPUs, torch {machine['torch']}, Python {machine['python']}. "
+        "Extra memory: peak resident memory during the call minus before it. The masks and "
+        "masked weights a first call must leave take 8 bytes/param.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv and argv[0] == "--worker":
+        library, params, call, layout = argv[1:5]
+        print(json.dumps(worker(library, int(params), call, layout)))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="10M,50M,200M", help="comma-separated, e.g. 10M,50M")
+    parser.add_argument("--repeats", type=int, default=3, help="fresh processes per measurement")
+    parser.add_argument(
+        "--torch-repeats-large", type=int, default=3, help="repeats of torch at >= 100M params"
+    )
+    parser.add_argument("--quick", action="store_true", help="2M and 10M, one repeat, no 1B")
+    parser.add_argument("--no-billion", dest="billion", action="store_false", help="skip 1B")
+    parser.add_argument("--no-layouts", dest="layouts", action="store_false", help="skip 64/1024")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the JSON and .md")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.sizes, args.repeats, args.torch_repeats_large, args.billion = "2M,10M", 1, 1, False
+    args.sizes = [_size(s) for s in args.sizes.split(",")]
+    results = run(args)
+    results["repeats"] = args.repeats
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "global_unstructured.json").write_text(json.dumps(results, indent=2) + "\n")
+    table = markdown(results)
+    (args.out / "global_unstructured.md").write_text(table)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,262 @@
+"""The streaming selection against a plain concatenate-and-sort reference, on every path.
+
+The module's constants are shrunk (tiny chunks, samples and bands) so that inputs of a few
+hundred units go through the sampled band, the fallbacks and the tie pass exactly as 200M do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from unittest import mock
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch import Tensor
+
+from tensorplay.ao.pruning import selection
+from tensorplay.ao.pruning.selection import (
+    AbsKeys,
+    UniformKeys,
+    count_eligible,
+    keep_masks,
+    keep_masks_reference,
+)
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+
+
+@contextmanager
+def small_constants(chunk: int = 64, sample: int = 48, band: int = 8) -> Iterator[None]:
+    """Make every path of the selection reachable with small inputs."""
+    with mock.patch.multiple(
+        selection, _CPU_CHUNK=chunk, _SAMPLE=sample, _MIN_BAND=band, _MAX_BAND_FRACTION=0.0
+    ):
+        yield
+
+
+def reference(scores: list[Tensor], eligible: list[Tensor | None], k: int) -> list[Tensor]:
+    return keep_masks_reference([s.double().abs() for s in scores], eligible, k)
+
+
+def fast(scores: list[Tensor], eligible: list[Tensor | None], k: int) -> list[Tensor]:
+    dtype = torch.float64 if any(s.dtype == torch.float64 for s in scores) else torch.float32
+    out = keep_masks(scores, eligible, k, AbsKeys(dtype), [torch.bool] * len(scores))
+    return [mask.bool() for mask in out]
+
+
+def assert_masks_equal(got: list[Tensor], expected: list[Tensor]) -> None:
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected, strict=True):
+        assert a.shape == b.shape
+        assert torch.equal(a.cpu(), b.cpu())
+
+
+@st.composite
+def problems(draw: st.DrawFn) -> tuple[list[Tensor], list[Tensor | None], int]:
+    """Sources of mixed sizes and dtypes, heavy ties or none, with and without earlier masks."""
+    n_sources = draw(st.integers(1, 6))
+    tie_levels = draw(st.sampled_from([0, 1, 2, 5]))  # 0: continuous scores
+    seed = draw(st.integers(0, 2**31 - 1))
+    generator = torch.Generator().manual_seed(seed)
+    scores, eligible = [], []
+    for _ in range(n_sources):
+        size = draw(st.sampled_from([0, 1, 3, 17, 64, 65, 200, 700]))
+        dtype = draw(st.sampled_from(DTYPES[:3]))
+        if tie_levels:
+            values = torch.randint(-tie_levels, tie_levels + 1, (size,), generator=generator)
+        else:
+            values = torch.randn(size, generator=generator)
+        scores.append(values.to(dtype).view(-1, 1) if size % 2 else values.to(dtype))
+        if draw(st.booleans()):
+            eligible.append((torch.rand(scores[-1].shape, generator=generator) < 0.6).float())
+        else:
+            eligible.append(None)
+    available = count_eligible(eligible, [s.numel() for s in scores])
+    k = draw(st.sampled_from([0, available, available // 2, max(available - 1, 0)]))
+    k = draw(st.one_of(st.just(k), st.integers(0, available)))
+    return scores, eligible, k
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems())
+def test_streaming_equals_reference(problem: tuple[list[Tensor], list[Tensor | None], int]) -> None:
+    scores, eligible, k = problem
+    with small_constants():
+        assert_masks_equal(fast(scores, eligible, k), reference(scores, eligible, k))
+
+
+@settings(max_examples=40, deadline=None)
+@given(problems())
+def test_default_constants_equal_reference(
+    problem: tuple[list[Tensor], list[Tensor | None], int],
+) -> None:
+    scores, eligible, k = problem
+    assert_masks_equal(fast(scores, eligible, k), reference(scores, eligible, k))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda g: torch.zeros(3000), id="all-zeros"),
+        pytest.param(lambda g: torch.full((3000,), -2.5), id="all-equal"),
+        pytest.param(
+            lambda g: torch.where(torch.rand(3000, generator=g) < 0.7, 0.0, 1.0), id="mostly-zeros"
+        ),
+        pytest.param(lambda g: torch.randn(3000, generator=g), id="continuous"),
+        pytest.param(lambda g: torch.arange(3000.0).flip(0), id="sorted-descending"),
+    ],
+)
+@pytest.mark.parametrize("fraction", [0.0, 0.1, 0.5, 0.7, 0.93, 1.0])
+def test_heavy_ties_and_extremes(make, fraction: float) -> None:  # type: ignore[no-untyped-def]
+    g = torch.Generator().manual_seed(0)
+    flat = make(g)
+    scores = list(flat.split([1000, 7, 993, 1000]))
+    k = round(fraction * flat.numel())
+    with small_constants(chunk=128, sample=64, band=16):
+        assert_masks_equal(fast(scores, [None] * 4, k), reference(scores, [None] * 4, k))
+
+
+def test_ties_go_to_the_earlier_source_then_the_lower_index() -> None:
+    scores = [torch.tensor([1.0, 0.0, 1.0]), torch.tensor([[1.0, 1.0], [0.0, 1.0]])]
+    masks = fast(scores, [None, None], 4)
+    assert masks[0].tolist() == [False, False, False]
+    assert masks[1].tolist() == [[True, True], [False, True]]
+
+
+def test_bad_band_guess_falls_back_exactly() -> None:
+    g = torch.Generator().manual_seed(1)
+    scores = [torch.randn(5000, generator=g), torch.randn(3000, generator=g)]
+    expected = reference(scores, [None, None], 4000)
+    for guess in [(0.0, 1e-6), (3.0, 4.0), (0.1, 2.0)]:
+        with (
+            small_constants(chunk=256, band=64),
+            mock.patch.object(selection, "_guess_band", return_value=guess),
+        ):
+            assert_masks_equal(fast(scores, [None, None], 4000), expected)
+
+
+def test_tie_pass_resolves_by_position() -> None:
+    scores = [torch.zeros(4000), torch.ones(1000), torch.zeros(2000)]
+    with small_constants(chunk=256, band=16):
+        with mock.patch.object(selection, "_tied_pass", wraps=selection._tied_pass) as tied:
+            masks = fast(scores, [None] * 3, 5000)
+        assert tied.called
+    assert masks[0].sum() == 0 and masks[1].all() and masks[2].sum() == 1000
+    assert masks[2][:1000].sum() == 0  # the earlier zeros go first
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_scores_compare_exactly(dtype: torch.dtype) -> None:
+    # Neighbouring half values that float32 tells apart, mixed with float32 scores.
+    half = torch.tensor([1.0, 1.0009765625, 1.001953125] * 100, dtype=torch.float16).to(dtype)
+    full = torch.tensor([1.0004882812] * 50)
+    for k in (50, 100, 150, 250):
+        assert_masks_equal(
+            fast([half, full], [None, None], k), reference([half, full], [None, None], k)
+        )
+
+
+def test_uniform_keys_prune_the_count_reproducibly_and_leave_the_global_rng() -> None:
+    shapes = [(300, 7), (0,), (1000,)]
+    scores = [torch.zeros(shape) for shape in shapes]
+    eligible: list[Tensor | None] = [
+        torch.ones(shapes[0]),
+        None,
+        (torch.arange(1000) % 3 != 0).float(),
+    ]
+    eligible[0][::2] = 0  # type: ignore[index]
+    available = count_eligible(eligible, [s.numel() for s in scores])
+    state = torch.get_rng_state()
+    with small_constants(chunk=256):
+        first = keep_masks(scores, eligible, 500, UniformKeys(7), [torch.bool] * 3)
+        again = keep_masks(scores, eligible, 500, UniformKeys(7), [torch.bool] * 3)
+        other = keep_masks(scores, eligible, 500, UniformKeys(8), [torch.bool] * 3)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert available > 500
+    assert sum(int((~m).sum()) for m in first) == 500
+    for mask, e in zip(first, eligible, strict=True):
+        if e is not None:
+            assert bool(mask[e == 0].all())  # units not eligible are never selected
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(first, other, strict=True))
+
+
+def test_uniform_keys_match_the_reference_on_the_same_keys() -> None:
+    keys = UniformKeys(3)
+    scores = [torch.zeros(700), torch.zeros(300)]
+    with small_constants(chunk=128, band=16):
+        drawn = [
+            torch.cat(
+                [
+                    keys.chunk_keys(
+                        i,
+                        start,
+                        s[start : start + 128],
+                        torch.empty(s[start : start + 128].numel()),
+                    )
+                    for start in range(0, s.numel(), 128)
+                ]
+            )
+            for i, s in enumerate(scores)
+        ]
+        got = keep_masks(scores, [None, None], 400, keys, [torch.bool] * 2)
+    assert_masks_equal(got, keep_masks_reference(drawn, [None, None], 400))
+
+
+def test_threads_split_the_chunks_in_order() -> None:
+    g = torch.Generator().manual_seed(2)
+    scores = [torch.randn(3000, generator=g).round() for _ in range(3)]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with small_constants(chunk=128, band=32):
+            got = fast(scores, [None] * 3, 4000)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+    assert_masks_equal(got, reference(scores, [None] * 3, 4000))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_eligible_scores_raise(bad: float) -> None:
+    scores = [torch.ones(10), torch.ones(20)]
+    scores[1][13] = bad
+    with pytest.raises(
+        ValueError, match=r"Expected finite importance scores, but b has .* index 13"
+    ):
+        keep_masks(scores, [None, None], 5, AbsKeys(), [torch.bool] * 2, labels=["a", "b"])
+
+
+def test_non_finite_scores_of_pruned_units_are_ignored() -> None:
+    scores = torch.tensor([1.0, float("nan"), 3.0, 0.5])
+    mask = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    assert fast([scores], [mask], 1)[0].tolist() == [True, True, True, False]
+
+
+def test_overflowing_sum_is_not_mistaken_for_inf() -> None:
+    scores = [torch.full((100,), 3e38)]
+    scores[0][5] = 1.0
+    assert fast(scores, [None], 1)[0].nonzero().numel() == 99
+
+
+def test_k_out_of_range_raises() -> None:
+    with pytest.raises(
+        ValueError, match="Expected `k` to be between 0 and the 2 eligible units, but got 3"
+    ):
+        keep_masks([torch.ones(2)], [None], 3, AbsKeys(), [torch.bool])
+
+
+def test_counts_stay_exact_past_float32_integers() -> None:
+    # More units than float32 counts exactly (2**24): running totals must not round.
+    g = torch.Generator().manual_seed(4)
+    scores = [torch.randn(1 << 23, generator=g) for _ in range(3)]
+    k = (3 << 22) + 1
+    masks = keep_masks(scores, [None] * 3, k, AbsKeys(), [torch.float32] * 3)
+    assert sum(int((m == 0).sum()) for m in masks) == k
+    threshold = torch.cat([s.abs() for s in scores]).kthvalue(k).values
+    assert all(
+        bool((s.abs()[m == 0] <= threshold).all()) for s, m in zip(scores, masks, strict=True)
+    )
