@@ -260,3 +260,34 @@ def test_counts_stay_exact_past_float32_integers() -> None:
     assert all(
         bool((s.abs()[m == 0] <= threshold).all()) for s, m in zip(scores, masks, strict=True)
     )
+
+
+def test_small_sources_share_chunks_in_order() -> None:
+    sizes = [10, 20, 100, 5, 0, 5, 60]
+    scores = [torch.randn(size) for size in sizes]
+    with small_constants(chunk=64):
+        chunks = selection._Selection(scores, [None] * 7, AbsKeys(), [torch.bool] * 7).chunks()
+    assert chunks == [
+        [(0, 0, 10), (1, 0, 20)],
+        [(2, 0, 64)],
+        [(2, 64, 100)],
+        [(3, 0, 5), (5, 0, 5)],
+        [(6, 0, 60)],
+    ]
+
+
+@pytest.mark.parametrize("ties", [0, 2])
+def test_many_tiny_sources_with_earlier_masks_equal_reference(ties: int) -> None:
+    g = torch.Generator().manual_seed(ties)
+    sizes = torch.randint(1, 40, (300,), generator=g).tolist()
+    if ties:
+        scores = [torch.randint(-ties, ties + 1, (n,), generator=g).float() for n in sizes]
+    else:
+        scores = [torch.randn(n, generator=g) for n in sizes]
+    eligible: list[Tensor | None] = [
+        (torch.rand(n, generator=g) < 0.7).float() if i % 3 else None for i, n in enumerate(sizes)
+    ]
+    available = count_eligible(eligible, sizes)
+    for k in (0, available // 3, available - 1, available):
+        with small_constants(chunk=256, band=16):
+            assert_masks_equal(fast(scores, eligible, k), reference(scores, eligible, k))

@@ -13,8 +13,9 @@ How (the streaming algorithm, no vector of all scores is ever built):
 1. **Guess a band.** A seeded sample of keys (a private :class:`torch.Generator`, so the global
    RNG is untouched) gives two keys ``lo <= hi`` whose ranks bracket ``k`` with overwhelming
    probability. For uniform random keys the band follows from the quantile directly.
-2. **One fused pass.** Each source is read once, in chunks small enough to stay in cache. Every
-   chunk writes its speculative *keep* mask (``key >= lo``) straight into the output, counts
+2. **One fused pass.** Each source is read once, in chunks small enough to stay in cache
+   (sources smaller than a chunk share one, so a thousand tiny tensors cost about what one
+   tensor of their total size does), spread over the CPU threads in order. Every chunk writes its speculative *keep* mask (``key >= lo``) straight into the output, counts
    the eligible units below ``lo`` and gathers the few candidates in ``[lo, hi]`` (value and
    position).
 3. **Resolve exactly.** If ``count(below lo) < k <= count(below lo) + candidates``, the
@@ -26,8 +27,8 @@ How (the streaming algorithm, no vector of all scores is ever built):
    small enough to gather, or narrows to one value. Then the tie at that value is resolved by
    position while the masks are written (the running count of tied units decides).
 
-Memory: the keep masks (which the caller needs anyway), one key and one bool buffer of one
-chunk per device, and the candidates (a small fraction of the units). Counts are kept on the
+Memory: the keep masks (which the caller needs anyway), three buffers of one chunk per device
+and thread (keys, flags, scratch), and the candidates (a small fraction of the units). Counts are kept on the
 device and read once per pass.
 """
 
@@ -56,12 +57,13 @@ _INF = math.inf
 _R = TypeVar("_R")
 # Units per chunk: a chunk of keys and its bool flags stay in the CPU's L2 cache; on an
 # accelerator larger chunks amortise kernel launches and the few host synchronisations.
-_CPU_CHUNK = 1 << 17
+_CPU_CHUNK = 1 << 19
 _DEVICE_CHUNK = 1 << 24
-# Sample size of the band guess: the band is about 12 standard deviations of a quantile
-# estimated from this many keys wide (about 1% of the units at k = n/2).
+# Sample size of the band guess: the band is 9 standard deviations of a quantile estimated
+# from this many keys wide (about 0.9% of the units at k = n/2); the true quantile falls
+# outside with probability ~1e-5, which costs a counting pass, never exactness.
 _SAMPLE = 1 << 18
-_SIGMAS = 6.0
+_SIGMAS = 4.5
 # Most candidates gathered at once (value + position: 12 bytes each) as a fraction of the units.
 _MAX_BAND_FRACTION = 1 / 48
 _MIN_BAND = 1 << 19
@@ -163,6 +165,10 @@ class UniformKeys(KeySpec):
         return torch.rand(out.shape, generator=generator, out=out)
 
 
+# A chunk: the (source, start, stop) pieces whose units are processed together, in order.
+Chunk = list[tuple[int, int, int]]
+
+
 @dataclass
 class _Band:
     """The outcome of one fused pass over a band ``[lo, hi]``."""
@@ -195,31 +201,57 @@ class _Selection:
         self.total = sum(self.sizes)
         self.threads = 1
 
-    def chunks(self) -> list[tuple[int, int, int]]:
-        """Every (source, start, stop) in the tie-rule order."""
-        spans = []
-        for i, (scores, size) in enumerate(zip(self.scores, self.sizes, strict=True)):
-            step = _CPU_CHUNK if scores.device.type == "cpu" else _DEVICE_CHUNK
-            spans += [(i, start, min(start + step, size)) for start in range(0, size, step)]
-        return spans
+    def chunks(self) -> list[Chunk]:
+        """Every chunk, in the tie-rule order.
 
-    def run(self, work: Callable[[_Worker, list[tuple[int, int, int]]], _R]) -> list[_R]:
+        A large source is cut into chunks of the chunk size; consecutive sources smaller than
+        that (on one device) share chunks, so many tiny tensors cost about what one tensor of
+        their total size costs, not a dozen operations each.
+        """
+        chunks: list[Chunk] = []
+        pack: Chunk = []
+        packed = 0
+        for i, (scores, size) in enumerate(zip(self.scores, self.sizes, strict=True)):
+            step = _chunk_size(scores.device)
+            if size == 0:
+                continue
+            fits = pack and size < step and packed + size <= step
+            if fits and scores.device == self.scores[pack[0][0]].device:
+                pack.append((i, 0, size))
+                packed += size
+                continue
+            if pack:
+                chunks.append(pack)
+            pack, packed = [], 0
+            if size < step:
+                pack, packed = [(i, 0, size)], size
+                continue
+            chunks += [[(i, start, min(start + step, size))] for start in range(0, size, step)]
+        if pack:
+            chunks.append(pack)
+        return chunks
+
+    def device(self, chunk: Chunk) -> torch.device:
+        """The device of a chunk's sources."""
+        return self.scores[chunk[0][0]].device
+
+    def run(self, work: Callable[[_Worker, list[Chunk]], _R]) -> list[_R]:
         """Run ``work`` over all chunks, split in order among the CPU threads.
 
         Each thread gets a contiguous share of the CPU chunks (accelerator chunks all go to
         the first); results come back in the tie-rule order.
         """
-        spans = self.chunks()
-        groups: list[list[tuple[int, int, int]]] = [[] for _ in range(self.threads)]
-        cpu = [span for span in spans if self.scores[span[0]].device.type == "cpu"]
-        per_thread = -(-sum(stop - start for _, start, stop in cpu) // self.threads)
+        chunks = self.chunks()
+        groups: list[list[Chunk]] = [[] for _ in range(self.threads)]
+        on_cpu = [chunk for chunk in chunks if self.device(chunk).type == "cpu"]
+        per_thread = -(-sum(_length(chunk) for chunk in on_cpu) // self.threads)
         done = 0
-        for span in spans:
-            if self.scores[span[0]].device.type == "cpu":
-                groups[min(done // max(per_thread, 1), self.threads - 1)].append(span)
-                done += span[2] - span[1]
+        for chunk in chunks:
+            if self.device(chunk).type == "cpu":
+                groups[min(done // max(per_thread, 1), self.threads - 1)].append(chunk)
+                done += _length(chunk)
             else:
-                groups[0].append(span)
+                groups[0].append(chunk)
         groups = [group for group in groups if group]
         if len(groups) <= 1:
             return [work(_Worker(self), group) for group in groups]
@@ -227,8 +259,16 @@ class _Selection:
             return list(pool.map(lambda group: work(_Worker(self), group), groups))
 
 
+def _chunk_size(device: torch.device) -> int:
+    return _CPU_CHUNK if device.type == "cpu" else _DEVICE_CHUNK
+
+
+def _length(chunk: Chunk) -> int:
+    return sum(stop - start for _, start, stop in chunk)
+
+
 class _Worker:
-    """One thread's scratch buffers (a chunk of keys, float flags, bool flags per device)."""
+    """One thread's buffers of one chunk per device: keys, flags and scratch (key dtype)."""
 
     def __init__(self, selection: _Selection) -> None:
         self.selection = selection
@@ -236,8 +276,7 @@ class _Worker:
 
     def buffers(self, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
         if device not in self._buffers:
-            step = _CPU_CHUNK if device.type == "cpu" else _DEVICE_CHUNK
-            size = min(step, max(self.selection.sizes))
+            size = min(_chunk_size(device), self.selection.total)
             dtype = self.selection.keys.dtype
             self._buffers[device] = (
                 torch.empty(size, dtype=dtype, device=device),
@@ -249,25 +288,54 @@ class _Worker:
     def flags(self, device: torch.device) -> Tensor:
         return self.buffers(device)[1]
 
-    def chunk_keys(self, i: int, start: int, stop: int, sums: _Sums | None = None) -> Tensor:
+    def scratch(self, device: torch.device) -> Tensor:
+        """A buffer free between :meth:`chunk_keys` calls."""
+        return self.buffers(device)[2]
+
+    def chunk_keys(self, chunk: Chunk, sums: _Sums | None = None) -> Tensor:
         """The keys of a chunk, ``inf`` for units not eligible; ``sums`` collects a finite check."""
         selection = self.selection
-        scores = selection.scores[i][start:stop]
-        key_buffer, _, penalty_buffer = self.buffers(scores.device)
-        key = selection.keys.chunk_keys(i, start, scores, key_buffer[: stop - start])
-        if sums is not None:
+        key_buffer, _, scratch = self.buffers(selection.device(chunk))
+        key = key_buffer[: _length(chunk)]
+        offset = 0
+        for i, start, stop in chunk:
+            part = key[offset : offset + stop - start]
+            scores = selection.scores[i][start:stop]
+            written = selection.keys.chunk_keys(i, start, scores, part)
+            if written.data_ptr() != part.data_ptr():
+                part.copy_(written)
+            if sums is not None and not selection.keys.reads_scores:
+                sums.add(scores.sum(dtype=torch.float32))
+            offset += stop - start
+        if sums is not None and selection.keys.reads_scores:
             # Summed before the ineligible units become inf: a NaN or inf score (or an
             # overflow, which the exact check then clears) makes the sum non-finite.
-            sums.add(key.sum() if selection.keys.reads_scores else scores.sum(dtype=torch.float32))
-        eligible = selection.eligible[i]
-        if eligible is not None:
-            # key + (1 / (mask == 1) - 1): + 0 where eligible, + inf elsewhere; a few float
-            # ops, several times faster than masked_fill with a bool mask. A NaN score (of a
-            # pruned unit: eligible ones fail the finite check) must not survive the sum.
-            penalty = torch.eq(eligible[start:stop], 1, out=penalty_buffer[: stop - start])
-            torch.nan_to_num(key, nan=0.0, posinf=_INF, neginf=-_INF, out=key)
-            key.add_(torch.reciprocal(penalty, out=penalty).sub_(1))
+            sums.add(key.sum())
+        if all(selection.eligible[i] is None for i, _, _ in chunk):
+            return key
+        # key + (1 / (mask == 1) - 1): + 0 where eligible, + inf elsewhere; a few float ops,
+        # several times faster than masked_fill with a bool mask. A NaN score (of a pruned
+        # unit: eligible ones fail the finite check) must not survive the sum.
+        penalty = scratch[: key.numel()]
+        offset = 0
+        for i, start, stop in chunk:
+            eligible = selection.eligible[i]
+            part = penalty[offset : offset + stop - start]
+            if eligible is None:
+                part.fill_(1)
+            else:
+                torch.eq(eligible[start:stop], 1, out=part)
+            offset += stop - start
+        torch.nan_to_num(key, nan=0.0, posinf=_INF, neginf=-_INF, out=key)
+        key.add_(torch.reciprocal(penalty, out=penalty).sub_(1))
         return key
+
+    def write(self, chunk: Chunk, values: Tensor, outs: list[Tensor]) -> None:
+        """Copy a chunk's ``values`` into the pieces of ``outs`` they belong to."""
+        offset = 0
+        for i, start, stop in chunk:
+            outs[i][start:stop].copy_(values[offset : offset + stop - start])
+            offset += stop - start
 
 
 class _Sums:
@@ -426,7 +494,7 @@ def _count_eligible(eligible: Sequence[Tensor | None], sizes: Sequence[int]) -> 
             total += size
             continue
         flat = e.detach().reshape(-1)
-        step = _CPU_CHUNK if flat.device.type == "cpu" else _DEVICE_CHUNK
+        step = _chunk_size(flat.device)
         buffer = torch.empty(min(step, size), dtype=torch.float32, device=flat.device)
         counts = [
             torch.eq(part, 1, out=buffer[: part.numel()]).sum() for part in torch.split(flat, step)
@@ -485,21 +553,30 @@ def _guess_band(selection: _Selection, k: int, n_eligible: int) -> tuple[float, 
     if size < 64:
         return -_INF, _largest(selection.keys.dtype)
     width = _SIGMAS * math.sqrt(max(q * (1 - q), 1 / size) / size) + 2 / size
-    sample = torch.sort(sample).values
     lo_rank, hi_rank = math.floor((q - width) * size), math.ceil((q + width) * size)
-    lo = float(sample[lo_rank]) if lo_rank >= 0 else -_INF
-    hi = float(sample[hi_rank]) if hi_rank < size else _largest(selection.keys.dtype)
+    # Two order statistics: a linear-time selection each, no sort of the sample.
+    lo = float(torch.kthvalue(sample, lo_rank + 1).values) if lo_rank >= 0 else -_INF
+    hi = (
+        float(torch.kthvalue(sample, hi_rank + 1).values)
+        if hi_rank < size
+        else _largest(selection.keys.dtype)
+    )
     return lo, hi
 
 
 def _sample_keys(selection: _Selection) -> Tensor:
     """Keys of eligible units at seeded uniform positions (on the CPU, a few thousand)."""
     generator = torch.Generator().manual_seed(_SAMPLE_SEED)
-    # Big enough that the band (about 12 standard deviations of the sampled quantile, that is
-    # 6 / sqrt(size) of the units) is half the most candidates a pass may gather.
+    # Big enough that the band (about 9 standard deviations of the sampled quantile, that is
+    # 4.5 / sqrt(size) of the units) is well below the most candidates a pass may gather.
     cap = max(_MIN_BAND, int(selection.total * _MAX_BAND_FRACTION))
     size = min(_SAMPLE, selection.total, max(1 << 12, math.ceil((12 * selection.total / cap) ** 2)))
-    positions = torch.sort(torch.randint(selection.total, (size,), generator=generator)).values
+    # Sorted uniform positions without a sort: normalised cumulative exponential spacings are
+    # distributed as the order statistics of uniforms.
+    spacings = torch.empty(size + 1, dtype=torch.float64).exponential_(generator=generator)
+    cumulative = spacings.cumsum(0)
+    positions = (cumulative[:-1] * (selection.total / float(cumulative[-1]))).long()
+    positions.clamp_(max=selection.total - 1)
     offsets = torch.tensor([0, *selection.sizes]).cumsum(0)
     which = torch.searchsorted(offsets, positions, right=True) - 1
     counts = torch.bincount(which, minlength=len(selection.sizes)).tolist()
@@ -528,24 +605,26 @@ def _fused_pass(
     gather = hi >= lo and hi != -_INF
     share = max(cap // selection.threads, 1)
 
-    def work(worker: _Worker, spans: list[tuple[int, int, int]]) -> tuple[_Band, _Sums, _Sums]:
+    def work(worker: _Worker, chunks: list[Chunk]) -> tuple[_Band, _Sums, _Sums]:
         band = _Band(below=0)
         kept = _Sums()
         sums = _Sums()
-        for i, start, stop in spans:
-            key = worker.chunk_keys(i, start, stop, sums if check else None)
-            out = outs[i][start:stop]
-            flags = worker.flags(key.device)[: stop - start]
-            # Comparisons into a float buffer are vectorised; into bool or uint8 they are not.
-            keep = out if out.is_floating_point() else flags
+        for chunk in chunks:
+            key = worker.chunk_keys(chunk, sums if check else None)
+            # Comparisons into a float buffer are vectorised; into bool or uint8 they are not:
+            # a chunk of one float output is written in place, any other goes through scratch.
+            i, start, stop = chunk[0]
+            direct = len(chunk) == 1 and outs[i].is_floating_point()
+            keep = outs[i][start:stop] if direct else worker.scratch(key.device)[: key.numel()]
             torch.ge(key, lo, out=keep)
             kept.add(keep.sum(dtype=torch.float32))
-            if keep is not out:
-                out.copy_(keep)
+            if not direct:
+                worker.write(chunk, keep, outs)
             if not gather or band.overflow:
                 continue
+            flags = worker.flags(key.device)[: key.numel()]
             torch.le(key, hi, out=flags)
-            flags.mul_(out)
+            flags.mul_(keep)
             index = _nonzero_blocks(flags)
             if index.numel():
                 band.size += index.numel()
@@ -553,9 +632,10 @@ def _fused_pass(
                     band.overflow = True
                     band.values, band.sources, band.positions = [], [], []
                     continue
-                band.values.append(key[index])
-                band.sources.append(i)
-                band.positions.append(index + start)
+                for source, at, positions in _pieces(chunk, index):
+                    band.values.append(key[at])
+                    band.sources.append(source)
+                    band.positions.append(positions)
         return band, kept, sums
 
     results = selection.run(work)
@@ -574,6 +654,25 @@ def _fused_pass(
     if check and not all(math.isfinite(total) for total in totals):
         _raise_if_not_finite(selection)
     return band
+
+
+def _pieces(chunk: Chunk, index: Tensor) -> list[tuple[int, Tensor, Tensor]]:
+    """Split sorted flat ``index``es of a chunk by piece: (source, index, position in source)."""
+    if len(chunk) == 1:
+        source, start, _ = chunk[0]
+        return [(source, index, index + start)]
+    lengths = [stop - start for _, start, stop in chunk]
+    ends = torch.tensor(lengths, device=index.device).cumsum(0)
+    counts = torch.diff(torch.searchsorted(index, ends), prepend=ends.new_zeros(1)).tolist()
+    pieces = []
+    offset = 0
+    for (source, start, _), at, length in zip(
+        chunk, torch.split(index, counts), lengths, strict=True
+    ):
+        if at.numel():
+            pieces.append((source, at, at - offset + start))
+        offset += length
+    return pieces
 
 
 def _nonzero_blocks(flags: Tensor) -> Tensor:
@@ -667,12 +766,12 @@ def _split_points(
 def _count_below(selection: _Selection, thresholds: list[float], *, check: bool) -> list[int]:
     """For each (sorted) threshold ``t``: the number of eligible units with key ``< t``."""
 
-    def work(worker: _Worker, spans: list[tuple[int, int, int]]) -> tuple[list[_Sums], _Sums]:
+    def work(worker: _Worker, chunks: list[Chunk]) -> tuple[list[_Sums], _Sums]:
         counts = [_Sums() for _ in thresholds]
         sums = _Sums()
-        for i, start, stop in spans:
-            key = worker.chunk_keys(i, start, stop, sums if check else None)
-            flags = worker.flags(key.device)[: stop - start]
+        for chunk in chunks:
+            key = worker.chunk_keys(chunk, sums if check else None)
+            flags = worker.flags(key.device)[: key.numel()]
             for t, count in zip(thresholds, counts, strict=True):
                 count.add(torch.lt(key, t, out=flags).sum())
         return counts, sums
@@ -697,14 +796,15 @@ def _tied_pass(
     """
     ties = k - below
     worker = _Worker(selection)
-    for i, start, stop in selection.chunks():
-        key = worker.chunk_keys(i, start, stop)
-        out = outs[i][start:stop]
-        torch.gt(key, value, out=out)
+    for chunk in selection.chunks():
+        key = worker.chunk_keys(chunk)
+        keep = worker.scratch(key.device)[: key.numel()]
+        torch.gt(key, value, out=keep)
         equal = torch.nonzero(key == value).view(-1)
         if equal.numel() > max(ties, 0):
-            out[equal[max(ties, 0) :]] = 1
+            keep[equal[max(ties, 0) :]] = 1
         ties -= equal.numel()
+        worker.write(chunk, keep, outs)
     return _Band(below=k)
 
 
@@ -719,7 +819,10 @@ def _clear_selected(band: _Band, k: int, outs: list[Tensor]) -> None:
     pruned = values < threshold
     equal = values == threshold
     ties = wanted - int(torch.count_nonzero(pruned))
-    pruned |= equal & (torch.cumsum(equal, 0) <= ties)
+    if ties == int(torch.count_nonzero(equal)):
+        pruned |= equal
+    else:  # only some of the tied candidates go: the earliest in the tie-rule order
+        pruned |= equal & (torch.cumsum(equal, 0) <= ties)
     for part, i, positions in zip(
         torch.split(pruned, [v.numel() for v in band.values]),
         band.sources,
