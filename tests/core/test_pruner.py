@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import math
+import pickle
 from collections.abc import Iterable, Sequence
 
 import pytest
@@ -766,3 +767,18 @@ def test_min_density_steps_keep_one_mask_per_tensor_alive() -> None:
         held = [getattr(method, "mask", None) for method in methods]
         # Every step's method holds the one buffer, not a mask of its own.
         assert all(mask is not None and mask.data_ptr() == buffer.data_ptr() for mask in held)
+
+
+def test_pruned_count_follows_every_change_of_the_masks() -> None:
+    model = nn.Sequential(nn.Linear(6, 5), nn.Linear(5, 4))
+    pruner = Pruner(model, OneShotSchedule(0.5))
+    pruner.step()
+    assert pruner.pruned_count() == 25
+    with torch.no_grad():
+        model[0].weight_mask[0, 0] = 1 - model[0].weight_mask[0, 0]  # an in-place edit
+    expected = int((model[0].weight_mask == 0).sum() + (model[1].weight_mask == 0).sum())
+    assert pruner.pruned_count() == expected != 25
+    model[1].weight_mask = torch.zeros_like(model[1].weight_mask)  # a new buffer
+    assert pruner.pruned_count() == int((model[0].weight_mask == 0).sum()) + 20
+    restored = pickle.loads(pickle.dumps(pruner))
+    assert restored.pruned_count() == pruner.pruned_count()

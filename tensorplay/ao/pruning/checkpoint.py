@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from tensorplay.ao.pruning.methods import custom_from_mask
 from tensorplay.ao.pruning.stats import _is_pruned_tensor
+from tensorplay.ao.pruning.targets import _owner
 
 __all__ = ["is_pruned_state_dict", "pruned_names", "restore_pruning"]
 
@@ -89,14 +90,8 @@ def restore_pruning(model: nn.Module, state_dict: Mapping[str, Tensor]) -> list[
     """  # noqa: E501
     todo: list[tuple[str, nn.Module, str, Tensor]] = []
     for fq_name in pruned_names(state_dict):
-        module_name, _, name = fq_name.rpartition(".")
-        try:
-            module = model.get_submodule(module_name)
-        except AttributeError as error:
-            raise ValueError(
-                f"Expected the key {fq_name + '_orig'!r} to name a tensor of the model, but the "
-                f"model has no module {module_name!r}."
-            ) from error
+        expected = f"the key {fq_name + '_orig'!r} to name a tensor of the model"
+        module, name = _owner(model, fq_name, expected)
         if _is_pruned_tensor(module, name):
             current: Tensor = getattr(module, name + "_orig")
         else:
@@ -105,7 +100,7 @@ def restore_pruning(model: nn.Module, state_dict: Mapping[str, Tensor]) -> list[
                 raise ValueError(
                     f"Expected the key {fq_name + '_orig'!r} to name a parameter, but "
                     f"({type(module).__name__}, {name!r}) is not a parameter of module "
-                    f"{module_name!r}."
+                    f"{fq_name.rpartition('.')[0]!r}."
                 )
             current = param
         for suffix in ("_orig", "_mask"):

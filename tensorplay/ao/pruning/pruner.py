@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import warnings
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -180,6 +181,7 @@ class Pruner:
         self.history: list[tuple[int, float, int]] = []
         self._pairs = pairs
         self._permanent = False
+        self._count_cache: dict[tuple[int, str], tuple[weakref.ref[Tensor], int, int]] = {}
 
     @property
     def pairs(self) -> list[tuple[nn.Module, str]]:
@@ -516,8 +518,31 @@ class Pruner:
             )
         return param
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The pruner's attributes, less the count cache (weak references do not pickle)."""
+        state = self.__dict__.copy()
+        state["_count_cache"] = {}
+        return state
+
     def _pruned_counts(self) -> list[int]:
-        return [_pruned_units(m, n, count_zeros=False)[0] for m, n in self._pairs]
+        return [self._pruned_count(m, n) for m, n in self._pairs]
+
+    def _pruned_count(self, module: nn.Module, name: str) -> int:
+        """The zeros of one mask, recounted only after the mask changed.
+
+        Logging sparsity after every optimizer step would otherwise read every mask at every
+        step. Any in-place change of a mask (pruning, ``load_state_dict``, a DDP broadcast)
+        bumps its version counter, and a new mask buffer is a new tensor: either recounts.
+        """
+        mask = module._buffers.get(name + "_mask") if _is_pruned_tensor(module, name) else None
+        if mask is None or mask.is_inference():
+            return _pruned_units(module, name, count_zeros=False)[0]
+        cached = self._count_cache.get((id(module), name))
+        if cached is not None and cached[0]() is mask and cached[1] == mask._version:
+            return cached[2]
+        count = _pruned_units(module, name, count_zeros=False)[0]
+        self._count_cache[id(module), name] = (weakref.ref(mask), mask._version, count)
+        return count
 
     def _numels(self) -> list[int]:
         return [self._parameter(m, n).numel() for m, n in self._pairs]

@@ -15,9 +15,9 @@ How (the streaming algorithm, no vector of all scores is ever built):
    probability. For uniform random keys the band follows from the quantile directly.
 2. **One fused pass.** Each source is read once, in chunks small enough to stay in cache
    (sources smaller than a chunk share one, so a thousand tiny tensors cost about what one
-   tensor of their total size does), spread over the CPU threads in order. Every chunk writes its speculative *keep* mask (``key >= lo``) straight into the output, counts
-   the eligible units below ``lo`` and gathers the few candidates in ``[lo, hi]`` (value and
-   position).
+   tensor of their total size does), spread over the CPU threads in order. Every chunk writes
+   its speculative *keep* mask (``key >= lo``) straight into the output, counts the eligible
+   units below ``lo`` and gathers the few candidates in ``[lo, hi]`` (value and position).
 3. **Resolve exactly.** If ``count(below lo) < k <= count(below lo) + candidates``, the
    ``k - count(below lo)`` lowest candidates (tie rule) are the rest of the answer; their few
    positions are cleared in the keep masks. Done: one read of every score.
@@ -28,8 +28,8 @@ How (the streaming algorithm, no vector of all scores is ever built):
    position while the masks are written (the running count of tied units decides).
 
 Memory: the keep masks (which the caller needs anyway), three buffers of one chunk per device
-and thread (keys, flags, scratch), and the candidates (a small fraction of the units). Counts are kept on the
-device and read once per pass.
+and thread (keys, flags, scratch), and the candidates (a small fraction of the units). Counts
+are kept on the device and read once per pass.
 """
 
 from __future__ import annotations

@@ -88,6 +88,21 @@ def _owned_parameter(module: nn.Module, name: str) -> nn.Parameter | None:
     return None
 
 
+def _owner(model: nn.Module, fq_name: str, expected: str) -> tuple[nn.Module, str]:
+    """The module that ``fq_name`` (``"net.0.weight"``) lives in, and the tensor's own name.
+
+    Raises:
+        ValueError: naming ``expected``, if the model has no such module.
+    """
+    module_name, _, name = fq_name.rpartition(".")
+    try:
+        return model.get_submodule(module_name), name
+    except AttributeError as error:
+        raise ValueError(
+            f"Expected {expected}, but the model has no module {module_name!r}."
+        ) from error
+
+
 def select_parameters(
     model: nn.Module,
     *,
@@ -184,18 +199,11 @@ def resolve_parameters(model: nn.Module, names: Sequence[str]) -> list[tuple[nn.
         if fq_name in seen:
             raise ValueError(f"Expected `names` to be unique, but {fq_name!r} is repeated.")
         seen.add(fq_name)
-        module_name, _, name = fq_name.rpartition(".")
-        try:
-            module = model.get_submodule(module_name)
-        except AttributeError as error:
-            raise ValueError(
-                f"Expected {fq_name!r} to name a parameter, but the model has no module "
-                f"{module_name!r}."
-            ) from error
+        module, name = _owner(model, fq_name, f"{fq_name!r} to name a parameter")
         if _owned_parameter(module, name) is None:
             raise ValueError(
                 f"Expected {fq_name!r} to name a parameter, but ({type(module).__name__}, "
-                f"{name!r}) is not a parameter of module {module_name!r}."
+                f"{name!r}) is not a parameter of module {fq_name.rpartition('.')[0]!r}."
             )
         pairs.append((module, name))
     return pairs
