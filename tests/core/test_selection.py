@@ -291,3 +291,17 @@ def test_many_tiny_sources_with_earlier_masks_equal_reference(ties: int) -> None
     for k in (0, available // 3, available - 1, available):
         with small_constants(chunk=256, band=16):
             assert_masks_equal(fast(scores, eligible, k), reference(scores, eligible, k))
+
+
+@pytest.mark.slow
+def test_more_units_than_int32_indexes() -> None:
+    # 2**31 + 100 units in one source (scores that take no memory: uniform keys never read
+    # them but for the finite check), pruned past index 2**31: positions and counts are int64.
+    n = (1 << 31) + 100
+    scores = torch.zeros(1).expand(n)
+    k = n // 2 + 7
+    (mask,) = keep_masks([scores], [None], k, UniformKeys(seed=5), [torch.bool])
+    assert mask.shape == (n,)
+    assert n - int(torch.count_nonzero(mask)) == k  # (``sum`` would widen to int64 first)
+    tail = mask[1 << 31 :]
+    assert 0 < int(torch.count_nonzero(tail)) < tail.numel()  # past 2**31: selected and kept
