@@ -1,6 +1,6 @@
 """Accuracy at equal sparsity: pruning methods x sparsities x seeds, plus the dense baseline.
 
-The sweep in the docs (48 runs; it took 11 minutes on 2 CPU cores with ``--jobs 2``)::
+The sweep in the docs (48 runs; it took 5 minutes on 2 CPU cores with ``--jobs 2``)::
 
     python examples/sweep.py --jobs 2
 
