@@ -1,0 +1,57 @@
+"""The benchmark scripts run end to end at a tiny size and write their tables."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _run(script: str, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_global_unstructured_benchmark_compares_with_torch(tmp_path: Path) -> None:
+    out = _run(
+        "bench_global_unstructured.py",
+        *("--sizes", "1M", "--repeats", "1", "--no-billion", "--no-layouts"),
+        *("--out", str(tmp_path)),
+    )
+    results = json.loads((tmp_path / "global_unstructured.json").read_text())
+    assert [(row["size"], row["call"]) for row in results["rows"]] == [
+        ("1M", "first"),
+        ("1M", "second"),
+    ]
+    for row in results["rows"]:
+        for library in ("torch", "tensorplay"):
+            assert row[library]["seconds"] > 0, row  # an error would have no time
+    table = (tmp_path / "global_unstructured.md").read_text()
+    assert table in out and "| 1M | first |" in table and "x |" in table
+
+
+@pytest.mark.slow
+def test_callback_overhead_benchmark_compares_with_model_pruning(tmp_path: Path) -> None:
+    _run("bench_callback_overhead.py", "--width", "32", "--repeats", "1", "--out", str(tmp_path))
+    results = json.loads((tmp_path / "callback_overhead.json").read_text())
+    variants = results["variants"]
+    assert set(variants) == {"dense", "tensorplay", "lightning"}
+    assert variants["dense"]["sparsity"] == 0
+    # 4 x 32 x 32 weights: tensorplay prunes exactly round(0.9 * 4096); ModelPruning rounds
+    # each incremental amount on its own, so it lands within a few units of it.
+    assert variants["tensorplay"]["sparsity"] == round(0.9 * 4096) / 4096
+    assert variants["lightning"]["sparsity"] == pytest.approx(0.9, abs=0.005)
+    assert "| lightning |" in (tmp_path / "callback_overhead.md").read_text()
