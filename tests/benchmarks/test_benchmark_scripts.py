@@ -51,7 +51,7 @@ def test_callback_overhead_benchmark_compares_with_model_pruning(tmp_path: Path)
     assert set(variants) == {"dense", "tensorplay", "lightning"}
     assert variants["dense"]["sparsity"] == 0
     # 4 x 32 x 32 weights: tensorplay prunes exactly round(0.9 * 4096); ModelPruning rounds
-    # each incremental amount on its own, so it lands within a few units of it.
+    # each incremental amount on its own, so it may land a unit or two off.
     assert variants["tensorplay"]["sparsity"] == round(0.9 * 4096) / 4096
     assert variants["lightning"]["sparsity"] == pytest.approx(0.9, abs=0.005)
     assert "| lightning |" in (tmp_path / "callback_overhead.md").read_text()
