@@ -48,6 +48,8 @@ from tensorplay.ao.pruning.selection import (
     AbsKeys,
     KeySpec,
     UniformKeys,
+    _check_finite_scores,
+    _chunk_size,
     count_eligible,
     keep_masks,
     single_torch_thread,
@@ -286,6 +288,9 @@ def _key_dtype(dtypes: list[torch.dtype]) -> torch.dtype:
 
 def _select_by_method(targets: list[_Target], method: BasePruningMethod) -> list[Tensor]:
     """The reference path (user-defined methods): concatenate, as torch does, and slice."""
+    _check_finite_scores(
+        [t.scores for t in targets], [t.mask for t in targets], [t.label for t in targets]
+    )
     scores = torch.cat([t.scores.detach().reshape(-1).to(targets[0].param.device) for t in targets])
     default_mask = torch.cat(
         [
@@ -296,7 +301,6 @@ def _select_by_method(targets: list[_Target], method: BasePruningMethod) -> list
             for t in targets
         ]
     )
-    _check_finite(scores, default_mask, targets)
     method._tensor_name = "global"
     final = PruningContainer(method).compute_mask(scores, default_mask)
     masks = []
@@ -306,21 +310,6 @@ def _select_by_method(targets: list[_Target], method: BasePruningMethod) -> list
         mask = part.reshape(target.param.shape).to(target.param.device, target.param.dtype)
         masks.append(mask.clone(memory_format=torch.contiguous_format))
     return masks
-
-
-def _check_finite(scores: Tensor, default_mask: Tensor, targets: list[_Target]) -> None:
-    bad = ~torch.isfinite(scores) & (default_mask == 1)
-    if not bool(bad.any()):
-        return
-    where = int(torch.nonzero(bad)[0])
-    value = float(scores[where])
-    for target in targets:
-        if where < target.param.numel():
-            raise ValueError(
-                f"Expected finite importance scores, but {target.label} has {value} at flat "
-                f"index {where}."
-            )
-        where -= target.param.numel()
 
 
 def _apply(targets: list[_Target], masks: list[Tensor]) -> None:
@@ -351,7 +340,7 @@ def _apply(targets: list[_Target], masks: list[Tensor]) -> None:
 
 def _multiply_in_place(mask: Tensor, keep: Tensor) -> None:
     """``mask *= keep`` chunk by chunk: no temporary of the whole tensor for the dtype cast."""
-    step = 1 << 17 if mask.device.type == "cpu" else 1 << 26
+    step = _chunk_size(mask.device)
     with single_torch_thread():
         for part, factor in zip(
             torch.split(mask.view(-1), step), torch.split(keep.view(-1), step), strict=True

@@ -690,15 +690,38 @@ def _nonzero_blocks(flags: Tensor) -> Tensor:
 
 def _raise_if_not_finite(selection: _Selection) -> None:
     """The exact check behind a non-finite sum (which may also be a harmless overflow)."""
-    for i, (scores, eligible) in enumerate(zip(selection.scores, selection.eligible, strict=True)):
-        bad = ~torch.isfinite(scores)
-        if eligible is not None:
-            bad &= eligible == 1
+    _check_finite_scores(selection.scores, selection.eligible, selection.labels)
+
+
+def _check_finite_scores(
+    scores: Sequence[Tensor], eligible: Sequence[Tensor | None], labels: Sequence[str]
+) -> None:
+    """Raise if an eligible unit (earlier mask ``1``, or no mask) has a NaN or infinite score.
+
+    Args:
+        scores: the scores of each source.
+        eligible: per source, its earlier mask or ``None``, of the scores' shape.
+        labels: the names of the sources, for the message.
+
+    Raises:
+        ValueError: naming the first such source, the value and its flat index.
+
+    Example:
+        >>> _check_finite_scores([torch.tensor([1.0, float("nan")])], [None], ["w"])
+        Traceback (most recent call last):
+        ...
+        ValueError: Expected finite importance scores, but w has nan at flat index 1.
+    """
+    for source, mask, label in zip(scores, eligible, labels, strict=True):
+        flat = source.detach().reshape(-1)
+        bad = ~torch.isfinite(flat)
+        if mask is not None:
+            bad &= mask.detach().reshape(-1).to(flat.device) == 1
         where = torch.nonzero(bad).view(-1)
         if where.numel():
             raise ValueError(
-                f"Expected finite importance scores, but {selection.labels[i]} has "
-                f"{float(scores[where[0]])} at flat index {int(where[0])}."
+                f"Expected finite importance scores, but {label} has "
+                f"{float(flat[where[0]])} at flat index {int(where[0])}."
             )
 
 
