@@ -27,7 +27,7 @@ import math
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -760,7 +760,20 @@ def _history_entry(entry: object) -> tuple[int, float, int]:
     return int(step), float(target), int(pruned)
 
 
-def _tied_groups(model: nn.Module, names: list[str]) -> list[TiedParameter]:
+class _Target(NamedTuple):
+    """Every name and ``(module, name)`` pair of one target's parameter (one of each unless
+    tied). It holds no reference to the parameter itself: the functional API's test for other
+    holders (the parameter's reference count) then needs no scan when the pruner prunes."""
+
+    names: tuple[str, ...]
+    pairs: tuple[tuple[nn.Module, str], ...]
+
+    @property
+    def name(self) -> str:
+        return self.names[0]
+
+
+def _tied_groups(model: nn.Module, names: list[str]) -> list[_Target]:
     """The parameters ``names`` reach, each once, in the order of their first mention.
 
     Raises:
@@ -780,7 +793,7 @@ def _tied_groups(model: nn.Module, names: list[str]) -> list[TiedParameter]:
         groups.setdefault(id(group.parameter), group)
     for group in groups.values():
         _check_pruned_alike(group)
-    return list(groups.values())
+    return [_Target(group.names, group.pairs) for group in groups.values()]
 
 
 def _check_pruned_alike(group: TiedParameter) -> None:
@@ -790,15 +803,18 @@ def _check_pruned_alike(group: TiedParameter) -> None:
         for module, name in group.pairs
     ]
     first = masks[0]
+    label = f"({type(group.pairs[0][0]).__name__}, {group.pairs[0][1]!r})"
     for (module, name), mask in zip(group.pairs, masks, strict=True):
-        alike = (mask is None and first is None) or (
-            mask is not None and first is not None and (mask is first or torch.equal(mask, first))
+        if mask is first or (mask is not None and first is not None and torch.equal(mask, first)):
+            continue
+        other = f"({type(module).__name__}, {name!r})"
+        if mask is not None and first is not None:
+            state = f"{other} and {label} are pruned with different masks"
+        else:
+            pruned, unpruned = (other, label) if first is None else (label, other)
+            state = f"{pruned} is pruned and {unpruned} is not"
+        raise ValueError(
+            f"Expected the holders of the tied parameter {group.name!r} {group.names} to be "
+            f"pruned alike, but {state}: prune all its pairs in one global_unstructured call, "
+            "or remove() the pruning first."
         )
-        if not alike:
-            raise ValueError(
-                f"Expected the holders of the tied parameter {group.name!r} ({group.names}) to "
-                f"be pruned alike, but ({type(module).__name__}, {name!r}) has "
-                f"{'no mask' if mask is None else 'another mask'} than "
-                f"({type(group.pairs[0][0]).__name__}, {group.pairs[0][1]!r}): prune all its "
-                "pairs together (global_unstructured) or remove() the pruning first."
-            )
