@@ -172,9 +172,10 @@ def _module_holders(parameters: Sequence[object]) -> dict[int, list[tuple[nn.Mod
 
 
 def _subclasses(cls: type) -> set[type]:
-    found = {cls}
-    todo = [cls]
+    found: set[type] = {cls}
+    todo: list[type] = [cls]
     while todo:
+        sub: type
         for sub in todo.pop().__subclasses__():
             if sub not in found:
                 found.add(sub)
