@@ -552,3 +552,17 @@ def test_untied_pruning_neither_warns_nor_scans(scans: list[int]) -> None:
         l1_unstructured(model[1], "bias", amount=1)
     assert scans == [1]
     assert any(param is model[1].bias_orig for param in optimizer.param_groups[0]["params"])
+
+
+def test_a_pruner_state_naming_a_tied_target_by_another_name_loads() -> None:
+    case = embedding_head()
+    pruner = prune(case)
+    state = pruner.state_dict()
+    assert state["targets"] == ["wte.weight", "mlp.weight"]
+    state["targets"] = ["lm_head.weight", "mlp.weight"]  # an alias, as an older state may hold
+    resumed = Pruner(case.model, OneShotSchedule(0.5), parameters=case.targets)
+    resumed.load_state_dict(state)
+    assert (resumed.last_step, resumed.targets) == (0, ["wte.weight", "mlp.weight"])
+    state["targets"] = ["mlp.weight", "lm_head.weight"]
+    with pytest.raises(ValueError, match=r"Expected the state's targets to be the pruner's"):
+        resumed.load_state_dict(state)

@@ -520,7 +520,11 @@ class Pruner:
                 f"Expected the pruner state to have keys {list(_STATE_KEYS)}, but {missing} are "
                 f"missing and {unknown} are unknown."
             )
-        if list(state["targets"]) != self.targets:
+        # A state may name a tied target by another of its names (its first name in module
+        # order is the pruner's); any name of it is the same target.
+        canonical = {alias: group.name for group in self._groups for alias in group.names}
+        saved = list(dict.fromkeys(canonical.get(name, name) for name in state["targets"]))
+        if saved != self.targets:
             raise ValueError(
                 f"Expected the state's targets to be the pruner's, {self.targets}, but got "
                 f"{list(state['targets'])}."
