@@ -106,6 +106,9 @@ def test_equals_the_state_dict_after_making_pruning_permanent() -> None:
         assert torch.equal(state[key], expected[key]), key
         assert not state[key].requires_grad, key
     assert int((state["0.weight"] == 0).sum()) == 20
+    for name in _pruned(model):  # mask * orig is -0.0 at pruned negative weights; not here
+        assert int(torch.signbit(expected[name][expected[name] == 0]).sum()) > 0, name
+        assert int(torch.signbit(state[name][state[name] == 0]).sum()) == 0, name
     fresh = _conv_net(seed=1)
     fresh.load_state_dict(state, strict=True)
     inputs = torch.randn(3, 2, 4, 4)

@@ -45,7 +45,9 @@ def permanent_state_dict(model: nn.Module) -> dict[str, Tensor]:
     left exactly as it is (parameters, masks, hooks, gradients).
 
     Every pruned tensor ``<name>`` is saved as ``mask * orig`` in the parameter's dtype (what the
-    model computes with), and its ``<name>_orig`` and ``<name>_mask`` keys are dropped. Everything
+    model computes with), its zeros all ``+0.0`` (the product is ``-0.0`` where a negative weight
+    is pruned: equal, but it would cost :func:`~tensorplay.ao.pruning.save_sparse` space), and its
+    ``<name>_orig`` and ``<name>_mask`` keys are dropped. Everything
     else is what ``model.state_dict()`` returns: tensors that share memory with the model, like
     any state_dict.
 
@@ -107,15 +109,23 @@ def permanent_state_dict(model: nn.Module) -> dict[str, Tensor]:
 
 
 def _masked_tensor(orig: Tensor, mask: Tensor) -> Tensor:
-    """``mask * orig`` in ``orig``'s dtype, detached: what a pruned tensor computes with.
+    """``mask * orig`` in ``orig``'s dtype, detached, every zero a ``+0.0``.
+
+    ``mask * orig`` is ``-0.0`` where a negative weight is pruned: equal to ``0.0``, but not
+    bitwise, so a compressed file would have to store half the pruned units. Nothing the model
+    computes changes.
 
     Example:
         >>> import torch
-        >>> _masked_tensor(torch.tensor([1.5, -2.0]), torch.tensor([0.0, 1.0]))
-        tensor([ 0., -2.])
+        >>> masked = _masked_tensor(torch.tensor([1.5, -2.0, -3.0]), torch.tensor([0.0, 1.0, 0.0]))
+        >>> masked, torch.signbit(masked)
+        (tensor([ 0., -2.,  0.]), tensor([False,  True, False]))
     """
     with torch.no_grad():
-        return (mask.to(dtype=orig.dtype) * orig).detach()
+        product = (mask.to(dtype=orig.dtype) * orig).detach()
+        if product.is_floating_point():
+            product[product == 0] = 0.0  # -0.0 -> +0.0
+        return product
 
 
 def _share_storage(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
