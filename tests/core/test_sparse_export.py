@@ -321,3 +321,44 @@ def test_without_safetensors_a_clear_import_error(
         save_sparse({"w": torch.ones(2)}, tmp_path / "w.safetensors")
     with pytest.raises(ImportError, match="`load_sparse` needs the optional package safetensors"):
         load_sparse(tmp_path / "w.safetensors")
+
+
+WITHOUT_SAFETENSORS = """
+import sys
+
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "safetensors":
+            raise ImportError(f"{name} is blocked in this test")
+
+sys.meta_path.insert(0, Block())
+import torch
+import tensorplay.ao.pruning as prune
+import tensorplay.report
+
+model = prune.l1_unstructured(torch.nn.Linear(4, 4), "weight", amount=8)
+assert int((prune.permanent_state_dict(model)["weight"] == 0).sum()) == 8
+try:
+    prune.save_sparse(model, "unused.safetensors")
+except ImportError as error:
+    print(error)
+assert not [name for name in sys.modules if name.startswith("safetensors")]
+"""
+
+
+@pytest.mark.slow
+def test_core_imports_without_safetensors() -> None:
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_SAFETENSORS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        "`save_sparse` needs the optional package safetensors: "
+        "pip install 'tensorplay[safetensors]'"
+    )
