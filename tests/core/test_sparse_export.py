@@ -260,7 +260,14 @@ def test_corrupt_and_foreign_files_raise_value_errors_naming_the_path(tmp_path: 
                      "unknown encoding 'zip'", id="encoding"),
         pytest.param({"w": {"shape": [40, 25], "dtype": "floaty", "encoding": "dense"}},
                      "unknown dtype 'floaty'", id="unknown-dtype"),
-        pytest.param({"v": {"encoding": "alias", "of": "nothing"}}, "'nothing'", id="alias"),
+        pytest.param({"v": {"encoding": "alias", "of": "nothing"}},
+                     "an alias of 'nothing', which is no earlier tensor", id="alias"),
+        pytest.param({"u": {"shape": [2], "dtype": "float32", "encoding": "dense"}},
+                     "the file holds no tensor 'u'", id="missing-tensor"),
+        pytest.param({"u": {"shape": [64], "dtype": "float32", "encoding": "bitmask"}},
+                     "the file holds no tensor 'u:bitmask'", id="missing-bitmask"),
+        pytest.param({"w": {"dtype": "float32", "encoding": "dense"}},
+                     "shape None is not a list of sizes", id="no-shape"),
     ],
 )  # fmt: skip
 def test_inconsistent_metadata_raises_naming_path_and_tensor(

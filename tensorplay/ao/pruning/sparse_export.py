@@ -172,7 +172,7 @@ def load_sparse(path: str | Path) -> dict[str, Tensor]:
     for name, entry in entries.items():
         try:
             out[name] = _decode(name, entry, raw, out)
-        except (KeyError, TypeError, ValueError, RuntimeError) as error:
+        except (TypeError, ValueError, RuntimeError) as error:
             raise ValueError(
                 f"Expected {str(path)!r} to be a consistent {_FORMAT} export, but tensor "
                 f"{name!r}: {error}"
@@ -223,15 +223,17 @@ def _decode(
 ) -> Tensor:
     encoding = entry.get("encoding")
     if encoding == "alias":
+        if entry.get("of") not in done:
+            raise ValueError(f"an alias of {entry.get('of')!r}, which is no earlier tensor")
         return done[entry["of"]]
-    shape, dtype = _shape(entry["shape"]), _dtype(entry["dtype"])
+    shape, dtype = _shape(entry.get("shape")), _dtype(entry.get("dtype"))
     if encoding == "dense":
-        tensor = raw[name]
+        tensor = _stored(raw, name)
         _expect(tensor.dtype == dtype and tuple(tensor.shape) == shape, "dtype or shape", tensor)
         return tensor
     if encoding != "bitmask":
         raise ValueError(f"unknown encoding {encoding!r}")
-    packed, values = raw[name + _MASK], raw[name + _VALUES]
+    packed, values = _stored(raw, name + _MASK), _stored(raw, name + _VALUES)
     numel = int(torch.Size(shape).numel())
     _expect(packed.dtype == torch.uint8 and packed.shape == ((numel + 7) // 8,), "bitmask", packed)
     all_bits = _unpack_bits(packed)
@@ -241,6 +243,12 @@ def _decode(
     flat = torch.zeros(numel, dtype=dtype)
     flat[bits] = values
     return flat.reshape(shape)
+
+
+def _stored(raw: Mapping[str, Tensor], key: str) -> Tensor:
+    if key not in raw:
+        raise ValueError(f"the file holds no tensor {key!r}")
+    return raw[key]
 
 
 def _expect(ok: bool, what: str, got: Tensor) -> None:
