@@ -369,3 +369,13 @@ def test_core_imports_without_safetensors() -> None:
         "`save_sparse` needs the optional package safetensors: "
         "pip install 'tensorplay[safetensors]'"
     )
+
+
+def test_distinct_views_of_one_storage_are_stored_apart(tmp_path: Path) -> None:
+    base = torch.randn(2, 8)
+    state = {"a": base[0], "b": base[1], "c": base}  # one storage, three tensors: no tie
+    with pytest.raises(RuntimeError, match="Some tensors share memory"):  # plain safetensors
+        safetensors_torch.save_file(state, str(tmp_path / "plain.safetensors"))
+    loaded = load_sparse(save_sparse(state, tmp_path / "views.safetensors"))
+    assert loaded["a"] is not loaded["b"]
+    _assert_bit_exact(loaded, state)

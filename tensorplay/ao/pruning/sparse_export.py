@@ -103,28 +103,18 @@ def save_sparse(model_or_state_dict: nn.Module | Mapping[str, Tensor], path: str
             entries[name] = {"encoding": "alias", "of": stored[id(tensor)]}
             continue
         stored[id(tensor)] = name
-        entry: dict[str, Any] = {"shape": list(tensor.shape), "dtype": _dtype_name(tensor.dtype)}
-        flat = tensor.detach().to("cpu").contiguous().reshape(-1)
-        bits = _nonzero_bits(flat)
-        if bits is not None and _bitmask_is_smaller(flat, bits):
-            entry["encoding"] = "bitmask"
-            parts = {name + _MASK: _pack_bits(bits), name + _VALUES: flat[bits]}
-        else:
-            entry["encoding"] = "dense"
-            dense = flat.reshape(tensor.shape)
-            if dense.numel() and dense.untyped_storage().data_ptr() in memory:
-                dense = dense.clone()
-            parts = {name: dense}
+        entries[name], parts = _encode(name, tensor)
         for key, part in parts.items():
             if key in tensors:
                 raise ValueError(
                     f"Expected tensor names without the suffixes {_MASK!r} and {_VALUES!r}, but "
                     f"{key!r} is both a tensor and a part of one."
                 )
+            if part.numel() and part.untyped_storage().data_ptr() in memory:
+                part = part.clone()  # safetensors refuses two tensors in one storage
             if part.numel():
                 memory.add(part.untyped_storage().data_ptr())
             tensors[key] = part
-        entries[name] = entry
     metadata = {"format": _FORMAT, "format_version": _VERSION, "tensors": json.dumps(entries)}
     path = Path(path)
     safetensors_torch.save_file(tensors, str(path), metadata=metadata)
@@ -178,6 +168,18 @@ def load_sparse(path: str | Path) -> dict[str, Tensor]:
                 f"{name!r}: {error}"
             ) from error
     return out
+
+
+def _encode(name: str, tensor: Tensor) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """The metadata entry of one tensor and the tensors to store for it, on the CPU."""
+    entry: dict[str, Any] = {"shape": list(tensor.shape), "dtype": _dtype_name(tensor.dtype)}
+    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+    bits = _nonzero_bits(flat)
+    if bits is not None and _bitmask_is_smaller(flat, bits):
+        entry["encoding"] = "bitmask"
+        return entry, {name + _MASK: _pack_bits(bits), name + _VALUES: flat[bits]}
+    entry["encoding"] = "dense"
+    return entry, {name: flat.reshape(tensor.shape)}
 
 
 def _read_metadata(path: Path) -> dict[str, str]:
