@@ -263,6 +263,38 @@ def _check_exclusive(
         )
 
 
+def _check_selection_args(
+    parameters: object,
+    *,
+    module_types: Sequence[ModuleType] | None = None,
+    names: Sequence[str] | None = None,
+    include: Sequence[str] | None = None,
+    exclude: Sequence[str] | None = None,
+    keep_dense: Sequence[str] = (),
+) -> None:
+    """Every check of the selection arguments that needs no model (``None`` is the default).
+
+    Raises:
+        ValueError: or TypeError, with the messages of :func:`select_parameters`.
+    """
+    _check_exclusive(
+        parameters,
+        module_types=module_types,
+        names=names,
+        include=include,
+        exclude=exclude,
+        keep_dense=keep_dense,
+    )
+    if parameters is None:
+        _Selection.parse(
+            DEFAULT_MODULE_TYPES if module_types is None else module_types,
+            DEFAULT_NAMES if names is None else names,
+            include,
+            exclude,
+            keep_dense,  # type: ignore[arg-type]
+        )
+
+
 def _owned_parameter(module: nn.Module, name: str) -> nn.Parameter | None:
     """The parameter behind ``module.<name>``: itself, or ``<name>_orig`` if pruned."""
     param = module._parameters.get(name)
