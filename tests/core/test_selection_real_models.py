@@ -187,6 +187,35 @@ def test_pruner_prunes_every_gpt2_projection() -> None:
         assert hasattr(module, "weight_mask"), name
 
 
+def test_pruner_selects_by_names_and_keep_dense() -> None:
+    model = digits_mlp()
+    pruner = Pruner(model, OneShotSchedule(0.5), names=["weight", "bias"], keep_dense=["last"])
+    assert pruner.targets == ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
+    pruner = Pruner(digits_mlp(), OneShotSchedule(0.5), module_types=["Linear"], include=["fc3"])
+    assert pruner.targets == ["fc3.weight"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "listed"),
+    [
+        pytest.param({"names": ["weight"]}, r"names=\['weight'\]", id="names"),
+        pytest.param({"module_types": ["Linear"]}, r"module_types=\['Linear'\]", id="types"),
+        pytest.param({"include": ["fc"]}, r"include=\['fc'\]", id="include"),
+        pytest.param({"exclude": ["fc"]}, r"exclude=\['fc'\]", id="exclude"),
+        pytest.param({"keep_dense": ["last"]}, r"keep_dense=\['last'\]", id="keep-dense"),
+    ],
+)
+def test_pruner_refuses_parameters_with_a_selection_filter(kwargs, listed: str) -> None:
+    model = digits_mlp()
+    with pytest.raises(
+        ValueError,
+        match=r"Expected either `parameters` or the selection filters \(`module_types`, `names`, "
+        r"`include`, `exclude`, `keep_dense`\), but got parameters=\['fc1.weight'\] with " + listed,
+    ):
+        Pruner(model, OneShotSchedule(0.5), parameters=["fc1.weight"], **kwargs)
+    assert not any(name.endswith("_orig") for name, _ in model.named_parameters())
+
+
 # -- BERT, ResNet, torch's transformer layer ------------------------------------------------
 
 
