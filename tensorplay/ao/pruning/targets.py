@@ -530,9 +530,8 @@ def _describe_left_out(entry: _LeftOut, selection: _Selection) -> str:
     hints = [] if entry.type_matched else [f"add {entry.cls!r} to `module_types`"]
     if new_names:
         hints.append(f"add {', '.join(map(repr, new_names))} to `names`")
-    return (
-        f"{entry.cls}: {entry.tensors} tensors, {entry.numel:,} parameters ({' and '.join(hints)})"
-    )
+    tensors = f"{entry.tensors} tensor{'s' if entry.tensors > 1 else ''}"
+    return f"{entry.cls}: {tensors}, {entry.numel:,} parameters ({' and '.join(hints)})"
 
 
 def resolve_parameters(model: nn.Module, names: Sequence[str]) -> list[tuple[nn.Module, str]]:
