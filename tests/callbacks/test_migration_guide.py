@@ -232,6 +232,7 @@ class Refresh(Callback):
                     setattr(module, name, orig * mask)
 
 
+@pytest.mark.slow
 def test_before_and_after_prune_the_same_units_to_the_same_weights(make_trainer):
     namespace = run_block(2)
     before, after = namespace["before"], namespace["after"]
@@ -257,36 +258,40 @@ def test_before_and_after_prune_the_same_units_to_the_same_weights(make_trainer)
         assert torch.equal(theirs_value, ours_value), key
 
 
+class EpochMasks(Callback):
+    """Record the masks at every epoch end (placed after the pruning callback)."""
+
+    def __init__(self) -> None:
+        self.masks: list[dict[str, Tensor]] = []
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.masks.append(masks_of(pl_module))
+
+
+@pytest.mark.slow
 def test_without_the_refresh_model_pruning_ranks_stale_weights_from_the_second_event(
     make_trainer,
 ):
-    namespace = run_block(2)
-    masks = {}
-    for epochs in (1, 2):
-        before = ModelPruning(
-            "l1_unstructured",
-            amount=0.2,
-            use_lottery_ticket_hypothesis=False,
-            make_pruning_permanent=False,
-        )
-        after = GradualPruning(
-            namespace["after"].schedule,
-            module_types=["torch.nn.Module"],
-            names=["weight", "bias"],
-            verbose=False,
-        )
-        for name, callback in (("before", before), ("after", after)):
-            model = Epochs()
-            make_trainer(callbacks=[callback], max_epochs=epochs, logger=False).fit(model)
-            masks[name, epochs] = masks_of(model)
-    same = {
-        epochs: all(
-            torch.equal(masks["before", epochs][key], masks["after", epochs][key])
-            for key in masks["after", epochs]
-        )
-        for epochs in (1, 2)
-    }
-    assert same == {1: True, 2: False}
+    after = run_block(2)["after"]
+    after.verbose = False
+    before = ModelPruning(
+        "l1_unstructured",
+        amount=0.2,
+        use_lottery_ticket_hypothesis=False,
+        make_pruning_permanent=False,
+    )
+    recorded = {}
+    for name, callback in (("before", before), ("after", after)):
+        recorder = EpochMasks()
+        make_trainer(callbacks=[callback, recorder], max_epochs=2, logger=False).fit(Epochs())
+        recorded[name] = recorder.masks
+
+    assert len(recorded["before"]) == len(recorded["after"]) == 2
+    same = [
+        sorted(theirs) == sorted(ours) and all(torch.equal(theirs[k], ours[k]) for k in ours)
+        for theirs, ours in zip(recorded["before"], recorded["after"], strict=True)
+    ]
+    assert same == [True, False]
 
 
 class InitRecorder(Callback):
@@ -302,6 +307,7 @@ class InitRecorder(Callback):
         self.at_init.append(torch.equal(layer.weight_orig.detach()[kept], self.init[kept]))
 
 
+@pytest.mark.slow
 def test_model_pruning_rewinds_to_init_only_at_the_first_event(make_trainer):
     schedule = run_block(2)["after"].schedule
     runs = {
