@@ -501,6 +501,7 @@ def _warn_if_suspicious(
         entry.tensors += 1
         entry.numel += param.numel()
         entry.names[name] = None
+    only_embeddings = only_embeddings and chosen > 0
     if not left_out or total == 0:
         return
     ranked = sorted(left_out.values(), key=lambda e: -e.numel)
