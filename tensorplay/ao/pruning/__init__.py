@@ -2,7 +2,8 @@
 
 Every name that ``torch.nn.utils.prune`` has behaves the same here; see the docs for the few
 places where tensorplay is deliberately stricter or more general. Schedules, the stateful
-:class:`Pruner`, sparsity statistics and checkpoint restoring build on that API.
+:class:`Pruner`, sparsity statistics, checkpoint restoring, saving and the compressed export
+build on that API.
 """
 
 from tensorplay.ao.pruning.amount import (
@@ -43,6 +44,8 @@ from tensorplay.ao.pruning.schedules import (
     Schedule,
     schedule_from_dict,
 )
+from tensorplay.ao.pruning.serialization import permanent_state_dict
+from tensorplay.ao.pruning.sparse_export import load_sparse, save_sparse
 from tensorplay.ao.pruning.stats import (
     SparsityReport,
     TensorSparsity,
@@ -94,6 +97,10 @@ __all__ = [
     "restore_pruning",
     "is_pruned_state_dict",
     "pruned_names",
+    # saving and export
+    "permanent_state_dict",
+    "save_sparse",
+    "load_sparse",
     # amount
     "compute_nparams_to_prune",
     "validate_pruning_amount",
