@@ -26,11 +26,11 @@ from typing_extensions import override
 
 from tensorplay.ao.pruning.aliases import alias_map
 from tensorplay.ao.pruning.pruner import Pruner
+from tensorplay.ao.pruning.reparametrization import parameter_of
 from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.targets import (
     KeepDense,
-    _check_selection_args,
-    _owned_parameter,
+    check_selection_args,
     resolve_method,
 )
 
@@ -178,7 +178,7 @@ class GradualPruning(Callback):
     ) -> None:
         _check_args(schedule, method, parameters)
         # The core's checks, so a bad value fails here with the core's message.
-        _check_selection_args(
+        check_selection_args(
             parameters,
             module_types=module_types,
             names=names,
@@ -467,7 +467,7 @@ def _check_disjoint(trainer: pl.Trainer, callback: GradualPruning, pruner: Prune
             shared tensor with all its names.
     """
     callbacks = list(trainer.callbacks)  # type: ignore[attr-defined]
-    mine = {id(_owned_parameter(module, name)) for module, name in pruner.pairs}
+    mine = {id(parameter_of(module, name)) for module, name in pruner.pairs}
     for index, other in enumerate(callbacks):
         if other is callback or not isinstance(other, GradualPruning):
             continue
@@ -476,7 +476,7 @@ def _check_disjoint(trainer: pl.Trainer, callback: GradualPruning, pruner: Prune
         shared = [
             name
             for name, (module, key) in zip(other._pruner.targets, other._pruner.pairs, strict=True)
-            if id(_owned_parameter(module, key)) in mine
+            if id(parameter_of(module, key)) in mine
         ]
         if shared:
             groups = alias_map(pruner.model)

@@ -49,7 +49,7 @@ import torch
 from torch import Tensor
 
 from tensorplay.ao.pruning.checkpoint import pruned_names
-from tensorplay.ao.pruning.serialization import _share_storage
+from tensorplay.ao.pruning.serialization import share_storage
 from tensorplay.ao.pruning.stats import SparsityReport, TensorSparsity
 
 __all__ = [
@@ -278,7 +278,7 @@ def _classify(
     state_dict: Mapping[str, Tensor],
 ) -> tuple[list[TensorSparsity], list[TensorSparsity], dict[str, str]]:
     """``(counted rows, all-zero weights without a mask, {later name: first name})``."""
-    state = _share_storage(state_dict)  # tied entries become one object
+    state = share_storage(state_dict)  # tied entries become one object
     names = pruned_names(state)
     weights = [(key, value) for key, value in state.items() if _is_weight(key, value)]
     tensors = [(name, state[name + "_mask"]) for name in names] if names else weights

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import pickle
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +28,7 @@ from tensorplay.ao.pruning import (
     l1_unstructured,
 )
 from tensorplay.ao.pruning import selection as selection_module
+from tensorplay.ao.pruning.reparametrization import find_hook
 from tests.core.parity import (
     assert_same_reparametrization,
     assert_snapshot_equal,
@@ -87,13 +89,12 @@ def test_parity_with_torch(amounts: list[float | int]) -> None:
         torch_prune.global_unstructured(pairs_of(theirs), torch_prune.L1Unstructured, amount=amount)
         for a, b in zip(masks_of(pairs_of(ours)), masks_of(pairs_of(theirs)), strict=True):
             assert a.dtype == b.dtype and torch.equal(a, b)  # continuous scores: no ties
-        assert_same_reparametrization(ours, theirs)
+        assert_same_reparametrization(ours, theirs, bounded_global=True)
     x = torch.randn(5, 2, 4, 4)
     assert torch.equal(ours(x), theirs(x))
     hooks = [h for h in ours[2]._forward_pre_hooks.values()]
     assert len(hooks) == 2  # weight and bias
-    expected = CustomFromMask if len(amounts) == 1 else PruningContainer
-    assert all(type(h) is expected for h in hooks)
+    assert all(type(h) is CustomFromMask for h in hooks)  # bounded: one hook however often
     assert ours[2].weight.grad_fn is not None  # ``name`` is mask * orig, as in torch
 
 
@@ -355,13 +356,14 @@ ERRORS = [
     pytest.param(
         lambda n: (pairs_of(n), {(n[2], "weight"): torch.ones(3, 3)}, {"amount": 0.5}),
         PruningShapeError,
-        r"scores of \(Linear, 'weight'\) to have its shape \(7, 12\), but got \(3, 3\)",
+        r"`importance_scores` for \(Linear, 'weight'\) to have its shape \(7, 12\), but got "
+        r"\(3, 3\)",
         id="score-shape",
     ),
     pytest.param(
         lambda n: (pairs_of(n), {(n[2], "weight"): [1.0]}, {"amount": 0.5}),
         TypeError,
-        r"scores of \(Linear, 'weight'\) to be a Tensor, but got list",
+        r"`importance_scores` for \(Linear, 'weight'\) to be a Tensor, but got list",
         id="score-not-tensor",
     ),
     pytest.param(
@@ -405,6 +407,24 @@ ERRORS = [
         TypeError,
         "unexpected keyword argument 'seed'",
         id="unknown-kwarg",
+    ),
+    pytest.param(
+        lambda n: (pairs_of(n), None, {"amount": 0.5, "method": "l1"}),
+        TypeError,
+        r"`pruning_method` to be a BasePruningMethod subclass such as L1Unstructured, but got "
+        r"'l1'",
+        id="method-name",
+    ),
+    pytest.param(
+        lambda n: (
+            pairs_of(n),
+            {(n[2], "weight"): torch.ones(7, 12, device="meta")},
+            {"amount": 0.5},
+        ),
+        ValueError,
+        r"`importance_scores` for \(Linear, 'weight'\) to hold values on a device they can be "
+        r"read from \(its parameter is on cpu\), but got a tensor on meta",
+        id="scores-on-meta",
     ),
 ]
 
@@ -486,14 +506,39 @@ def test_ten_calls_hold_only_the_mask_and_the_masked_tensor() -> None:
     global_unstructured(pairs, L1Unstructured, amount=0.1)
     held = _tensor_bytes(net)
     masks = masks_of(pairs)
+    hooks = [find_hook(module, name)[1] for module, name in pairs]
     for _ in range(9):
         global_unstructured(pairs, L1Unstructured, amount=0.1)
     assert _tensor_bytes(net) == held
-    for (module, name), mask in zip(pairs, masks, strict=True):
+    for (module, name), mask, first in zip(pairs, masks, hooks, strict=True):
         assert getattr(module, name + "_mask") is mask  # updated in place
-        hook = next(h for h in module._forward_pre_hooks.values() if h._tensor_name == name)
-        assert isinstance(hook, PruningContainer) and len(hook) == 10
-        assert all(member.mask is mask for member in hook)
+        hook = find_hook(module, name)[1]
+        assert hook is first and type(hook) is CustomFromMask  # bounded: the first call's hook
+        assert hook.mask is mask
+
+
+@pytest.mark.parametrize(
+    ("first", "expected"),
+    [
+        pytest.param(None, ["CustomFromMask"], id="global-only"),
+        pytest.param(l1_unstructured, ["L1Unstructured", "CustomFromMask"], id="after-l1"),
+    ],
+)
+def test_repeated_global_pruning_keeps_the_hook_state_bounded(
+    first: Callable[..., nn.Module] | None, expected: list[str]
+) -> None:
+    layer = nn.Linear(32, 32)
+    if first is not None:
+        first(layer, "weight", amount=1)
+    global_unstructured([(layer, "weight")], L1Unstructured, amount=1)
+    size = len(pickle.dumps(layer))
+    for _ in range(50):
+        global_unstructured([(layer, "weight")], L1Unstructured, amount=1)
+    hook = find_hook(layer, "weight")[1]
+    members = list(hook) if isinstance(hook, PruningContainer) else [hook]
+    assert [type(member).__name__ for member in members] == expected
+    assert len(pickle.dumps(layer)) == size  # the mask's values change, not its size
+    assert int((layer.weight_mask == 0).sum()) == 51 + (first is not None)
 
 
 def test_no_reference_to_an_earlier_call_survives() -> None:

@@ -13,7 +13,7 @@ from tensorplay.ao.pruning.methods import (
     l1_unstructured,
 )
 from tensorplay.ao.pruning.targets import (
-    _method_name,
+    method_name,
     resolve_method,
     resolve_parameters,
     select_parameters,
@@ -266,7 +266,7 @@ def test_resolve_method_rejects_non_methods() -> None:
 
 
 def test_method_name_round_trips() -> None:
-    assert _method_name(L1Unstructured) == "l1_unstructured"
-    assert _method_name(HalfMagnitude) == f"{__name__}.HalfMagnitude"
+    assert method_name(L1Unstructured) == "l1_unstructured"
+    assert method_name(HalfMagnitude) == f"{__name__}.HalfMagnitude"
     for cls in (L1Unstructured, RandomUnstructured, HalfMagnitude):
-        assert resolve_method(_method_name(cls)) is cls
+        assert resolve_method(method_name(cls)) is cls

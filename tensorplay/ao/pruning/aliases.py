@@ -30,7 +30,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-__all__ = ["TiedParameter", "alias_map", "parameter_groups", "tensor_name"]
+__all__ = [
+    "TiedParameter",
+    "alias_map",
+    "parameter_groups",
+    "tensor_name",
+    "unmasked_holders",
+    "warn_unmasked_holders",
+]
 
 Pair = tuple[nn.Module, str]
 
@@ -183,7 +190,7 @@ def _subclasses(cls: type) -> set[type]:
     return found
 
 
-def _unmasked_holders(groups: Sequence[Sequence[Pair]]) -> list[tuple[Pair, list[Pair]]]:
+def unmasked_holders(groups: Sequence[Sequence[Pair]]) -> list[tuple[Pair, list[Pair]]]:
     """For parameters about to be pruned for the first time, the holders left unmasked.
 
     Call it before the reparametrization is installed, while the caller holds no reference to
@@ -214,7 +221,7 @@ def _unmasked_holders(groups: Sequence[Sequence[Pair]]) -> list[tuple[Pair, list
     return left
 
 
-def _warn_unmasked_holders(left: Sequence[tuple[Pair, Sequence[Pair]]]) -> None:
+def warn_unmasked_holders(left: Sequence[tuple[Pair, Sequence[Pair]]]) -> None:
     """One warning per parameter that the call pruned in some holders but not in all."""
     for (module, name), others in left:
         holders = ", ".join(f"({type(m).__name__}, {key!r})" for m, key in others)

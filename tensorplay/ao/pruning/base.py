@@ -15,8 +15,6 @@ touches the module, so a failed call leaves the module exactly as it was.
 
 from __future__ import annotations
 
-import copy
-import functools
 import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -25,9 +23,17 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import Tensor, nn
 
-from tensorplay.ao.pruning.aliases import _unmasked_holders, _warn_unmasked_holders
+from tensorplay.ao.pruning.aliases import unmasked_holders, warn_unmasked_holders
+from tensorplay.ao.pruning.reparametrization import find_hook, install, remove_parts
 
-__all__ = ["BasePruningMethod", "PruningContainer", "PruningShapeError"]
+__all__ = [
+    "BasePruningMethod",
+    "PruningContainer",
+    "PruningShapeError",
+    "chain_hooks",
+    "check_importance_scores",
+    "own_hook",
+]
 
 PruningType = Literal["unstructured", "structured", "global"]
 
@@ -137,19 +143,20 @@ class BasePruningMethod(ABC):
             PruningShapeError: if ``importance_scores`` has another shape than the tensor.
             TypeError: if ``name`` is a tensor that is not a parameter (on first pruning).
         """
-        old_key, old_method = _find_pruning_hook(module, name)
+        old_key, old_method = own_hook(module, name)
         method = cls(*args, **kwargs)
         method._tensor_name = name
         tensor = _get_tensor(module, name, first_pruning=old_method is None)
-        scores = _check_importance_scores(importance_scores, tensor, module, name)
+        scores = check_importance_scores(importance_scores, tensor, module, name)
         if old_method is None:
             mask = method.compute_mask(scores, default_mask=torch.ones_like(tensor))
         else:
             mask = combine_masks(method, scores, getattr(module, name + "_mask").detach())
         del tensor, scores  # so the parameter's reference count tells whether others hold it
-        left = _unmasked_holders([[(module, name)]]) if old_method is None else []
-        hook = _install(module, name, method, mask, old_key, old_method)
-        _warn_unmasked_holders(left)
+        left = unmasked_holders([[(module, name)]]) if old_method is None else []
+        hook = chain_hooks(old_method, method)
+        install(module, name, hook, mask, old_key)
+        warn_unmasked_holders(left)
         return hook
 
     def prune(
@@ -190,17 +197,7 @@ class BasePruningMethod(ABC):
             AttributeError: if the method has never been applied to a tensor.
         """
         name = self._require_tensor_name(module)
-        weight = self.apply_mask(module)
-        if hasattr(module, name):
-            delattr(module, name)
-        orig = module._parameters[name + "_orig"]
-        assert orig is not None  # for mypy: _orig is always a Parameter here
-        orig.data = weight.data
-        del module._parameters[name + "_orig"]
-        del module._buffers[name + "_mask"]
-        setattr(module, name, orig)
-        if not _pruned_tensor_names(module, excluding=self):
-            module.__dict__.pop("__deepcopy__", None)
+        remove_parts(module, name, self, self.apply_mask(module))
 
     def _require_tensor_name(self, module: nn.Module) -> str:
         name = getattr(self, "_tensor_name", None)
@@ -348,18 +345,57 @@ def combine_masks(method: BasePruningMethod, t: Tensor, mask: Tensor) -> Tensor:
     return new_mask
 
 
-def _find_pruning_hook(module: nn.Module, name: str) -> tuple[int | None, BasePruningMethod | None]:
-    found = [
-        (key, hook)
-        for key, hook in module._forward_pre_hooks.items()
-        if isinstance(hook, BasePruningMethod) and hook._tensor_name == name
-    ]
-    if len(found) > 1:
-        raise AssertionError(
-            f"Avoid adding multiple pruning hooks to the same tensor {name} of module {module}. "
-            "Use a PruningContainer."
+def own_hook(module: nn.Module, name: str) -> tuple[int | None, BasePruningMethod | None]:
+    """``(key, hook)`` of the tensorplay pruning hook of ``module.<name>``, or ``(None, None)``.
+
+    Raises:
+        TypeError: if ``torch.nn.utils.prune`` pruned the tensor (tensorplay cannot add to a
+            reparametrization it did not make): the message says how to proceed.
+        AssertionError: if the tensor has several pruning hooks (torch's type).
+
+    Example:
+        >>> import torch.nn.utils.prune as torch_prune
+        >>> module = torch_prune.identity(nn.Linear(2, 2), "weight")
+        >>> own_hook(module, "weight")
+        Traceback (most recent call last):
+        ...
+        TypeError: Expected (Linear, 'weight') to be unpruned or pruned by tensorplay, ...
+    """
+    key, hook = find_hook(module, name)
+    if hook is not None and not isinstance(hook, BasePruningMethod):
+        raise TypeError(
+            f"Expected ({type(module).__name__}, {name!r}) to be unpruned or pruned by "
+            f"tensorplay, but it was pruned by {type(hook).__module__} (its hook is "
+            f"{type(hook).__name__}), whose reparametrization tensorplay does not extend. Make "
+            f"that pruning permanent first with torch.nn.utils.prune.remove(module, {name!r}), "
+            "or carry it over: build the model afresh, call "
+            "tensorplay.ao.pruning.restore_pruning(model, state_dict) with the pruned "
+            "state_dict, then model.load_state_dict(state_dict)."
         )
-    return found[0] if found else (None, None)
+    return key, hook
+
+
+def chain_hooks(old: BasePruningMethod | None, method: BasePruningMethod) -> BasePruningMethod:
+    """The hook of a tensor pruned by ``old`` (``None``: not yet) and then by ``method``.
+
+    ``method`` itself on first pruning, else ``old`` turned into (or extended as) a
+    :class:`PruningContainer` ending with ``method``, as torch does.
+
+    Example:
+        >>> from tensorplay.ao.pruning import Identity
+        >>> first, second = Identity(), Identity()
+        >>> first._tensor_name = second._tensor_name = "weight"
+        >>> chain_hooks(None, first) is first, len(chain_hooks(first, second))
+        (True, 2)
+    """
+    if old is None:
+        return method
+    if isinstance(old, PruningContainer):
+        old.add_pruning_method(method)
+        return old
+    container = PruningContainer(old)
+    container.add_pruning_method(method)
+    return container
 
 
 def _get_tensor(module: nn.Module, name: str, *, first_pruning: bool) -> Tensor:
@@ -376,74 +412,28 @@ def _get_tensor(module: nn.Module, name: str, *, first_pruning: bool) -> Tensor:
     return tensor
 
 
-def _check_importance_scores(
-    scores: Tensor | None, tensor: Tensor, module: nn.Module, name: str
-) -> Tensor:
+def check_importance_scores(scores: object, tensor: Tensor, module: nn.Module, name: str) -> Tensor:
+    """``scores`` checked against ``module.<name>`` (``tensor``): ``tensor`` itself if ``None``.
+
+    Raises:
+        TypeError: ``scores`` is not a tensor.
+        PruningShapeError: ``scores`` has another shape than the tensor.
+
+    Example:
+        >>> check_importance_scores(None, torch.ones(2), nn.Linear(2, 1), "bias")
+        tensor([1., 1.])
+    """
+    label = f"({type(module).__name__}, {name!r})"
     if scores is None:
         return tensor
+    if not isinstance(scores, Tensor):
+        raise TypeError(
+            f"Expected `importance_scores` for {label} to be a Tensor, but got "
+            f"{type(scores).__name__}."
+        )
     if scores.shape != tensor.shape:
         raise PruningShapeError(
-            f"Expected `importance_scores` for ({type(module).__name__}, {name!r}) to have its "
-            f"shape {tuple(tensor.shape)}, but got {tuple(scores.shape)}."
+            f"Expected `importance_scores` for {label} to have its shape "
+            f"{tuple(tensor.shape)}, but got {tuple(scores.shape)}."
         )
     return scores
-
-
-def _install(
-    module: nn.Module,
-    name: str,
-    method: BasePruningMethod,
-    mask: Tensor,
-    old_key: int | None,
-    old_method: BasePruningMethod | None,
-) -> BasePruningMethod:
-    """Commit a computed mask: nothing in here can fail on valid input."""
-    if old_method is None:
-        hook = method
-        orig = module._parameters.pop(name)
-        module.register_parameter(name + "_orig", orig)
-    else:
-        assert old_key is not None  # for mypy: found together
-        if isinstance(old_method, PruningContainer):
-            old_method.add_pruning_method(method)
-            hook = old_method
-        else:
-            hook = PruningContainer(old_method)
-            hook.add_pruning_method(method)
-        del module._forward_pre_hooks[old_key]
-    module.register_buffer(name + "_mask", mask)
-    setattr(module, name, hook.apply_mask(module))
-    module.register_forward_pre_hook(hook)
-    module.__dict__["__deepcopy__"] = functools.partial(_deepcopy_pruned_module, module)
-    return hook
-
-
-def _pruned_tensor_names(
-    module: nn.Module, excluding: BasePruningMethod | None = None
-) -> list[str]:
-    return [
-        hook._tensor_name
-        for hook in module._forward_pre_hooks.values()
-        if isinstance(hook, BasePruningMethod) and hook is not excluding
-    ]
-
-
-def _deepcopy_pruned_module(module: nn.Module, memo: dict[int, Any]) -> nn.Module:
-    """Deep-copy a pruned module, which torch cannot do.
-
-    ``module.<name>`` is ``mask * orig``, a non-leaf tensor that ``copy.deepcopy`` refuses. The
-    copy gets a detached value instead (its own forward pre-hook recomputes it from the copied
-    ``_orig`` and ``_mask``), so ``copy.deepcopy`` works on pruned models, as EMA/SWA wrappers
-    and teacher models need. ``copy.deepcopy`` finds this function in the instance dict.
-    """
-    state = module.__dict__
-    masked = {name: state[name] for name in _pruned_tensor_names(module) if name in state}
-    copier = state.pop("__deepcopy__")
-    state.update({name: tensor.detach() for name, tensor in masked.items()})
-    try:
-        clone = copy.deepcopy(module, memo)
-    finally:
-        state.update(masked)
-        state["__deepcopy__"] = copier
-    clone.__dict__["__deepcopy__"] = functools.partial(_deepcopy_pruned_module, clone)
-    return clone

@@ -28,9 +28,9 @@ import torch
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning.aliases import TiedParameter, alias_map
-from tensorplay.ao.pruning.global_pruning import _share_mask
-from tensorplay.ao.pruning.stats import _is_pruned_tensor
-from tensorplay.ao.pruning.targets import _owner
+from tensorplay.ao.pruning.global_pruning import share_mask
+from tensorplay.ao.pruning.reparametrization import is_pruned_tensor, parameter_of
+from tensorplay.ao.pruning.targets import owner
 
 __all__ = ["is_pruned_state_dict", "pruned_names", "restore_pruning"]
 
@@ -105,14 +105,14 @@ def restore_pruning(model: nn.Module, state_dict: Mapping[str, Tensor]) -> list[
     plan = _plan(model, state_dict)
     restored: list[str] = []
     for group, mask in plan:
-        unpruned = [(m, n) for m, n in group.pairs if not _is_pruned_tensor(m, n)]
-        pruned = [(m, n) for m, n in group.pairs if _is_pruned_tensor(m, n)]
+        unpruned = [(m, n) for m, n in group.pairs if not is_pruned_tensor(m, n)]
+        pruned = [(m, n) for m, n in group.pairs if is_pruned_tensor(m, n)]
         if pruned:  # partly pruned already: the others join its mask, the load fills it
             shared: Tensor = getattr(pruned[0][0], pruned[0][1] + "_mask")
         else:
             like = group.parameter
             shared = mask.detach().to(device=like.device, dtype=like.dtype, copy=True)
-        _share_mask(unpruned, shared)
+        share_mask(unpruned, shared)
         restored.extend(group.names)
     return restored
 
@@ -157,15 +157,15 @@ def _plan(model: nn.Module, state_dict: Mapping[str, Tensor]) -> list[tuple[Tied
                 f"but {first!r} is saved pruned and {dense} dense (a checkpoint that masked only "
                 "some holders of a tied weight): its pruning cannot be restored consistently."
             )
-        if any(not _is_pruned_tensor(m, n) for m, n in group.pairs):
+        if any(not is_pruned_tensor(m, n) for m, n in group.pairs):
             plan.append((group, state_dict[first + "_mask"]))
     return plan
 
 
 def _owner_parameter(model: nn.Module, fq_name: str, key: str) -> None:
     """Raise the error that says why ``fq_name`` is not a parameter of the model."""
-    module, name = _owner(model, fq_name, f"the key {key!r} to name a tensor of the model")
-    if module._parameters.get(name) is None and not _is_pruned_tensor(module, name):
+    module, name = owner(model, fq_name, f"the key {key!r} to name a tensor of the model")
+    if parameter_of(module, name) is None:
         raise ValueError(
             f"Expected the key {key!r} to name a parameter, but ({type(module).__name__}, "
             f"{name!r}) is not a parameter of module {fq_name.rpartition('.')[0]!r}."

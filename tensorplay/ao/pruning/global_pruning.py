@@ -2,9 +2,9 @@
 
 Behaves as :func:`torch.nn.utils.prune.global_unstructured` does (``amount`` counts the units
 not yet pruned, pruned units stay pruned, the ``name_orig`` parameter, the ``name_mask`` buffer
-in the parameter's dtype, a :class:`~tensorplay.ao.pruning.CustomFromMask` forward pre-hook that
-a second pruning turns into a :class:`~tensorplay.ao.pruning.PruningContainer`), and differs
-where torch is fragile:
+in the parameter's dtype, a :class:`~tensorplay.ao.pruning.CustomFromMask` forward pre-hook, put
+in a :class:`~tensorplay.ao.pruning.PruningContainer` after a per-tensor method's hook), and
+differs where torch is fragile:
 
 * any iterable of pairs works, a generator included;
 * everything is checked before anything changes; errors name the ``(module, name)`` pair;
@@ -20,10 +20,16 @@ where torch is fragile:
   selection); any other unstructured method gets the concatenated scores, as in torch, and its
   own ``compute_mask`` decides;
 * memory: a repeated call updates the ``name_mask`` buffer in place, and the
-  :class:`~tensorplay.ao.pruning.CustomFromMask` hooks hold that very buffer, so a pruned module
-  holds exactly its mask and masked tensor however often it is pruned (torch's hook keeps a
-  view of the whole concatenated mask of every call). Like any in-place update, do not prune
-  between a forward and its backward pass.
+  :class:`~tensorplay.ao.pruning.CustomFromMask` hook reads the module's current buffer
+  (:meth:`~tensorplay.ao.pruning.CustomFromMask.of_buffer`), so a pruned module holds exactly
+  its mask and masked tensor however often it is pruned, and after ``.half()``, ``.to()`` or
+  ``load_state_dict`` no earlier mask stays alive (torch's hook keeps a view of the whole
+  concatenated mask of every call). Like any in-place update, do not prune between a forward and
+  its backward pass;
+* hook state is bounded: a tensor pruned globally again keeps its hook (its buffer holds the
+  combined mask) instead of growing its :class:`~tensorplay.ao.pruning.PruningContainer` by
+  one hook per call as torch does. Per-tensor methods (``l1_unstructured`` and the others)
+  still append to the container exactly as torch does.
 """
 
 from __future__ import annotations
@@ -35,16 +41,17 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from tensorplay.ao.pruning.aliases import _unmasked_holders, _warn_unmasked_holders
+from tensorplay.ao.pruning.aliases import unmasked_holders, warn_unmasked_holders
 from tensorplay.ao.pruning.amount import compute_nparams_to_prune, validate_pruning_amount
 from tensorplay.ao.pruning.base import (
     BasePruningMethod,
     PruningContainer,
-    PruningShapeError,
-    _find_pruning_hook,
-    _install,
+    chain_hooks,
+    check_importance_scores,
+    own_hook,
 )
 from tensorplay.ao.pruning.methods import CustomFromMask, L1Unstructured, RandomUnstructured
+from tensorplay.ao.pruning.reparametrization import install, pruned_parts
 from tensorplay.ao.pruning.selection import (
     AbsKeys,
     KeySpec,
@@ -56,7 +63,7 @@ from tensorplay.ao.pruning.selection import (
     single_torch_thread,
 )
 
-__all__ = ["global_unstructured"]
+__all__ = ["global_unstructured", "reads_buffer", "share_mask"]
 
 _RELEASED = torch.empty(0)
 # The methods whose order the streaming selection reproduces. Taken at import, so a method
@@ -134,6 +141,12 @@ def global_unstructured(
     scores = {} if importance_scores is None else importance_scores
     if not isinstance(scores, dict):
         raise TypeError("global_unstructured(): importance_scores must be of type dict")
+    if not (isinstance(pruning_method, type) and issubclass(pruning_method, BasePruningMethod)):
+        raise TypeError(
+            "Expected `pruning_method` to be a BasePruningMethod subclass such as "
+            f"L1Unstructured, but got {pruning_method!r} (a name becomes a class with "
+            "tensorplay.ao.pruning.targets.resolve_method)."
+        )
     targets = _targets(list(parameters), scores)
     method = pruning_method(**kwargs)
     if method.PRUNING_TYPE != "unstructured":
@@ -144,9 +157,9 @@ def global_unstructured(
     masks = _select(targets, method)
     plan = [(target.pairs, target.mask) for target in targets]
     del targets  # the parameters' reference counts then tell whether others hold them
-    left = _unmasked_holders([pairs for pairs, mask in plan if mask is None])
+    left = unmasked_holders([pairs for pairs, mask in plan if mask is None])
     _apply(plan, masks)
-    _warn_unmasked_holders(left)
+    warn_unmasked_holders(left)
 
 
 def _targets(pairs: list[Any], scores: dict[Any, Any]) -> list[_Target]:
@@ -167,7 +180,7 @@ def _targets(pairs: list[Any], scores: dict[Any, Any]) -> list[_Target]:
             )
         seen[id(module), name] = position
         param, tensor, mask = _reparametrization(module, name, label)
-        score = _check_scores(scores.get((module, name)), param, label)
+        score = _check_scores(scores.get((module, name)), param, module, name)
         target = by_param.get(id(param))
         if target is None:
             by_param[id(param)] = _Target(
@@ -198,16 +211,10 @@ def _reparametrization(
     module: nn.Module, name: str, label: str
 ) -> tuple[nn.Parameter, Tensor, Tensor | None]:
     """The parameter a pair reaches, its current tensor, and its mask if pruned before."""
-    _, hook = _find_pruning_hook(module, name)
-    if hook is not None:
-        param = module._parameters.get(name + "_orig")
-        mask = module._buffers.get(name + "_mask")
-        if not isinstance(param, nn.Parameter) or mask is None:
-            raise ValueError(
-                f"Expected {label} to have the parameter {name}_orig and the buffer {name}_mask "
-                "of its pruning hook, but one is missing."
-            )
-        return param, getattr(module, name), mask
+    own_hook(module, name)  # a tensor pruned by torch.nn.utils.prune: say so
+    parts = pruned_parts(module, name)
+    if parts is not None:
+        return parts.orig, getattr(module, name), parts.mask
     if not hasattr(module, name):
         raise AttributeError(
             f"Expected {label} to name a parameter, but {type(module).__name__} has no "
@@ -222,20 +229,17 @@ def _reparametrization(
     return param, param, None
 
 
-def _check_scores(score: Any, param: Tensor, label: str) -> Tensor | None:
+def _check_scores(score: Any, param: Tensor, module: nn.Module, name: str) -> Tensor | None:
     if score is None:
         return None
-    if not isinstance(score, Tensor):
-        raise TypeError(
-            f"Expected the importance scores of {label} to be a Tensor, but got "
-            f"{type(score).__name__}."
+    checked = check_importance_scores(score, param, module, name)
+    if checked.device != param.device and checked.device.type == "meta":
+        raise ValueError(
+            f"Expected `importance_scores` for ({type(module).__name__}, {name!r}) to hold "
+            f"values on a device they can be read from (its parameter is on {param.device}), "
+            f"but got a tensor on {checked.device}."
         )
-    if score.shape != param.shape:
-        raise PruningShapeError(
-            f"Expected the importance scores of {label} to have its shape "
-            f"{tuple(param.shape)}, but got {tuple(score.shape)}."
-        )
-    return score
+    return checked
 
 
 def _check_tie(target: _Target, mask: Tensor | None, score: Tensor | None, label: str) -> None:
@@ -334,26 +338,52 @@ def _apply(plan: list[tuple[list[Pair], Tensor | None]], masks: list[Tensor]) ->
             else:
                 shared.copy_(mask)
         del mask
-        _share_mask(pairs, shared)
+        share_mask(pairs, shared)
 
 
-def _share_mask(pairs: list[Pair], mask: Tensor) -> None:
+def share_mask(pairs: Iterable[Pair], mask: Tensor) -> None:
     """Make ``mask`` the one ``name_mask`` buffer of every pair of one parameter.
 
-    A pair not pruned yet is reparametrized with ``mask`` itself as its buffer (a
-    :class:`~tensorplay.ao.pruning.CustomFromMask` hook holding it); a pair pruned before keeps
-    its buffer, which gets ``mask``'s values, and its hook becomes a container. Nothing is
-    checked: the caller checked the pairs and the mask's shape, dtype and device.
+    A pair not pruned yet is reparametrized with ``mask`` itself as its buffer and a
+    :meth:`CustomFromMask.of_buffer <tensorplay.ao.pruning.CustomFromMask.of_buffer>` hook; a
+    pair pruned before keeps its buffer, which gets ``mask``'s values. Its hook is kept as it is
+    when it already reads the buffer (:func:`reads_buffer`: the hook state stays bounded however
+    often the tensor is pruned globally); otherwise it becomes a container ending with such a
+    hook. Nothing is checked: the caller checked the pairs and the mask's shape, dtype, device.
+
+    Example:
+        >>> layer = nn.Linear(2, 1, bias=False)
+        >>> for _ in range(3):
+        ...     share_mask([(layer, "weight")], torch.tensor([[1.0, 0.0]]))
+        >>> hook = next(iter(layer._forward_pre_hooks.values()))
+        >>> type(hook).__name__, layer.weight_mask
+        ('CustomFromMask', tensor([[1., 0.]]))
     """
     for module, name in pairs:
         own = module._buffers.get(name + "_mask")
         if own is not None and own is not mask:
-            own.copy_(mask)  # a tied pair pruned on its own before: same values
+            own.copy_(mask)  # pruned before: the buffer stays, its values change
         buffer = mask if own is None else own
-        hook = CustomFromMask(buffer)
-        hook._tensor_name = name
-        old_key, old_method = _find_pruning_hook(module, name)
-        _install(module, name, hook, buffer, old_key, old_method)
+        old_key, old_hook = own_hook(module, name)
+        if old_hook is not None and reads_buffer(old_hook):
+            setattr(module, name, old_hook.apply_mask(module))  # the hook already reads it
+            continue
+        hook = chain_hooks(old_hook, CustomFromMask.of_buffer(module, name))
+        install(module, name, hook, buffer, old_key)
+
+
+def reads_buffer(hook: BasePruningMethod) -> bool:
+    """Whether ``hook`` (or the last method of a container) applies the module's current mask
+    buffer as it is, so a new global pruning of its tensor needs no new hook.
+
+    Example:
+        >>> from tensorplay.ao.pruning import l1_unstructured
+        >>> layer = l1_unstructured(nn.Linear(2, 2), "weight", amount=1)
+        >>> reads_buffer(next(iter(layer._forward_pre_hooks.values())))
+        False
+    """
+    last = hook[-1] if isinstance(hook, PruningContainer) and len(hook) else hook
+    return isinstance(last, CustomFromMask) and last.reads_buffer
 
 
 def _multiply_in_place(mask: Tensor, keep: Tensor) -> None:

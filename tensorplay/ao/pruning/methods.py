@@ -12,6 +12,7 @@ choice to ``topk``.
 from __future__ import annotations
 
 import numbers
+import weakref
 from typing import Any, ClassVar
 
 import torch
@@ -23,7 +24,12 @@ from tensorplay.ao.pruning.amount import (
     validate_pruning_amount,
     validate_pruning_amount_init,
 )
-from tensorplay.ao.pruning.base import BasePruningMethod, PruningShapeError, PruningType
+from tensorplay.ao.pruning.base import (
+    BasePruningMethod,
+    PruningShapeError,
+    PruningType,
+    own_hook,
+)
 
 __all__ = [
     "CustomFromMask",
@@ -342,9 +348,69 @@ class CustomFromMask(BasePruningMethod):
     """
 
     PRUNING_TYPE: ClassVar[PruningType] = "global"
+    _mask: Tensor | None = None
+    _module: weakref.ref[nn.Module] | None = None
 
     def __init__(self, mask: Tensor) -> None:
         self.mask = mask
+
+    @classmethod
+    def of_buffer(cls, module: nn.Module, name: str) -> CustomFromMask:
+        """A hook for ``module.<name>`` whose mask is the module's current ``<name>_mask`` buffer.
+
+        It holds no tensor of its own, so after ``module.half()``, ``.to(...)`` or
+        ``load_state_dict`` (which replace buffers) no earlier mask stays alive or is pickled
+        with the module. :func:`~tensorplay.ao.pruning.global_unstructured` and
+        :func:`~tensorplay.ao.pruning.restore_pruning` install these; a later global call updates
+        the buffer and keeps the hook (see :attr:`reads_buffer`).
+
+        Example:
+            >>> module = custom_from_mask(nn.Linear(2, 1), "bias", torch.tensor([0.0]))
+            >>> hook = CustomFromMask.of_buffer(module, "bias")
+            >>> hook.mask is module.bias_mask, hook.reads_buffer
+            (True, True)
+        """
+        hook = cls.__new__(cls)
+        hook._tensor_name = name
+        hook._module = weakref.ref(module)
+        return hook
+
+    @property
+    def reads_buffer(self) -> bool:
+        """Whether :attr:`mask` is the module's ``<name>_mask`` buffer (see :meth:`of_buffer`)."""
+        return self._module is not None
+
+    @property
+    def mask(self) -> Tensor:
+        """The mask given, or the module's current ``<name>_mask`` buffer (:meth:`of_buffer`)."""
+        if self._module is None:
+            assert self._mask is not None  # for mypy: set by __init__
+            return self._mask
+        module = self._module()
+        buffer = None if module is None else module._buffers.get(self._tensor_name + "_mask")
+        if buffer is None:
+            raise AttributeError(
+                f"Expected the module of this CustomFromMask to hold {self._tensor_name}_mask, "
+                "but it is gone (the module was freed or its pruning removed)."
+            )
+        return buffer
+
+    @mask.setter
+    def mask(self, value: Tensor) -> None:
+        self._mask, self._module = value, None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The state, the module held strongly (a weak reference does not pickle)."""
+        state = self.__dict__.copy()
+        if self._module is not None:
+            state["_module"] = self._module()
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        module = state.get("_module")
+        self.__dict__.update(state)
+        if isinstance(module, nn.Module):
+            self._module = weakref.ref(module)
 
     def compute_mask(self, t: Tensor, default_mask: Tensor) -> Tensor:
         """Return ``default_mask * mask``.
@@ -538,11 +604,11 @@ def remove(module: nn.Module, name: str) -> nn.Module:
         >>> sorted(m.state_dict())
         ['bias', 'weight']
     """
-    for key, hook in module._forward_pre_hooks.items():
-        if isinstance(hook, BasePruningMethod) and hook._tensor_name == name:
-            hook.remove(module)
-            del module._forward_pre_hooks[key]
-            return module
+    key, hook = own_hook(module, name)
+    if key is not None and hook is not None:
+        hook.remove(module)
+        del module._forward_pre_hooks[key]
+        return module
     raise ValueError(
         f"Parameter '{name}' of module {module} has to be pruned before pruning can be removed"
     )

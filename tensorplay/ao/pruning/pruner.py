@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 import warnings
-import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
@@ -35,23 +34,23 @@ from torch import Tensor, nn
 from tensorplay.ao.pruning.aliases import TiedParameter, alias_map
 from tensorplay.ao.pruning.amount import compute_nparams_to_prune
 from tensorplay.ao.pruning.base import BasePruningMethod
-from tensorplay.ao.pruning.global_pruning import _share_mask, global_unstructured
+from tensorplay.ao.pruning.global_pruning import global_unstructured, share_mask
 from tensorplay.ao.pruning.methods import L1Unstructured, custom_from_mask, remove
-from tensorplay.ao.pruning.schedules import Schedule
-from tensorplay.ao.pruning.stats import (
-    SparsityReport,
-    TensorSparsity,
-    _is_pruned_tensor,
-    _pruned_units,
+from tensorplay.ao.pruning.reparametrization import (
+    count_zeros,
+    is_pruned_tensor,
+    parameter_of,
+    pruned_parts,
 )
+from tensorplay.ao.pruning.schedules import Schedule
+from tensorplay.ao.pruning.stats import SparsityReport, TensorSparsity
 from tensorplay.ao.pruning.targets import (
     DEFAULT_MODULE_TYPES,
     DEFAULT_NAMES,
     KeepDense,
     ModuleType,
-    _check_exclusive,
-    _method_name,
-    _owned_parameter,
+    check_exclusive,
+    method_name,
     resolve_method,
     resolve_parameters,
     select_parameters,
@@ -185,7 +184,7 @@ class Pruner:
                 f"Expected `importance_fn` to be callable or None, but got {importance_fn!r}."
             )
         self.method = resolve_method(method)
-        _check_exclusive(
+        check_exclusive(
             parameters,
             module_types=module_types,
             names=names,
@@ -223,7 +222,6 @@ class Pruner:
         self._groups = groups
         self._pairs = [group.pairs[0] for group in groups]
         self._permanent = False
-        self._count_cache: dict[tuple[int, str], tuple[weakref.ref[Tensor], int, int]] = {}
 
     @property
     def pairs(self) -> list[tuple[nn.Module, str]]:
@@ -371,10 +369,10 @@ class Pruner:
             ['bias', 'weight_mask', 'weight_orig']
         """
         for group in self._groups:
-            if not any(_is_pruned_tensor(module, name) for module, name in group.pairs):
+            if not any(is_pruned_tensor(module, name) for module, name in group.pairs):
                 param = self._parameter(*group.pairs[0])
                 ones = torch.ones_like(param, memory_format=torch.contiguous_format)
-                _share_mask(list(group.pairs), ones.detach())
+                share_mask(list(group.pairs), ones.detach())
 
     def make_permanent(self) -> None:
         """Remove the reparametrization of every target, keeping its zeros; pruning then ends.
@@ -395,7 +393,7 @@ class Pruner:
         """
         for group in self._groups:
             for module, name in group.pairs:
-                if _is_pruned_tensor(module, name):
+                if is_pruned_tensor(module, name):
                     # The second holder of a tied parameter recomputes mask * (masked values):
                     # the same values, and the same Parameter object is registered again.
                     remove(module, name)
@@ -481,7 +479,7 @@ class Pruner:
             with torch.no_grad():
                 self._parameter(*group.pairs[0]).copy_(value)
             for module, name in group.pairs:
-                if _is_pruned_tensor(module, name):
+                if is_pruned_tensor(module, name):
                     # What the forward pre-hook would compute, so `module.<name>` is not stale.
                     mask: Tensor = getattr(module, name + "_mask")
                     orig: Tensor = getattr(module, name + "_orig")
@@ -511,7 +509,7 @@ class Pruner:
             "last_pruned_step": self.last_pruned_step,
             "targets": list(self.targets),
             "schedule": schedule,
-            "method": _method_name(self.method),
+            "method": method_name(self.method),
             "scope": self.scope,
             "min_density": self.min_density,
             "history": list(self.history),
@@ -597,7 +595,7 @@ class Pruner:
 
     @staticmethod
     def _parameter(module: nn.Module, name: str) -> nn.Parameter:
-        param = _owned_parameter(module, name)
+        param = parameter_of(module, name)
         if param is None:
             raise ValueError(
                 f"Expected ({type(module).__name__}, {name!r}) to be a parameter or a pruned "
@@ -605,35 +603,20 @@ class Pruner:
             )
         return param
 
-    def __getstate__(self) -> dict[str, Any]:
-        """The pruner's attributes, less the count cache (weak references do not pickle)."""
-        state = self.__dict__.copy()
-        state["_count_cache"] = {}
-        return state
-
     def _pruned_counts(self) -> list[int]:
-        return [self._pruned_count(m, n) for m, n in self._pairs]
+        """The zeros of each target's mask (of the tensor itself once permanent), read now.
 
-    def _pruned_count(self, module: nn.Module, name: str) -> int:
-        """The zeros of one mask (of the tensor itself once permanent), recounted only after
-        it changed.
-
-        Logging sparsity after every optimizer step would otherwise read every mask at every
-        step. Any in-place change of a mask (pruning, ``load_state_dict``, a DDP broadcast)
-        bumps its version counter, and a new mask buffer is a new tensor: either recounts.
+        Exact whatever changed the masks (an edit through ``.data`` leaves no version to
+        trust): one reduction per tensor and one transfer per device, cheap enough to log
+        every step.
         """
-        if _is_pruned_tensor(module, name):
-            counted: Tensor | None = module._buffers.get(name + "_mask")
-        else:
-            counted = module._parameters.get(name) if self._permanent else None
-        if counted is None or counted.is_inference():
-            return _pruned_units(module, name, count_zeros=self._permanent)[0]
-        cached = self._count_cache.get((id(module), name))
-        if cached is not None and cached[0]() is counted and cached[1] == counted._version:
-            return cached[2]
-        count = _pruned_units(module, name, count_zeros=self._permanent)[0]
-        self._count_cache[id(module), name] = (weakref.ref(counted), counted._version, count)
-        return count
+        return count_zeros([self._counted(m, n) for m, n in self._pairs])
+
+    def _counted(self, module: nn.Module, name: str) -> Tensor | None:
+        parts = pruned_parts(module, name)
+        if parts is not None:
+            return parts.mask
+        return module._parameters.get(name) if self._permanent else None
 
     def _numels(self) -> list[int]:
         return [self._parameter(m, n).numel() for m, n in self._pairs]
@@ -778,7 +761,7 @@ class Pruner:
 
     @staticmethod
     def _current_mask(module: nn.Module, name: str) -> Tensor:
-        if _is_pruned_tensor(module, name):
+        if is_pruned_tensor(module, name):
             mask: Tensor = getattr(module, name + "_mask")
             return mask.detach().clone()
         param: Tensor = getattr(module, name)
@@ -837,7 +820,7 @@ def _tied_groups(model: nn.Module, names: list[str]) -> list[_Target]:
 def _check_pruned_alike(group: TiedParameter) -> None:
     """The holders of a tied parameter must all be unpruned, or pruned with equal masks."""
     masks = [
-        module._buffers.get(name + "_mask") if _is_pruned_tensor(module, name) else None
+        module._buffers.get(name + "_mask") if is_pruned_tensor(module, name) else None
         for module, name in group.pairs
     ]
     first = masks[0]

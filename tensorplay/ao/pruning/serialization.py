@@ -35,9 +35,9 @@ import torch
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning.aliases import parameter_groups, tensor_name
-from tensorplay.ao.pruning.stats import _is_pruned_tensor
+from tensorplay.ao.pruning.reparametrization import pruned_parts, pruned_tensor_names
 
-__all__ = ["permanent_state_dict"]
+__all__ = ["masked_tensor", "permanent_state_dict", "share_storage", "view_identity"]
 
 
 def permanent_state_dict(model: nn.Module) -> dict[str, Tensor]:
@@ -103,12 +103,12 @@ def permanent_state_dict(model: nn.Module) -> dict[str, Tensor]:
                         out[fq_name] = state[fq_name]
         elif not (local.endswith("_mask") and local[: -len("_mask")] in pruned):
             out[key] = value
-    out = _share_storage(out)
+    out = share_storage(out)
     _warn_on_split_ties(model, out)
     return out
 
 
-def _masked_tensor(orig: Tensor, mask: Tensor) -> Tensor:
+def masked_tensor(orig: Tensor, mask: Tensor) -> Tensor:
     """``mask * orig`` in ``orig``'s dtype, detached, every zero a ``+0.0``.
 
     ``mask * orig`` is ``-0.0`` where a negative weight is pruned: equal to ``0.0``, but not
@@ -117,7 +117,7 @@ def _masked_tensor(orig: Tensor, mask: Tensor) -> Tensor:
 
     Example:
         >>> import torch
-        >>> masked = _masked_tensor(torch.tensor([1.5, -2.0, -3.0]), torch.tensor([0.0, 1.0, 0.0]))
+        >>> masked = masked_tensor(torch.tensor([1.5, -2.0, -3.0]), torch.tensor([0.0, 1.0, 0.0]))
         >>> masked, torch.signbit(masked)
         (tensor([ 0., -2.,  0.]), tensor([False,  True, False]))
     """
@@ -128,26 +128,26 @@ def _masked_tensor(orig: Tensor, mask: Tensor) -> Tensor:
         return product
 
 
-def _share_storage(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
+def share_storage(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
     """``state`` with every tensor that is the same view of the same memory as an earlier one
     replaced by that earlier tensor object (tied weights read back from a state_dict).
 
     Example:
         >>> import torch
         >>> weight = torch.ones(2, 2)
-        >>> state = _share_storage({"a": weight.detach(), "b": weight.detach(), "c": weight[0]})
+        >>> state = share_storage({"a": weight.detach(), "b": weight.detach(), "c": weight[0]})
         >>> state["a"] is state["b"], state["a"] is state["c"]
         (True, False)
     """
     first: dict[tuple[object, ...], Tensor] = {}
     out: dict[str, Tensor] = {}
     for key, tensor in state.items():
-        identity = _view_identity(tensor)
+        identity = view_identity(tensor)
         out[key] = tensor if identity is None else first.setdefault(identity, tensor)
     return out
 
 
-def _view_identity(tensor: Tensor) -> tuple[object, ...] | None:
+def view_identity(tensor: Tensor) -> tuple[object, ...] | None:
     if tensor.numel() == 0 or tensor.device.type == "meta":
         return None  # no memory to share
     return (
@@ -162,10 +162,11 @@ def _view_identity(tensor: Tensor) -> tuple[object, ...] | None:
 
 def _pruned_names(module: nn.Module) -> list[str]:
     """The module's own pruned tensor names, in the order of their ``_orig`` parameters."""
+    hooked = set(pruned_tensor_names(module))
     return [
         name
         for key in module._parameters
-        if (name := tensor_name(module, key)) != key and _is_pruned_tensor(module, name)
+        if (name := tensor_name(module, key)) != key and name in hooked
     ]
 
 
@@ -187,11 +188,11 @@ def _dense_order(module: nn.Module, pruned: list[str]) -> list[str]:
 def _permanent_tensor(
     module: nn.Module, name: str, masked: dict[tuple[int, int], Tensor]
 ) -> Tensor:
-    orig: Tensor = module._parameters[name + "_orig"]  # type: ignore[assignment]
-    mask: Tensor = module._buffers[name + "_mask"]  # type: ignore[assignment]
-    key = (id(orig), id(mask))
+    parts = pruned_parts(module, name)
+    assert parts is not None  # for mypy: only pruned names get here
+    key = (id(parts.orig), id(parts.mask))
     if key not in masked:
-        masked[key] = _masked_tensor(orig, mask)
+        masked[key] = masked_tensor(parts.orig, parts.mask)
     return masked[key]
 
 

@@ -51,10 +51,10 @@ from torch import Tensor, nn
 
 from tensorplay.ao.pruning.checkpoint import pruned_names
 from tensorplay.ao.pruning.serialization import (
-    _masked_tensor,
-    _share_storage,
-    _view_identity,
+    masked_tensor,
     permanent_state_dict,
+    share_storage,
+    view_identity,
 )
 
 __all__ = ["load_sparse", "save_sparse"]
@@ -274,7 +274,7 @@ def _permanent(obj: nn.Module | Mapping[str, Tensor]) -> dict[str, Tensor]:
                 f"Expected a state_dict of str keys and tensors, but {key!r} holds "
                 f"{type(value).__name__}."
             )
-    state = _share_storage(obj)
+    state = share_storage(obj)
     pruned = set(pruned_names(state))
     masked: dict[tuple[object, ...], Tensor] = {}
     out: dict[str, Tensor] = {}
@@ -282,9 +282,9 @@ def _permanent(obj: nn.Module | Mapping[str, Tensor]) -> dict[str, Tensor]:
         base = key[: -len("_orig")]
         if key.endswith("_orig") and base in pruned:
             orig, mask = value, state[base + "_mask"]
-            identity = (_view_identity(orig) or id(orig), _view_identity(mask) or id(mask))
+            identity = (view_identity(orig) or id(orig), view_identity(mask) or id(mask))
             if identity not in masked:
-                masked[identity] = _masked_tensor(orig, mask)
+                masked[identity] = masked_tensor(orig, mask)
             out[base] = masked[identity]
         elif not (key.endswith("_mask") and key[: -len("_mask")] in pruned):
             out[key] = value

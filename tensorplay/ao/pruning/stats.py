@@ -25,9 +25,16 @@ import torch
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning.aliases import parameter_groups
+from tensorplay.ao.pruning.reparametrization import count_pruned, is_pruned_tensor, pruned_parts
 from tensorplay.ao.pruning.targets import resolve_parameters, select_parameters
 
-__all__ = ["SparsityReport", "TensorSparsity", "sparsity_report", "tensor_sparsity"]
+__all__ = [
+    "SparsityReport",
+    "TensorSparsity",
+    "pruned_units",
+    "sparsity_report",
+    "tensor_sparsity",
+]
 
 
 def tensor_sparsity(t: Tensor) -> float:
@@ -50,20 +57,21 @@ def tensor_sparsity(t: Tensor) -> float:
     return (numel - int(torch.count_nonzero(t))) / numel
 
 
-def _is_pruned_tensor(module: nn.Module, name: str) -> bool:
-    return name + "_mask" in module._buffers and name + "_orig" in module._parameters
-
-
-def _pruned_units(module: nn.Module, name: str, *, count_zeros: bool) -> tuple[int, Tensor]:
+def pruned_units(module: nn.Module, name: str, *, count_zeros: bool) -> tuple[int, Tensor]:
     """``(pruned, tensor)`` for ``module.<name>``: the tensor is the mask if pruned, and then the
     zeros of the mask are counted; if not pruned, the tensor's zeros when ``count_zeros``, else 0.
+
+    Example:
+        >>> from torch import nn
+        >>> layer = nn.Linear(2, 2, bias=False)
+        >>> pruned_units(layer, "weight", count_zeros=False)[0]
+        0
     """
-    if _is_pruned_tensor(module, name):
-        mask: Tensor = getattr(module, name + "_mask")
-        return mask.numel() - int(torch.count_nonzero(mask)), mask
+    parts = pruned_parts(module, name)
+    if parts is not None:
+        return count_pruned(parts), parts.mask
     tensor: Tensor = getattr(module, name)
-    pruned = tensor.numel() - int(torch.count_nonzero(tensor)) if count_zeros else 0
-    return pruned, tensor
+    return (count_pruned(tensor) if count_zeros else 0), tensor
 
 
 def _pruned_names(model: nn.Module) -> list[str]:
@@ -71,7 +79,7 @@ def _pruned_names(model: nn.Module) -> list[str]:
     return [
         group.name
         for group in parameter_groups(model)
-        if any(_is_pruned_tensor(module, name) for module, name in group.pairs)
+        if any(is_pruned_tensor(module, name) for module, name in group.pairs)
     ]
 
 
@@ -220,6 +228,6 @@ def sparsity_report(
     pairs = resolve_parameters(model, names)
     rows = []
     for fq_name, (module, name) in zip(names, pairs, strict=True):
-        pruned, tensor = _pruned_units(module, name, count_zeros=True)
+        pruned, tensor = pruned_units(module, name, count_zeros=True)
         rows.append(TensorSparsity(fq_name, tuple(tensor.shape), tensor.numel(), pruned))
     return SparsityReport(tuple(rows), target)

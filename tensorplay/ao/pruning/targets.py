@@ -39,6 +39,7 @@ from torch import nn
 from tensorplay.ao.pruning import methods as _methods
 from tensorplay.ao.pruning.aliases import TiedParameter, alias_map, parameter_groups
 from tensorplay.ao.pruning.base import BasePruningMethod
+from tensorplay.ao.pruning.reparametrization import parameter_of
 from tensorplay.ao.pruning.schedules import _import_object
 
 __all__ = [
@@ -47,6 +48,10 @@ __all__ = [
     "KEEP_DENSE",
     "KeepDense",
     "SelectionWarning",
+    "check_exclusive",
+    "check_selection_args",
+    "method_name",
+    "owner",
     "resolve_method",
     "resolve_parameters",
     "select_parameters",
@@ -231,7 +236,7 @@ class _Selection:
         )
 
 
-def _check_exclusive(
+def check_exclusive(
     parameters: object,
     *,
     module_types: object = None,
@@ -265,7 +270,7 @@ def _check_exclusive(
         )
 
 
-def _check_selection_args(
+def check_selection_args(
     parameters: object,
     *,
     module_types: Sequence[ModuleType] | None = None,
@@ -279,7 +284,7 @@ def _check_selection_args(
     Raises:
         ValueError: or TypeError, with the messages of :func:`select_parameters`.
     """
-    _check_exclusive(
+    check_exclusive(
         parameters,
         module_types=module_types,
         names=names,
@@ -297,17 +302,7 @@ def _check_selection_args(
         )
 
 
-def _owned_parameter(module: nn.Module, name: str) -> nn.Parameter | None:
-    """The parameter behind ``module.<name>``: itself, or ``<name>_orig`` if pruned."""
-    param = module._parameters.get(name)
-    if param is not None:
-        return param
-    if name + "_mask" in module._buffers:
-        return module._parameters.get(name + "_orig")
-    return None
-
-
-def _owner(model: nn.Module, fq_name: str, expected: str) -> tuple[nn.Module, str]:
+def owner(model: nn.Module, fq_name: str, expected: str) -> tuple[nn.Module, str]:
     """The module that ``fq_name`` (``"net.0.weight"``) lives in, and the tensor's own name.
 
     Raises:
@@ -338,7 +333,7 @@ def _matches(model: nn.Module, selection: _Selection) -> list[_Match]:
         if not selection.matches_type(module):
             continue
         for name in selection.names:
-            param = _owned_parameter(module, name)
+            param = parameter_of(module, name)
             fq_name = f"{module_name}.{name}" if module_name else name
             if param is not None and selection.matches_name(fq_name):
                 found.append(_Match(fq_name, module, param))
@@ -587,8 +582,8 @@ def resolve_parameters(model: nn.Module, names: Sequence[str]) -> list[tuple[nn.
         if fq_name in seen:
             raise ValueError(f"Expected `names` to be unique, but {fq_name!r} is repeated.")
         seen.add(fq_name)
-        module, name = _owner(model, fq_name, f"{fq_name!r} to name a parameter")
-        if _owned_parameter(module, name) is None:
+        module, name = owner(model, fq_name, f"{fq_name!r} to name a parameter")
+        if parameter_of(module, name) is None:
             raise ValueError(
                 f"Expected {fq_name!r} to name a parameter, but ({type(module).__name__}, "
                 f"{name!r}) is not a parameter of module {fq_name.rpartition('.')[0]!r}."
@@ -664,7 +659,7 @@ def resolve_method(method: str | type[BasePruningMethod]) -> type[BasePruningMet
     return cls
 
 
-def _method_name(cls: type[BasePruningMethod]) -> str:
+def method_name(cls: type[BasePruningMethod]) -> str:
     """The name :func:`resolve_method` takes back: snake case if built in, else an import path."""
     snake = _snake_case(cls.__name__)
     if _builtin_methods().get(snake) is cls:
