@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import math
 import pickle
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import pytest
 import torch
@@ -779,3 +779,26 @@ def test_pruned_count_follows_every_change_of_the_masks() -> None:
     assert pruner.pruned_count() == int((model[0].weight_mask == 0).sum()) + 20
     restored = pickle.loads(pickle.dumps(pruner))
     assert restored.pruned_count() == pruner.pruned_count()
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param(lambda mask: mask.data.fill_(1), id="data-fill"),
+        pytest.param(lambda mask: mask.data.copy_(torch.ones_like(mask)), id="data-copy"),
+        pytest.param(lambda mask: mask.detach().fill_(1), id="detach-fill"),
+    ],
+)
+def test_counts_and_the_next_step_follow_edits_that_leave_no_version(
+    edit: Callable[[Tensor], object],
+) -> None:
+    model = nn.Sequential(nn.Linear(6, 5), nn.Linear(5, 4))
+    pruner = Pruner(model, LinearSchedule(0.5, end_step=2))
+    pruner.step(0)
+    pruner.step(1)
+    assert pruner.pruned_count() == 12  # round(0.25 * 50)
+    edit(model[0].weight_mask)  # unpruned again, and the version counter does not move
+    left = int((model[1].weight_mask == 0).sum())
+    assert pruner.pruned_count() == left == pruner.report().pruned
+    assert pruner.step(2) == 25 - left  # the schedule's target is reached from the real masks
+    assert pruner.pruned_count() == 25

@@ -196,29 +196,54 @@ def count_pruned(parts: PrunedParts | Tensor) -> int:
         >>> count_pruned(torch.tensor([0.0, 1.0, 0.0]))
         2
     """
-    tensor = parts.mask if isinstance(parts, PrunedParts) else parts
-    return tensor.numel() - int(torch.count_nonzero(tensor))
+    return count_zeros([parts.mask if isinstance(parts, PrunedParts) else parts])[0]
 
 
 def count_zeros(tensors: Sequence[Tensor | None]) -> list[int]:
     """The zeros of each tensor (0 for ``None``), exact, with one transfer per device.
 
+    A floating-point tensor is counted through its bits (an integer view: ten times faster than
+    ``count_nonzero`` on floats on a CPU); only where some unit is ``-0.0`` (the smallest
+    integer of the view) are its float values counted.
+
     Example:
         >>> import torch
-        >>> count_zeros([torch.tensor([0.0, 1.0]), None, torch.zeros(3)])
-        [1, 0, 3]
+        >>> count_zeros([torch.tensor([0.0, 1.0, -0.0]), None, torch.zeros(3, dtype=torch.int8)])
+        [2, 0, 3]
     """
     counts = [0] * len(tensors)
-    by_device: dict[torch.device, list[int]] = {}
+    by_device: dict[torch.device, list[tuple[int, Tensor]]] = {}
     for index, tensor in enumerate(tensors):
         if tensor is not None and tensor.numel():
-            by_device.setdefault(tensor.device, []).append(index)
+            by_device.setdefault(tensor.device, []).append((index, tensor))
     with torch.no_grad():
-        for indices in by_device.values():
-            nonzero = torch.stack([torch.count_nonzero(tensors[i]) for i in indices])  # type: ignore[arg-type]
-            for index, kept in zip(indices, nonzero.tolist(), strict=True):
-                counts[index] = tensors[index].numel() - int(kept)  # type: ignore[union-attr]
+        for entries in by_device.values():
+            views = [_bits(tensor) for _, tensor in entries]
+            # A unit of -0.0 is the smallest integer of the view: count those tensors as floats.
+            checks = [
+                bits.min() == torch.iinfo(bits.dtype).min for bits in views if bits is not None
+            ]
+            signed = iter(torch.stack(checks).tolist() if checks else [])
+            nonzero = torch.stack(
+                [
+                    torch.count_nonzero(tensor if bits is None or next(signed) else bits)
+                    for (_, tensor), bits in zip(entries, views, strict=True)
+                ]
+            )
+            for (index, tensor), kept in zip(entries, nonzero.tolist(), strict=True):
+                counts[index] = tensor.numel() - int(kept)
     return counts
+
+
+_INT_OF_SIZE = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _bits(tensor: Tensor) -> Tensor | None:
+    """A floating-point tensor's bits as integers (a view), or ``None`` for other tensors."""
+    as_int = _INT_OF_SIZE.get(tensor.element_size())
+    if not tensor.is_floating_point() or as_int is None or not tensor.is_contiguous():
+        return None
+    return tensor.view(as_int)
 
 
 def install(module: nn.Module, name: str, hook: Any, mask: Tensor, old_key: int | None) -> None:
