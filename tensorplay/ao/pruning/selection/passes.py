@@ -131,8 +131,7 @@ def _gather(
     band: Band,
     bounded: bool,
 ) -> None:
-    """Add a chunk's candidates (kept units with ``key <= hi``) to ``band`` (if bounded, up to
-    the worker's cap)."""
+    """Add a chunk's candidates (kept, ``key <= hi``) to ``band``; if bounded, to a cap."""
     flags = worker.flags(key.device)[: key.numel()]
     torch.le(key, hi, out=flags)
     flags.mul_(keep)
@@ -140,7 +139,7 @@ def _gather(
     if not index.numel():
         return
     band.size += index.numel()
-    if bounded and band.size > worker.cap:  # too many to gather: the caller narrows the band first
+    if bounded and band.size > worker.cap:  # too many: the caller narrows the band first
         band.overflow = True
         band.drop()
         return
