@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from tensorplay.ao.pruning.selection import tuning
 from tensorplay.ao.pruning.selection.checks import count_eligible
 from tensorplay.ao.pruning.selection.floats import largest
 from tensorplay.ao.pruning.selection.keys import KeySpec
@@ -15,7 +16,7 @@ from tensorplay.ao.pruning.selection.passes import clear_selected, fused_pass
 from tensorplay.ao.pruning.selection.plan import Selection, chunk_size
 from tensorplay.ao.pruning.selection.refine import bounds_after, refine
 from tensorplay.ao.pruning.selection.sample import guess_band
-from tensorplay.ao.pruning.selection.threads import map_shares, own_threads, run_on_own_thread
+from tensorplay.ao.pruning.selection.threads import own_threads, run_on_own_thread
 
 __all__ = ["keep_masks", "multiply_in_place"]
 
@@ -110,7 +111,10 @@ def select_into(selection: Selection, k: int, n_eligible: int, flat: list[Tensor
 
 
 def multiply_in_place(mask: Tensor, keep: Tensor) -> None:
-    """``mask *= keep`` chunk by chunk, on the selection's threads (no whole-tensor temporary).
+    """``mask *= keep`` piece by piece, on the calling thread (no whole-tensor temporary).
+
+    On the CPU each piece has torch's grain size, so each op runs on the calling thread alone
+    without a thread to start (this memory-bound product gains nothing from more threads).
 
     Args:
         mask: the mask to update in place (contiguous).
@@ -124,14 +128,9 @@ def multiply_in_place(mask: Tensor, keep: Tensor) -> None:
         tensor([0., 1., 0.])
     """
     step = chunk_size(mask.device)
-    pairs = list(
-        zip(torch.split(mask.view(-1), step), torch.split(keep.view(-1), step), strict=True)
-    )
-    lengths = [part.numel() if part.device.type == "cpu" else 0 for part, _ in pairs]
-    map_shares(pairs, lengths, _multiply, own_threads(sum(lengths)))
-
-
-def _multiply(pairs: list[tuple[Tensor, Tensor]]) -> None:
-    """``part *= factor`` for each pair."""
-    for part, factor in pairs:
+    if mask.device.type == "cpu":
+        step = min(step, tuning.TORCH_GRAIN)
+    for part, factor in zip(
+        torch.split(mask.view(-1), step), torch.split(keep.view(-1), step), strict=True
+    ):
         part.mul_(factor)
