@@ -112,3 +112,18 @@ def test_a_refined_band_held_by_one_thread_is_gathered_whole() -> None:
         got = fast(scores, [None, None], 1000)
     assert spread.called
     assert_masks_equal(got, reference(scores, [None, None], 1000))
+
+
+@pytest.mark.usefixtures("two_torch_threads")
+def test_without_a_per_thread_count_the_calling_thread_runs_the_pass() -> None:
+    g = torch.Generator().manual_seed(3)
+    scores = [torch.randn(3000, generator=g) for _ in range(2)]
+    with (
+        small_constants(chunk=128, band=32),
+        mock.patch.object(threads, "_omp_set_num_threads", return_value=None),
+        mock.patch.object(threads, "run_in_own_threads", side_effect=AssertionError) as spread,
+    ):
+        assert threads.own_threads(6000) == 0
+        got = fast(scores, [None] * 2, 2500)
+    assert not spread.called
+    assert_masks_equal(got, reference(scores, [None] * 2, 2500))
