@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tensorplay.ao.pruning.selection import AbsKeys, chunk_size, tuning
-from tensorplay.ao.pruning.selection.plan import Chunk, Selection, chunk_length
+from tensorplay.ao.pruning.selection import AbsKeys, tuning
+from tensorplay.ao.pruning.selection.plan import Chunk, Selection, chunk_length, chunk_size
 from tests.core.selection.reference import small_constants
 
 

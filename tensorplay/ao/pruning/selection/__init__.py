@@ -40,7 +40,6 @@ it may run in several threads at once.
 from tensorplay.ao.pruning.selection.checks import check_finite_scores, count_eligible
 from tensorplay.ao.pruning.selection.keys import AbsKeys, KeySpec, UniformKeys
 from tensorplay.ao.pruning.selection.masks import keep_masks, multiply_in_place
-from tensorplay.ao.pruning.selection.plan import chunk_size
 
 __all__ = [
     # keys: the order in which units are pruned
@@ -53,6 +52,4 @@ __all__ = [
     # what the inputs hold
     "count_eligible",
     "check_finite_scores",
-    # chunking, for callers that stream over the same tensors
-    "chunk_size",
 ]
