@@ -13,7 +13,7 @@ accumulation and manual optimization count correctly.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
 
@@ -24,9 +24,15 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 from typing_extensions import override
 
+from tensorplay.ao.pruning.aliases import alias_map
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import Schedule
-from tensorplay.ao.pruning.targets import DEFAULT_MODULE_TYPES, resolve_method, select_parameters
+from tensorplay.ao.pruning.targets import (
+    KeepDense,
+    _check_selection_args,
+    _owned_parameter,
+    resolve_method,
+)
 
 __all__ = ["GradualPruning"]
 
@@ -67,11 +73,21 @@ class GradualPruning(Callback):
         method: an unstructured pruning method: ``"l1_unstructured"``,
             ``"random_unstructured"``, a class name or an import path.
         parameters: the fully qualified tensors to prune (``["net.0.weight"]``); by default
-            they are selected with ``module_types``, ``include`` and ``exclude``.
-        module_types: the module types whose ``weight`` is pruned, by class name or import
-            path; default ``Linear``, ``Conv1d``, ``Conv2d`` and ``Conv3d``.
+            they are selected with ``module_types``, ``names``, ``include``, ``exclude`` and
+            ``keep_dense`` (:func:`~tensorplay.ao.pruning.targets.select_parameters`).
+        module_types: the module types whose parameters are pruned, by class name or import
+            path; default
+            :data:`~tensorplay.ao.pruning.targets.DEFAULT_MODULE_TYPES`: ``Linear``,
+            ``Bilinear``, ``Conv1d/2d/3d``, ``ConvTranspose1d/2d/3d``, ``MultiheadAttention``
+            and Hugging Face's ``Conv1D``.
+        names: the parameter names pruned in those modules, e.g. ``[weight, bias]``; default
+            :data:`~tensorplay.ao.pruning.targets.DEFAULT_NAMES` (``weight`` and the attention
+            input projections ``in_proj_weight``...).
         include: regexes (``re.search``); a selected tensor's name matches at least one.
         exclude: regexes; a selected tensor's name matches none.
+        keep_dense: any of ``embeddings`` (embedding weights and weights tied to them, such as
+            a language model's head), ``first`` and ``last`` (the first and last selected
+            module in registration order): left dense, as papers usually do.
         scope: ``"global"`` ranks units across all selected tensors, ``"layerwise"`` prunes
             each tensor to the target on its own.
         min_density: the fraction of each tensor's units that is never pruned, so no layer is
@@ -104,7 +120,7 @@ class GradualPruning(Callback):
                 schedule:
                   class_path: tensorplay.ao.pruning.schedules.CubicSchedule
                   init_args: {final_sparsity: 0.9, end_step: 2000, frequency: 100}
-                exclude: ['^classifier\.']
+                keep_dense: [embeddings, last]
 
     Notes:
         * Resuming (``ckpt_path``) needs a checkpoint saved with this callback: a dense
@@ -115,11 +131,15 @@ class GradualPruning(Callback):
           ``make_permanent=True`` or load the last checkpoint.
         * A later ``fit`` of the same model continues the schedule; a new model gets a new
           pruner.
+        * Several ``GradualPruning`` callbacks may prune one model (different schedules for
+          different layers) as long as they select disjoint tensors: a tensor selected by two
+          of them (under any of its names, tied weights included) is an error at set-up.
 
     Raises:
         TypeError: if ``schedule`` is not a :class:`~tensorplay.ao.pruning.schedules.Schedule`.
-        ValueError: if an argument is out of range, ``method`` is unknown or structured, or
-            ``parameters`` is given together with ``module_types``, ``include`` or ``exclude``.
+        ValueError: if an argument is out of range, ``method`` is unknown or structured, a
+            ``keep_dense`` entry is unknown, or ``parameters`` is given together with
+            ``module_types``, ``names``, ``include``, ``exclude`` or ``keep_dense``.
 
     Example:
         >>> from tensorplay.ao.pruning.schedules import CubicSchedule
@@ -135,8 +155,10 @@ class GradualPruning(Callback):
         method: str = "l1_unstructured",
         parameters: list[str] | None = None,
         module_types: list[str] | None = None,
+        names: list[str] | None = None,
         include: list[str] | None = None,
         exclude: list[str] | None = None,
+        keep_dense: Sequence[KeepDense] = (),
         scope: Scope = "global",
         min_density: float = 0.0,
         log_per_tensor: bool = False,
@@ -147,12 +169,23 @@ class GradualPruning(Callback):
         seed: int | None = None,
         verbose: bool = True,
     ) -> None:
-        _check_args(schedule, method, parameters, module_types, include, exclude)
+        _check_args(schedule, method, parameters)
+        # The core's checks, so a bad value fails here with the core's message.
+        _check_selection_args(
+            parameters,
+            module_types=module_types,
+            names=names,
+            include=include,
+            exclude=exclude,
+            keep_dense=keep_dense,
+        )
         _check_options(scope, min_density, rewind, rewind_step, seed)
         self.schedule = schedule
         self.method = method
         self.parameters = None if parameters is None else list(parameters)
         self.module_types = None if module_types is None else list(module_types)
+        self.names = None if names is None else list(names)
+        self.keep_dense: list[KeepDense] = list(keep_dense)
         self.include = None if include is None else list(include)
         self.exclude = None if exclude is None else list(exclude)
         self.scope: Scope = scope
@@ -173,6 +206,13 @@ class GradualPruning(Callback):
     @override
     def state_key(self) -> str:
         """The key of this callback's state in a checkpoint; differs between configurations."""
+        # names and keep_dense only when set: the keys of checkpoints written before they existed
+        # stay valid.
+        extra: dict[str, Any] = {}
+        if self.names is not None:
+            extra["names"] = self.names
+        if self.keep_dense:
+            extra["keep_dense"] = self.keep_dense
         return self._generate_state_key(
             schedule=_schedule_key(self.schedule),
             method=self.method,
@@ -180,6 +220,7 @@ class GradualPruning(Callback):
             module_types=self.module_types,
             include=self.include,
             exclude=self.exclude,
+            **extra,
         )
 
     @property
@@ -264,20 +305,21 @@ class GradualPruning(Callback):
         return trainer.sanity_checking or not trainer.training
 
     def _build(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        parameters = self.parameters
-        if parameters is None:
-            module_types = DEFAULT_MODULE_TYPES if self.module_types is None else self.module_types
-            parameters = select_parameters(
-                pl_module, module_types=module_types, include=self.include, exclude=self.exclude
-            )
-        self._pruner = Pruner(
+        pruner = Pruner(
             pl_module,
             self.schedule,
-            parameters=parameters,
+            parameters=self.parameters,
+            module_types=self.module_types,
+            names=self.names,
+            include=self.include,
+            exclude=self.exclude,
+            keep_dense=self.keep_dense,
             method=self.method,
             scope=self.scope,
             min_density=self.min_density,
         )
+        _check_disjoint(trainer, self, pruner)
+        self._pruner = pruner
         self._snapshot = None
         # Lightning loads the model's state before any callback's: the keys must match already.
         self._pruner.reparametrize()
@@ -383,23 +425,10 @@ def _seeded(seed: int, device: torch.device) -> Iterator[None]:
         yield
 
 
-def _check_args(
-    schedule: object,
-    method: str,
-    parameters: list[str] | None,
-    module_types: list[str] | None,
-    include: list[str] | None,
-    exclude: list[str] | None,
-) -> None:
+def _check_args(schedule: object, method: str, parameters: list[str] | None) -> None:
     if not isinstance(schedule, Schedule):
         raise TypeError(f"Expected `schedule` to be a Schedule, but got {schedule!r}.")
     resolve_method(method)  # unknown or structured methods fail here, naming `method`
-    if parameters is not None and (module_types or include or exclude):
-        raise ValueError(
-            "Expected either `parameters` or `module_types`/`include`/`exclude`, but got "
-            f"parameters={parameters!r} with module_types={module_types!r}, "
-            f"include={include!r}, exclude={exclude!r}."
-        )
     if parameters is not None and not parameters:
         raise ValueError(
             f"Expected `parameters` to name at least one tensor, but got {parameters!r}."
@@ -421,3 +450,33 @@ def _check_options(
         )
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise ValueError(f"Expected `seed` to be a non-negative int or None, but got {seed!r}.")
+
+
+def _check_disjoint(trainer: pl.Trainer, callback: GradualPruning, pruner: Pruner) -> None:
+    """Refuse a pruner whose tensors another ``GradualPruning`` of this model already prunes.
+
+    Raises:
+        ValueError: naming both callbacks by their index in ``trainer.callbacks`` and every
+            shared tensor with all its names.
+    """
+    callbacks = list(trainer.callbacks)  # type: ignore[attr-defined]
+    mine = {id(_owned_parameter(module, name)) for module, name in pruner.pairs}
+    for index, other in enumerate(callbacks):
+        if other is callback or not isinstance(other, GradualPruning):
+            continue
+        if other._pruner is None or other._pruner.model is not pruner.model:
+            continue
+        shared = [
+            name
+            for name, (module, key) in zip(other._pruner.targets, other._pruner.pairs, strict=True)
+            if id(_owned_parameter(module, key)) in mine
+        ]
+        if shared:
+            groups = alias_map(pruner.model)
+            described = [" = ".join(groups[name].names) for name in shared]
+            raise ValueError(
+                "Expected GradualPruning callbacks to prune disjoint tensors, but "
+                f"trainer.callbacks[{callbacks.index(callback)}] and trainer.callbacks[{index}] "
+                f"both select {described}. Give each callback its own `parameters`, or "
+                "`include`/`exclude` patterns that do not overlap."
+            )

@@ -133,7 +133,7 @@ def test_empty_selection_names_the_filters() -> None:
         ValueError,
         match=r"none matched module_types=\['Linear'\], names=\['weight'\], include=\['nothing'\]",
     ):
-        select_parameters(Net(), module_types=[nn.Linear], include=["nothing"])
+        select_parameters(Net(), module_types=[nn.Linear], names=["weight"], include=["nothing"])
     with pytest.raises(ValueError, match="Expected the selection to match at least one parameter"):
         select_parameters(nn.Sequential(nn.ReLU()))
 

@@ -44,6 +44,11 @@ from tensorplay.ao.pruning.stats import (
     sparsity_report,
 )
 from tensorplay.ao.pruning.targets import (
+    DEFAULT_MODULE_TYPES,
+    DEFAULT_NAMES,
+    KeepDense,
+    ModuleType,
+    _check_exclusive,
     _method_name,
     _owned_parameter,
     resolve_method,
@@ -102,8 +107,17 @@ class Pruner:
         schedule: Step to cumulative target sparsity; see
             :mod:`tensorplay.ao.pruning.schedules`.
         parameters: Fully qualified names of the tensors to prune, e.g. ``["fc1.weight"]``;
-            default: :func:`~tensorplay.ao.pruning.targets.select_parameters` (the weights of
-            every Linear and Conv layer).
+            default: those :func:`~tensorplay.ao.pruning.targets.select_parameters` selects
+            with the five arguments below (the weights of every Linear, Conv, attention and
+            Hugging Face ``Conv1D`` layer). Give either ``parameters`` or those.
+        module_types: Module classes, class names or import paths whose parameters are
+            selected; default :data:`~tensorplay.ao.pruning.targets.DEFAULT_MODULE_TYPES`.
+        names: Parameter names inside those modules, e.g. ``["weight", "bias"]``; default
+            :data:`~tensorplay.ao.pruning.targets.DEFAULT_NAMES`.
+        include: Regexes (``re.search``) a selected name matches at least one of.
+        exclude: Regexes a selected name matches none of.
+        keep_dense: Any of ``"embeddings"``, ``"first"``, ``"last"``: leave the embeddings (and
+            weights tied to them), the first or the last selected module dense.
         method: An unstructured pruning method: a class, a name (``"l1_unstructured"``,
             ``"random_unstructured"``) or an import path.
         importance_fn: ``(module, name) -> scores`` of the tensor's shape; the method ranks
@@ -117,7 +131,8 @@ class Pruner:
         TypeError: ``schedule`` is not a :class:`~tensorplay.ao.pruning.schedules.Schedule`, or
             ``importance_fn`` is not callable.
         ValueError: An unknown ``scope``, ``min_density`` outside [0, 1), an empty or unknown
-            selection, tied targets, or a method that is not unstructured.
+            selection, ``parameters`` together with a selection argument, tied targets, or a
+            method that is not unstructured.
 
     Example:
         >>> from torch import nn
@@ -136,6 +151,11 @@ class Pruner:
         schedule: Schedule,
         *,
         parameters: Sequence[str] | None = None,
+        module_types: Sequence[ModuleType] | None = None,
+        names: Sequence[str] | None = None,
+        include: Sequence[str] | None = None,
+        exclude: Sequence[str] | None = None,
+        keep_dense: Sequence[KeepDense] = (),
         method: str | type[BasePruningMethod] = "l1_unstructured",
         importance_fn: ImportanceFn | None = None,
         scope: Scope = "global",
@@ -158,8 +178,23 @@ class Pruner:
                 f"Expected `importance_fn` to be callable or None, but got {importance_fn!r}."
             )
         self.method = resolve_method(method)
+        _check_exclusive(
+            parameters,
+            module_types=module_types,
+            names=names,
+            include=include,
+            exclude=exclude,
+            keep_dense=keep_dense,
+        )
         if parameters is None:
-            targets = select_parameters(model)
+            targets = select_parameters(
+                model,
+                module_types=DEFAULT_MODULE_TYPES if module_types is None else module_types,
+                names=DEFAULT_NAMES if names is None else names,
+                include=include,
+                exclude=exclude,
+                keep_dense=keep_dense,
+            )
         elif isinstance(parameters, str):
             targets = [parameters]
         else:
