@@ -95,7 +95,8 @@ def test_command_prints_the_table_and_global_figure(
     assert main([str(path)]) == 0
 
     assert capsys.readouterr().out.splitlines() == [
-        f"pruned state_dict (units whose mask is 0 counted): {path}",
+        f"torch.save file (Lightning checkpoint): {path}",
+        "pruned state_dict (units whose mask is 0 counted)",
         *EXPECTED_TABLE.splitlines(),
         "global sparsity 35.00%: 7 of 20 units pruned",
     ]
@@ -112,8 +113,11 @@ def test_command_on_a_permanent_checkpoint(
     assert main([str(path)]) == 0
 
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == f"permanent or dense state_dict (zeros counted): {path}"
-    assert out[1:] == [*EXPECTED_TABLE.splitlines(), "global sparsity 35.00%: 7 of 20 units pruned"]
+    assert out[:2] == [
+        f"torch.save file (state_dict): {path}",
+        "permanent or dense state_dict (zeros counted)",
+    ]
+    assert out[2:] == [*EXPECTED_TABLE.splitlines(), "global sparsity 35.00%: 7 of 20 units pruned"]
 
 
 def test_command_saves_the_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -136,19 +140,23 @@ def _exit_message(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 
 def test_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     err = _exit_message([str(tmp_path / "nope.ckpt")], capsys)
-    assert "Expected `path` to be a checkpoint file, but got" in err
+    assert "Expected `path` to be a checkpoint file or a model folder, but got" in err
     assert "nope.ckpt" in err
 
 
-def test_directory_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert "Expected `path` to be a checkpoint file" in _exit_message([str(tmp_path)], capsys)
+def test_folder_without_weights_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    err = _exit_message([str(tmp_path)], capsys)
+    assert f"Expected {str(tmp_path)!r} to be a Hugging Face model folder holding one of" in err
+    assert "model.safetensors.index.json, model.safetensors, pytorch_model.bin" in err
 
 
 def test_text_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "notes.ckpt"
     path.write_text("not a checkpoint\n")
     err = _exit_message([str(path)], capsys)
-    assert "to be a checkpoint written by torch.save, but it starts with b'not '" in err
+    assert "to be a checkpoint written by torch.save or a .safetensors file, but it starts " in err
+    assert "with b'not '" in err
 
 
 def test_truncated_checkpoint_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -204,7 +212,7 @@ def test_python_dash_m_entry_point_exits_2_with_the_message(tmp_path: Path) -> N
     )
     assert result.returncode == 2
     assert result.stderr.startswith("usage: tensorplay-report")
-    assert "Expected `path` to be a checkpoint file" in result.stderr
+    assert "Expected `path` to be a checkpoint file or a model folder" in result.stderr
 
 
 def test_plot_without_matplotlib_exits_2(

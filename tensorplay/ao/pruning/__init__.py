@@ -43,6 +43,8 @@ from tensorplay.ao.pruning.schedules import (
     Schedule,
     schedule_from_dict,
 )
+from tensorplay.ao.pruning.serialization import permanent_state_dict
+from tensorplay.ao.pruning.sparse_export import load_sparse, save_sparse
 from tensorplay.ao.pruning.stats import (
     SparsityReport,
     TensorSparsity,
@@ -94,6 +96,10 @@ __all__ = [
     "restore_pruning",
     "is_pruned_state_dict",
     "pruned_names",
+    # saving and export
+    "permanent_state_dict",
+    "save_sparse",
+    "load_sparse",
     # amount
     "compute_nparams_to_prune",
     "validate_pruning_amount",
