@@ -41,23 +41,9 @@ sys.path.append(str(Path(__file__).resolve().parent))
 from pydoc_text import PydocText
 from tiny_gpt import TinyGPT, perplexity
 
+from tensorplay.ao.pruning import permanent_state_dict, select_parameters
 from tensorplay.ao.pruning.stats import SparsityReport, sparsity_report
-from tensorplay.ao.pruning.targets import select_parameters
 from tensorplay.callbacks import GradualPruning
-
-try:
-    from tensorplay.ao.pruning import permanent_state_dict
-except ImportError:  # a tensorplay without it (before issue 8's saving part): an exact stand-in
-
-    def permanent_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-        """``model.state_dict()`` with every ``<name>_orig``/``<name>_mask`` pair as ``<name>``."""
-        state = model.state_dict()
-        for key in [k for k in state if k.endswith("_mask")]:
-            name = key[: -len("_mask")]
-            if name + "_orig" in state:
-                state[name] = state.pop(name + "_orig") * state.pop(key)
-        return state
-
 
 __all__ = ["LMCLI", "TRAINER_DEFAULTS", "block_table", "main"]
 
@@ -145,8 +131,8 @@ def closing_report(cli: LMCLI) -> str:
     pruning = [c for c in trainer.callbacks if isinstance(c, GradualPruning)]  # type: ignore[attr-defined]
     if pruning:
         report = pruning[0].pruner.report()
-    else:  # the dense run: the same projections, for the same table
-        report = sparsity_report(net, select_parameters(net, module_types=["Conv1D"]))
+    else:  # the dense run: the tensors that gradual.yaml prunes, for the same table
+        report = sparsity_report(net, select_parameters(net, keep_dense=["embeddings", "last"]))
     n_params = sum(p.numel() for p in net.parameters())  # tied embedding and head counted once
 
     log_dir = Path(trainer.log_dir or ".")
