@@ -18,7 +18,9 @@ folder with ``save_pretrained(..., state_dict=permanent_state_dict(net))`` (the 
 pruning were permanent, the model under training untouched), reloaded with
 ``GPT2LMHeadModel.from_pretrained`` and scored again: the two perplexities are identical. The run's
 files are in ``runs/lm/<config name>/version_<n>/``: ``config.yaml``, ``metrics.csv``,
-``checkpoints/*.ckpt`` (with the masks, to resume) and ``hf_model/`` (plain GPT-2 weights).
+``checkpoints/*.ckpt`` (with the masks, to resume), ``hf_model/`` (plain GPT-2 weights) and
+``model.sparse.safetensors`` (the same weights compressed: bitmask and non-zeros, read back with
+``tensorplay.ao.pruning.load_sparse``).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ sys.path.append(str(Path(__file__).resolve().parent))
 from pydoc_text import PydocText
 from tiny_gpt import TinyGPT, perplexity
 
-from tensorplay.ao.pruning import permanent_state_dict, select_parameters
+from tensorplay.ao.pruning import permanent_state_dict, save_sparse, select_parameters
 from tensorplay.ao.pruning.stats import SparsityReport, sparsity_report
 from tensorplay.callbacks import GradualPruning
 
@@ -142,6 +144,8 @@ def closing_report(cli: LMCLI) -> str:
     net.save_pretrained(out_dir, state_dict=permanent_state_dict(net))
     reloaded = GPT2LMHeadModel.from_pretrained(out_dir)
     reloaded_ppl = perplexity(reloaded, val)
+    # The same weights with only the non-zeros stored, plus a bitmask (load_sparse reads it).
+    sparse = save_sparse(net, log_dir / "model.sparse.safetensors")
 
     return "\n".join(
         [
@@ -156,6 +160,7 @@ def closing_report(cli: LMCLI) -> str:
             f"Hugging Face folder     {out_dir} ({folder_size(out_dir) / 1e6:.2f} MB)",
             f"reloaded perplexity     {reloaded_ppl:.4f} "
             f"({'identical' if reloaded_ppl == ppl else 'DIFFERENT'})",
+            f"compressed export       {sparse} ({sparse.stat().st_size / 1e6:.2f} MB)",
             f"logs                    {log_dir / 'metrics.csv'}, {log_dir / 'config.yaml'}",
             f"wall time               {time.perf_counter() - cli.started:.0f} s",
         ]

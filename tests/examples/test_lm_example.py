@@ -18,6 +18,7 @@ pytest.importorskip("transformers")
 
 from transformers import GPT2LMHeadModel
 
+from tensorplay.ao.pruning import load_sparse
 from tensorplay.callbacks import GradualPruning
 
 LM = Path(__file__).resolve().parents[2] / "examples/lm"
@@ -116,6 +117,12 @@ def test_config_trains_reports_saves_and_reloads(
     with torch.no_grad():
         assert torch.equal(reloaded(input_ids=batch).logits, net(input_ids=batch).logits)
     assert reloaded.lm_head.weight is reloaded.transformer.wte.weight
+    # The compressed export holds the same weights, bit for bit.
+    sparse = load_sparse(run_dir / "model.sparse.safetensors")
+    expected_state = reloaded.state_dict()
+    assert sorted(sparse) == sorted(expected_state)
+    for name, tensor in expected_state.items():
+        assert torch.equal(sparse[name], tensor), name
 
     # The callback from the YAML selects every projection and nothing else.
     pruning = [c for c in cli.trainer.callbacks if isinstance(c, GradualPruning)]
