@@ -111,7 +111,9 @@ def test_config_trains_reports_saves_and_reloads(
     # The saved folder loads strictly into a plain GPT-2 and gives the same logits as the model
     # that trained (still under pruning, with its masks).
     net = cli.model.net
-    reloaded = GPT2LMHeadModel.from_pretrained(hf_dir)
+    reloaded, info = GPT2LMHeadModel.from_pretrained(hf_dir, output_loading_info=True)
+    for problem in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs"):
+        assert list(info[problem]) == [], problem
     batch = next(iter(cli.datamodule.val_dataloader()))[:, :-1]
     net.eval()
     with torch.no_grad():
