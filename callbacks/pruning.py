@@ -146,6 +146,13 @@ class GradualPruning(Callback):
         >>> callback = GradualPruning(CubicSchedule(final_sparsity=0.8, end_step=1000))
         >>> callback.method, callback.scope
         ('l1_unstructured', 'global')
+        >>> callback = GradualPruning(
+        ...     CubicSchedule(final_sparsity=0.8, end_step=1000),
+        ...     names=["weight", "bias"],
+        ...     keep_dense=["embeddings", "last"],
+        ... )
+        >>> callback.names, callback.keep_dense
+        (['weight', 'bias'], ['embeddings', 'last'])
         >>> # Trainer(callbacks=[callback]).fit(model)
     """
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from lightning.pytorch.cli import LightningCLI
 from torch import nn
 
@@ -15,6 +16,7 @@ from tensorplay.ao.pruning.schedules import LinearSchedule, OneShotSchedule
 from tensorplay.ao.pruning.targets import select_parameters
 from tensorplay.callbacks import GradualPruning
 from tests.callbacks.lit_helpers import TinyModule, masks_of
+from tests.callbacks.test_migration_guide import code_blocks
 
 SCHEDULE = LinearSchedule(0.5, end_step=4)
 
@@ -228,3 +230,45 @@ def test_yaml_rejects_an_unknown_keep_dense_entry(tmp_path: Path, capsys):
         )
     message = str(raised.value) + capsys.readouterr().err
     assert "head" in message and "keep_dense" in message
+
+
+class Encoded(TinyModule):
+    """An ``encoder`` and a ``head``, as in docs/callback.rst's two-callback config."""
+
+    def __init__(self, seed: int = 0, lr: float = 0.1, samples: int = 64) -> None:
+        super().__init__(seed, lr, samples)
+        del self.net
+        self.encoder = nn.Sequential(nn.Linear(8, 16), nn.ReLU())
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(x))  # type: ignore[no-any-return]
+
+
+@pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
+def test_two_callbacks_config_from_the_callback_page(tmp_path: Path):
+    page = Path(__file__).resolve().parents[2] / "docs" / "callback.rst"
+    [block] = [code for language, code in code_blocks(page) if "OneShotSchedule" in code]
+    config = {
+        "trainer": {
+            **yaml.safe_load(block),
+            "accelerator": "cpu",
+            "max_steps": 1,
+            "logger": False,
+            "enable_checkpointing": False,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "default_root_dir": str(tmp_path),
+        },
+        "seed_everything": 0,
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    cli = LightningCLI(Encoded, args=["--config", str(path)], run=False, save_config_callback=None)
+
+    cli.trainer.fit(cli.model)
+
+    masks = masks_of(cli.model)
+    assert sorted(masks) == ["encoder.0.weight_mask", "head.weight_mask"]
+    assert int((masks["encoder.0.weight_mask"] == 0).sum()) == 64  # 50% of 16 x 8
+    assert int((masks["head.weight_mask"] == 0).sum()) == 58  # round(90% of 4 x 16)

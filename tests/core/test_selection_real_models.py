@@ -508,9 +508,19 @@ def test_warning_on_low_coverage_names_the_class_and_the_names() -> None:
         assert select_parameters(model) == ["1.weight"]
 
 
-def test_warning_from_the_pruner() -> None:
-    with pytest.warns(SelectionWarning, match="Conv2d: 2 tensors"):
+def test_biases_alone_are_not_called_embeddings() -> None:
+    with pytest.warns(SelectionWarning) as record:
+        select_parameters(digits_mlp(), names=["bias"])
+    message = str(record[0].message)
+    assert "it holds 0 of the model's 84,480" in message
+    assert "embedding" not in message
+    assert "Linear: 3 tensors, 84,480 parameters (add 'weight' to `names`)" in message
+
+
+def test_warning_from_the_pruner_points_at_the_users_call() -> None:
+    with pytest.warns(SelectionWarning, match="Conv2d: 2 tensors") as record:
         Pruner(plain_cnn(), OneShotSchedule(0.5), module_types=["BatchNorm2d"])
+    assert record[0].filename == __file__
 
 
 def test_no_warning_for_what_the_user_left_out_on_purpose() -> None:

@@ -260,7 +260,14 @@ def test_corrupt_and_foreign_files_raise_value_errors_naming_the_path(tmp_path: 
                      "unknown encoding 'zip'", id="encoding"),
         pytest.param({"w": {"shape": [40, 25], "dtype": "floaty", "encoding": "dense"}},
                      "unknown dtype 'floaty'", id="unknown-dtype"),
-        pytest.param({"v": {"encoding": "alias", "of": "nothing"}}, "'nothing'", id="alias"),
+        pytest.param({"v": {"encoding": "alias", "of": "nothing"}},
+                     "an alias of 'nothing', which is no earlier tensor", id="alias"),
+        pytest.param({"u": {"shape": [2], "dtype": "float32", "encoding": "dense"}},
+                     "the file holds no tensor 'u'", id="missing-tensor"),
+        pytest.param({"u": {"shape": [64], "dtype": "float32", "encoding": "bitmask"}},
+                     "the file holds no tensor 'u:bitmask'", id="missing-bitmask"),
+        pytest.param({"w": {"dtype": "float32", "encoding": "dense"}},
+                     "shape None is not a list of sizes", id="no-shape"),
     ],
 )  # fmt: skip
 def test_inconsistent_metadata_raises_naming_path_and_tensor(
@@ -321,3 +328,54 @@ def test_without_safetensors_a_clear_import_error(
         save_sparse({"w": torch.ones(2)}, tmp_path / "w.safetensors")
     with pytest.raises(ImportError, match="`load_sparse` needs the optional package safetensors"):
         load_sparse(tmp_path / "w.safetensors")
+
+
+WITHOUT_SAFETENSORS = """
+import sys
+
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "safetensors":
+            raise ImportError(f"{name} is blocked in this test")
+
+sys.meta_path.insert(0, Block())
+import torch
+import tensorplay.ao.pruning as prune
+import tensorplay.report
+
+model = prune.l1_unstructured(torch.nn.Linear(4, 4), "weight", amount=8)
+assert int((prune.permanent_state_dict(model)["weight"] == 0).sum()) == 8
+try:
+    prune.save_sparse(model, "unused.safetensors")
+except ImportError as error:
+    print(error)
+assert not [name for name in sys.modules if name.startswith("safetensors")]
+"""
+
+
+@pytest.mark.slow
+def test_core_imports_without_safetensors() -> None:
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_SAFETENSORS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        "`save_sparse` needs the optional package safetensors: "
+        "pip install 'tensorplay[safetensors]'"
+    )
+
+
+def test_distinct_views_of_one_storage_are_stored_apart(tmp_path: Path) -> None:
+    base = torch.randn(2, 8)
+    state = {"a": base[0], "b": base[1], "c": base}  # one storage, three tensors: no tie
+    with pytest.raises(RuntimeError, match="Some tensors share memory"):  # plain safetensors
+        safetensors_torch.save_file(state, str(tmp_path / "plain.safetensors"))
+    loaded = load_sparse(save_sparse(state, tmp_path / "views.safetensors"))
+    assert loaded["a"] is not loaded["b"]
+    _assert_bit_exact(loaded, state)

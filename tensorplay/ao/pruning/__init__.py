@@ -2,7 +2,8 @@
 
 Every name that ``torch.nn.utils.prune`` has behaves the same here; see the docs for the few
 places where tensorplay is deliberately stricter or more general. Schedules, the stateful
-:class:`Pruner`, sparsity statistics and checkpoint restoring build on that API.
+:class:`Pruner`, sparsity statistics, checkpoint restoring, saving and the compressed export
+build on that API.
 """
 
 from tensorplay.ao.pruning.amount import (

@@ -103,28 +103,18 @@ def save_sparse(model_or_state_dict: nn.Module | Mapping[str, Tensor], path: str
             entries[name] = {"encoding": "alias", "of": stored[id(tensor)]}
             continue
         stored[id(tensor)] = name
-        entry: dict[str, Any] = {"shape": list(tensor.shape), "dtype": _dtype_name(tensor.dtype)}
-        flat = tensor.detach().to("cpu").contiguous().reshape(-1)
-        bits = _nonzero_bits(flat)
-        if bits is not None and _bitmask_is_smaller(flat, bits):
-            entry["encoding"] = "bitmask"
-            parts = {name + _MASK: _pack_bits(bits), name + _VALUES: flat[bits]}
-        else:
-            entry["encoding"] = "dense"
-            dense = flat.reshape(tensor.shape)
-            if dense.numel() and dense.untyped_storage().data_ptr() in memory:
-                dense = dense.clone()
-            parts = {name: dense}
+        entries[name], parts = _encode(name, tensor)
         for key, part in parts.items():
             if key in tensors:
                 raise ValueError(
                     f"Expected tensor names without the suffixes {_MASK!r} and {_VALUES!r}, but "
                     f"{key!r} is both a tensor and a part of one."
                 )
+            if part.numel() and part.untyped_storage().data_ptr() in memory:
+                part = part.clone()  # safetensors refuses two tensors in one storage
             if part.numel():
                 memory.add(part.untyped_storage().data_ptr())
             tensors[key] = part
-        entries[name] = entry
     metadata = {"format": _FORMAT, "format_version": _VERSION, "tensors": json.dumps(entries)}
     path = Path(path)
     safetensors_torch.save_file(tensors, str(path), metadata=metadata)
@@ -172,12 +162,24 @@ def load_sparse(path: str | Path) -> dict[str, Tensor]:
     for name, entry in entries.items():
         try:
             out[name] = _decode(name, entry, raw, out)
-        except (KeyError, TypeError, ValueError, RuntimeError) as error:
+        except (TypeError, ValueError, RuntimeError) as error:
             raise ValueError(
                 f"Expected {str(path)!r} to be a consistent {_FORMAT} export, but tensor "
                 f"{name!r}: {error}"
             ) from error
     return out
+
+
+def _encode(name: str, tensor: Tensor) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """The metadata entry of one tensor and the tensors to store for it, on the CPU."""
+    entry: dict[str, Any] = {"shape": list(tensor.shape), "dtype": _dtype_name(tensor.dtype)}
+    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+    bits = _nonzero_bits(flat)
+    if bits is not None and _bitmask_is_smaller(flat, bits):
+        entry["encoding"] = "bitmask"
+        return entry, {name + _MASK: _pack_bits(bits), name + _VALUES: flat[bits]}
+    entry["encoding"] = "dense"
+    return entry, {name: flat.reshape(tensor.shape)}
 
 
 def _read_metadata(path: Path) -> dict[str, str]:
@@ -223,15 +225,17 @@ def _decode(
 ) -> Tensor:
     encoding = entry.get("encoding")
     if encoding == "alias":
+        if entry.get("of") not in done:
+            raise ValueError(f"an alias of {entry.get('of')!r}, which is no earlier tensor")
         return done[entry["of"]]
-    shape, dtype = _shape(entry["shape"]), _dtype(entry["dtype"])
+    shape, dtype = _shape(entry.get("shape")), _dtype(entry.get("dtype"))
     if encoding == "dense":
-        tensor = raw[name]
+        tensor = _stored(raw, name)
         _expect(tensor.dtype == dtype and tuple(tensor.shape) == shape, "dtype or shape", tensor)
         return tensor
     if encoding != "bitmask":
         raise ValueError(f"unknown encoding {encoding!r}")
-    packed, values = raw[name + _MASK], raw[name + _VALUES]
+    packed, values = _stored(raw, name + _MASK), _stored(raw, name + _VALUES)
     numel = int(torch.Size(shape).numel())
     _expect(packed.dtype == torch.uint8 and packed.shape == ((numel + 7) // 8,), "bitmask", packed)
     all_bits = _unpack_bits(packed)
@@ -241,6 +245,12 @@ def _decode(
     flat = torch.zeros(numel, dtype=dtype)
     flat[bits] = values
     return flat.reshape(shape)
+
+
+def _stored(raw: Mapping[str, Tensor], key: str) -> Tensor:
+    if key not in raw:
+        raise ValueError(f"the file holds no tensor {key!r}")
+    return raw[key]
 
 
 def _expect(ok: bool, what: str, got: Tensor) -> None:

@@ -27,9 +27,11 @@ Example:
 from __future__ import annotations
 
 import re
+import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from torch import nn
@@ -499,6 +501,7 @@ def _warn_if_suspicious(
         entry.tensors += 1
         entry.numel += param.numel()
         entry.names[name] = None
+    only_embeddings = only_embeddings and chosen > 0
     if not left_out or total == 0:
         return
     ranked = sorted(left_out.values(), key=lambda e: -e.numel)
@@ -514,8 +517,27 @@ def _warn_if_suspicious(
         f"{classes}. Pass `module_types`/`names` (or `parameters`) to choose, or "
         "silence this with warnings.filterwarnings('ignore', category=SelectionWarning).",
         SelectionWarning,
-        stacklevel=4,
+        stacklevel=_caller_stacklevel(),
     )
+
+
+# tensorplay/ and, in a checkout, callbacks/ beside it (installed, it is tensorplay/callbacks/).
+_OWN_ROOT = Path(__file__).resolve().parents[3]
+_OWN_PREFIXES = tuple(f"{_OWN_ROOT / package}/" for package in ("tensorplay", "callbacks"))
+
+
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` of the first frame outside tensorplay: the user's call."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame.f_back is not None and _is_own(frame.f_code.co_filename):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
+def _is_own(filename: str) -> bool:
+    return str(Path(filename).resolve()).startswith(_OWN_PREFIXES)
 
 
 def _deliberate(group: TiedParameter, selection: _Selection) -> bool:
@@ -530,9 +552,8 @@ def _describe_left_out(entry: _LeftOut, selection: _Selection) -> str:
     hints = [] if entry.type_matched else [f"add {entry.cls!r} to `module_types`"]
     if new_names:
         hints.append(f"add {', '.join(map(repr, new_names))} to `names`")
-    return (
-        f"{entry.cls}: {entry.tensors} tensors, {entry.numel:,} parameters ({' and '.join(hints)})"
-    )
+    tensors = f"{entry.tensors} tensor{'s' if entry.tensors > 1 else ''}"
+    return f"{entry.cls}: {tensors}, {entry.numel:,} parameters ({' and '.join(hints)})"
 
 
 def resolve_parameters(model: nn.Module, names: Sequence[str]) -> list[tuple[nn.Module, str]]:
