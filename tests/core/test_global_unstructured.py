@@ -439,7 +439,8 @@ def test_int_amount_too_large_counts_only_units_not_yet_pruned() -> None:
 def test_tied_pairs_with_different_pruning_raise() -> None:
     first, second = nn.Linear(4, 4), nn.Linear(4, 4)
     second.weight = first.weight
-    l1_unstructured(first, "weight", amount=3)
+    with pytest.warns(UserWarning, match=r"also held by \(Linear, 'weight'\)"):
+        l1_unstructured(first, "weight", amount=3)  # leaves `second` unmasked, and says so
     snapshot = [module_snapshot(first), module_snapshot(second)]
     with pytest.raises(ValueError, match=r"share one parameter, to share its pruning mask"):
         global_unstructured([(first, "weight"), (second, "weight")], L1Unstructured, amount=2)

@@ -19,8 +19,15 @@ Example:
 
 from __future__ import annotations
 
+import gc
+import itertools
+import os
+import sys
+import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
 __all__ = ["TiedParameter", "alias_map", "parameter_groups", "tensor_name"]
@@ -126,3 +133,109 @@ def alias_map(model: nn.Module) -> dict[str, TiedParameter]:
         ('0.weight', '1.weight')
     """
     return {name: group for group in parameter_groups(model) for name in group.names}
+
+
+# -- holders of a parameter, without a model (the functional API) ------------------------------
+
+
+def _references_beyond(module: nn.Module, key: str, slots: int) -> int:
+    """How many references to ``module._parameters[key]`` exist besides ``slots`` dict slots.
+
+    Calibrated below on a parameter held by exactly one dict slot, so the count is exact for
+    this very function whatever the Python version; it is the cheap test that lets the scan
+    of :func:`_module_holders` run only when something else holds the parameter.
+    """
+    return sys.getrefcount(module._parameters[key]) - slots - _OWN_REFERENCES
+
+
+_OWN_REFERENCES = 0
+_calibration = nn.Module()
+_calibration.register_parameter("w", nn.Parameter(torch.empty(0)))
+_OWN_REFERENCES = _references_beyond(_calibration, "w", 1)
+del _calibration
+
+
+def _module_holders(parameters: Sequence[object]) -> dict[int, list[tuple[nn.Module, str]]]:
+    """Every ``(module, key)`` of a live module whose ``_parameters[key]`` is one of
+    ``parameters``, by ``id`` of the parameter: one pass over the objects the garbage collector
+    tracks, whatever the number of parameters (the filter by class runs in C).
+    """
+    wanted = {id(param) for param in parameters}
+    classes = _subclasses(nn.Module)
+    objects = gc.get_objects()
+    found: dict[int, list[tuple[nn.Module, str]]] = {}
+    for module in itertools.compress(objects, map(classes.__contains__, map(type, objects))):
+        for key, value in module._parameters.items():
+            if id(value) in wanted:
+                found.setdefault(id(value), []).append((module, key))
+    return found
+
+
+def _subclasses(cls: type) -> set[type]:
+    found: set[type] = {cls}
+    todo: list[type] = [cls]
+    while todo:
+        sub: type
+        for sub in todo.pop().__subclasses__():
+            if sub not in found:
+                found.add(sub)
+                todo.append(sub)
+    return found
+
+
+def _unmasked_holders(groups: Sequence[Sequence[Pair]]) -> list[tuple[Pair, list[Pair]]]:
+    """For parameters about to be pruned for the first time, the holders left unmasked.
+
+    Call it before the reparametrization is installed, while the caller holds no reference to
+    the parameters: each group lists the pairs of one parameter pruned in the call, every pair
+    still holding it as ``module._parameters[name]``.
+
+    Returns:
+        ``(first pair, other holders)`` for each parameter that some module outside the call
+        holds as a plain (not pruned) parameter.
+    """
+    suspects = [
+        pairs for pairs in groups if _references_beyond(pairs[0][0], pairs[0][1], len(pairs)) > 0
+    ]
+    if not suspects:
+        return []
+    holders = _module_holders([pairs[0][0]._parameters[pairs[0][1]] for pairs in suspects])
+    left: list[tuple[Pair, list[Pair]]] = []
+    for pairs in suspects:
+        module, name = pairs[0]
+        pruned = {(id(m), n) for m, n in pairs}
+        others = [
+            (holder, key)
+            for holder, key in holders.get(id(module._parameters[name]), [])
+            if (id(holder), key) not in pruned and tensor_name(holder, key) == key
+        ]
+        if others:
+            left.append((pairs[0], others))
+    return left
+
+
+def _warn_unmasked_holders(left: Sequence[tuple[Pair, Sequence[Pair]]]) -> None:
+    """One warning per parameter that the call pruned in some holders but not in all."""
+    for (module, name), others in left:
+        holders = ", ".join(f"({type(m).__name__}, {key!r})" for m, key in others)
+        warnings.warn(
+            f"Pruned ({type(module).__name__}, {name!r}), but its parameter is also held by "
+            f"{holders}, which still computes with the unpruned values (tied weights). To mask "
+            "every holder, pass all the (module, name) pairs of the parameter to "
+            "global_unstructured in one call, or prune with Pruner, which finds tied weights "
+            "itself.",
+            UserWarning,
+            stacklevel=_caller_level(),
+        )
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside tensorplay, for a warning issued by the
+    function that calls this one."""
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+    frame = sys._getframe(2)  # level 1 is the function that warns; this is level 2
+    level = 2
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level

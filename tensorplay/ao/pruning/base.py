@@ -25,6 +25,8 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import Tensor, nn
 
+from tensorplay.ao.pruning.aliases import _unmasked_holders, _warn_unmasked_holders
+
 __all__ = ["BasePruningMethod", "PruningContainer", "PruningShapeError"]
 
 PruningType = Literal["unstructured", "structured", "global"]
@@ -144,7 +146,11 @@ class BasePruningMethod(ABC):
             mask = method.compute_mask(scores, default_mask=torch.ones_like(tensor))
         else:
             mask = combine_masks(method, scores, getattr(module, name + "_mask").detach())
-        return _install(module, name, method, mask, old_key, old_method)
+        del tensor, scores  # so the parameter's reference count tells whether others hold it
+        left = _unmasked_holders([[(module, name)]]) if old_method is None else []
+        hook = _install(module, name, method, mask, old_key, old_method)
+        _warn_unmasked_holders(left)
+        return hook
 
     def prune(
         self, t: Tensor, default_mask: Tensor | None = None, importance_scores: Tensor | None = None

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import torch
 from torch import Tensor, nn
 
-from tensorplay.ao.pruning.methods import custom_from_mask
+from tensorplay.ao.pruning.aliases import TiedParameter, alias_map
+from tensorplay.ao.pruning.global_pruning import _share_mask
 from tensorplay.ao.pruning.stats import _is_pruned_tensor
 from tensorplay.ao.pruning.targets import _owner
 
@@ -68,16 +70,28 @@ def restore_pruning(model: nn.Module, state_dict: Mapping[str, Tensor]) -> list[
     ``model.load_state_dict(state_dict, strict=True)`` works. The values of ``<name>_orig`` are
     left to that load. Everything is checked before ``model`` is changed.
 
+    Tied weights: all the modules holding one parameter of ``model`` get one shared mask. The
+    state_dict may hold the parameter under several names (a torch state_dict has every alias,
+    and their masks must be equal) or under fewer: Hugging Face's ``save_pretrained`` keeps one
+    name of a tied parameter and may drop ``<alias>_orig`` but keep ``<alias>_mask``. Such an
+    orphan ``<alias>_mask`` is accepted when its tensor is tied to one saved pruned with an equal
+    mask; an orphan that cannot be explained so is an error naming the key, not a guess. The
+    aliases a state_dict leaves out are then missing keys of a strict load (load non-strictly
+    and check that only they are missing, or load through ``from_pretrained``).
+
     Args:
         model: A model with the architecture of the saved one.
         state_dict: The saved state_dict, e.g. ``checkpoint["state_dict"]``.
 
     Returns:
-        The fully qualified names newly reparametrized (already pruned ones are skipped).
+        The fully qualified names newly reparametrized (every name of a tied parameter; already
+        pruned ones are skipped).
 
     Raises:
         ValueError: A key naming a module the model lacks, a tensor that is not a parameter of
-            its module, or a saved tensor whose shape differs from the model's.
+            its module, a saved tensor whose shape differs from the model's, aliases of one
+            parameter saved with different values or masks (or one pruned, another dense), or an
+            orphan ``<name>_mask`` whose pruning cannot be restored.
 
     Example:
         >>> import torch
@@ -88,32 +102,106 @@ def restore_pruning(model: nn.Module, state_dict: Mapping[str, Tensor]) -> list[
         (['weight'], tensor([[1., 0.],
                 [0., 1.]]))
     """  # noqa: E501
-    todo: list[tuple[str, nn.Module, str, Tensor]] = []
-    for fq_name in pruned_names(state_dict):
-        expected = f"the key {fq_name + '_orig'!r} to name a tensor of the model"
-        module, name = _owner(model, fq_name, expected)
-        if _is_pruned_tensor(module, name):
-            current: Tensor = getattr(module, name + "_orig")
+    plan = _plan(model, state_dict)
+    restored: list[str] = []
+    for group, mask in plan:
+        unpruned = [(m, n) for m, n in group.pairs if not _is_pruned_tensor(m, n)]
+        pruned = [(m, n) for m, n in group.pairs if _is_pruned_tensor(m, n)]
+        if pruned:  # partly pruned already: the others join its mask, the load fills it
+            shared: Tensor = getattr(pruned[0][0], pruned[0][1] + "_mask")
         else:
-            param = module._parameters.get(name)
-            if param is None:
-                raise ValueError(
-                    f"Expected the key {fq_name + '_orig'!r} to name a parameter, but "
-                    f"({type(module).__name__}, {name!r}) is not a parameter of module "
-                    f"{fq_name.rpartition('.')[0]!r}."
-                )
-            current = param
-        for suffix in ("_orig", "_mask"):
-            saved = state_dict[fq_name + suffix]
-            if not isinstance(saved, Tensor) or saved.shape != current.shape:
-                got = tuple(saved.shape) if isinstance(saved, Tensor) else repr(saved)
-                raise ValueError(
-                    f"Expected {fq_name + suffix!r} to have the shape of "
-                    f"({type(module).__name__}, {name!r}), {tuple(current.shape)}, but got {got}."
-                )
-        if not _is_pruned_tensor(module, name):
-            todo.append((fq_name, module, name, state_dict[fq_name + "_mask"]))
-    for _, module, name, mask in todo:
-        like: Tensor = getattr(module, name)
-        custom_from_mask(module, name, mask.detach().to(device=like.device, dtype=like.dtype))
-    return [fq_name for fq_name, *_ in todo]
+            like = group.parameter
+            shared = mask.detach().to(device=like.device, dtype=like.dtype, copy=True)
+        _share_mask(unpruned, shared)
+        restored.extend(group.names)
+    return restored
+
+
+def _plan(model: nn.Module, state_dict: Mapping[str, Tensor]) -> list[tuple[TiedParameter, Tensor]]:
+    """Check every pruned key and return, per parameter with a holder not yet pruned in
+    ``model``, its group and its saved mask; nothing is changed."""
+    aliases = alias_map(model)
+    saved: dict[int, tuple[TiedParameter, str]] = {}  # the first name saved pruned, per group
+    for fq_name in pruned_names(state_dict):
+        group = aliases.get(fq_name)
+        if group is None:
+            _owner_parameter(model, fq_name, fq_name + "_orig")  # raises, naming what is wrong
+            raise ValueError(
+                f"Expected the key {fq_name + '_orig'!r} to name a tensor of the model, but "
+                f"{fq_name!r} is the parameter of a pruned tensor."
+            )
+        _check_shapes(state_dict, fq_name, ("_orig", "_mask"), group)
+        first = saved.setdefault(id(group.parameter), (group, fq_name))[1]
+        _check_same(state_dict, first, fq_name, ("_orig", "_mask"))
+    for key in state_dict:
+        if not key.endswith("_mask") or key[: -len("_mask")] + "_orig" in state_dict:
+            continue
+        fq_name = key[: -len("_mask")]
+        group = aliases.get(fq_name)
+        if group is None or _is_model_buffer(model, key):
+            continue  # not a pruning mask of a tensor of the model: for the load to judge
+        if id(group.parameter) not in saved:
+            raise ValueError(
+                f"Expected {fq_name + '_orig'!r} next to {key!r} in the state_dict, but it is "
+                f"missing, and {fq_name!r} is not tied to a tensor saved pruned (its names: "
+                f"{list(group.names)}): the pruning of {fq_name!r} cannot be restored."
+            )
+        _check_shapes(state_dict, fq_name, ("_mask",), group)
+        _check_same(state_dict, saved[id(group.parameter)][1], fq_name, ("_mask",))
+    plan: list[tuple[TiedParameter, Tensor]] = []
+    for group, first in saved.values():
+        dense = [name for name in group.names if name in state_dict]
+        if dense:
+            raise ValueError(
+                f"Expected every saved name of the tied parameter {group.names} to be pruned, "
+                f"but {first!r} is saved pruned and {dense} dense (a checkpoint that masked only "
+                "some holders of a tied weight): its pruning cannot be restored consistently."
+            )
+        if any(not _is_pruned_tensor(m, n) for m, n in group.pairs):
+            plan.append((group, state_dict[first + "_mask"]))
+    return plan
+
+
+def _owner_parameter(model: nn.Module, fq_name: str, key: str) -> None:
+    """Raise the error that says why ``fq_name`` is not a parameter of the model."""
+    module, name = _owner(model, fq_name, f"the key {key!r} to name a tensor of the model")
+    if module._parameters.get(name) is None and not _is_pruned_tensor(module, name):
+        raise ValueError(
+            f"Expected the key {key!r} to name a parameter, but ({type(module).__name__}, "
+            f"{name!r}) is not a parameter of module {fq_name.rpartition('.')[0]!r}."
+        )
+
+
+def _is_model_buffer(model: nn.Module, key: str) -> bool:
+    """Whether ``key`` is a buffer of ``model`` (the mask of a tensor pruned in it already)."""
+    module_name, _, name = key.rpartition(".")
+    return name in model.get_submodule(module_name)._buffers
+
+
+def _check_shapes(
+    state_dict: Mapping[str, Tensor], fq_name: str, suffixes: tuple[str, ...], group: TiedParameter
+) -> None:
+    module, name = group.pairs[0]
+    shape = tuple(group.parameter.shape)
+    for suffix in suffixes:
+        value = state_dict[fq_name + suffix]
+        if not isinstance(value, Tensor) or tuple(value.shape) != shape:
+            got = tuple(value.shape) if isinstance(value, Tensor) else repr(value)
+            raise ValueError(
+                f"Expected {fq_name + suffix!r} to have the shape of "
+                f"({type(module).__name__}, {name!r}), {shape}, but got {got}."
+            )
+
+
+def _check_same(
+    state_dict: Mapping[str, Tensor], first: str, fq_name: str, suffixes: tuple[str, ...]
+) -> None:
+    """Two names of one tied parameter must be saved with equal values."""
+    for suffix in suffixes:
+        a, b = state_dict[first + suffix], state_dict[fq_name + suffix]
+        if a is not b and not torch.equal(a, b.to(a.device)):
+            raise ValueError(
+                f"Expected {first + suffix!r} and {fq_name + suffix!r}, names of one tied "
+                "parameter of the model, to be saved equal, but they differ: the pruning of "
+                f"{fq_name!r} cannot be restored."
+            )

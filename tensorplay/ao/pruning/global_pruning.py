@@ -35,6 +35,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from tensorplay.ao.pruning.aliases import _unmasked_holders, _warn_unmasked_holders
 from tensorplay.ao.pruning.amount import compute_nparams_to_prune, validate_pruning_amount
 from tensorplay.ao.pruning.base import (
     BasePruningMethod,
@@ -141,7 +142,11 @@ def global_unstructured(
             f"Found method {pruning_method} of type {method.PRUNING_TYPE}"
         )
     masks = _select(targets, method)
-    _apply(targets, masks)
+    plan = [(target.pairs, target.mask) for target in targets]
+    del targets  # the parameters' reference counts then tell whether others hold them
+    left = _unmasked_holders([pairs for pairs, mask in plan if mask is None])
+    _apply(plan, masks)
+    _warn_unmasked_holders(left)
 
 
 def _targets(pairs: list[Any], scores: dict[Any, Any]) -> list[_Target]:
@@ -312,30 +317,43 @@ def _select_by_method(targets: list[_Target], method: BasePruningMethod) -> list
     return masks
 
 
-def _apply(targets: list[_Target], masks: list[Tensor]) -> None:
-    """Install the masks; from here on nothing can fail on checked input."""
-    for index, target in enumerate(targets):
+def _apply(plan: list[tuple[list[Pair], Tensor | None]], masks: list[Tensor]) -> None:
+    """Install the masks, one per ``(pairs, mask so far)``; nothing here fails on checked input.
+
+    The scores (possibly the old ``name`` tensors) were released with the targets, before any
+    successor exists.
+    """
+    for index, (pairs, old) in enumerate(plan):
         mask, masks[index] = masks[index], _RELEASED
-        # The scores may be the old ``name`` tensors: let each go before its successor exists.
-        target.scores = _RELEASED
-        if target.mask is None:
+        if old is None:
             shared = mask
         else:
-            shared = target.mask
+            shared = old
             if mask.dtype == torch.uint8:  # a keep factor (fast path)
                 _multiply_in_place(shared, mask)
             else:
                 shared.copy_(mask)
         del mask
-        for module, name in target.pairs:
-            own = module._buffers.get(name + "_mask")
-            if own is not None and own is not shared:
-                own.copy_(shared)  # a tied pair pruned on its own before: same values
-            buffer = shared if own is None else own
-            hook = CustomFromMask(buffer)
-            hook._tensor_name = name
-            old_key, old_method = _find_pruning_hook(module, name)
-            _install(module, name, hook, buffer, old_key, old_method)
+        _share_mask(pairs, shared)
+
+
+def _share_mask(pairs: list[Pair], mask: Tensor) -> None:
+    """Make ``mask`` the one ``name_mask`` buffer of every pair of one parameter.
+
+    A pair not pruned yet is reparametrized with ``mask`` itself as its buffer (a
+    :class:`~tensorplay.ao.pruning.CustomFromMask` hook holding it); a pair pruned before keeps
+    its buffer, which gets ``mask``'s values, and its hook becomes a container. Nothing is
+    checked: the caller checked the pairs and the mask's shape, dtype and device.
+    """
+    for module, name in pairs:
+        own = module._buffers.get(name + "_mask")
+        if own is not None and own is not mask:
+            own.copy_(mask)  # a tied pair pruned on its own before: same values
+        buffer = mask if own is None else own
+        hook = CustomFromMask(buffer)
+        hook._tensor_name = name
+        old_key, old_method = _find_pruning_hook(module, name)
+        _install(module, name, hook, buffer, old_key, old_method)
 
 
 def _multiply_in_place(mask: Tensor, keep: Tensor) -> None:

@@ -26,22 +26,23 @@ from __future__ import annotations
 import math
 import warnings
 import weakref
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
+from tensorplay.ao.pruning.aliases import TiedParameter, alias_map
 from tensorplay.ao.pruning.amount import compute_nparams_to_prune
 from tensorplay.ao.pruning.base import BasePruningMethod
-from tensorplay.ao.pruning.global_pruning import global_unstructured
-from tensorplay.ao.pruning.methods import L1Unstructured, custom_from_mask, identity, remove
+from tensorplay.ao.pruning.global_pruning import _share_mask, global_unstructured
+from tensorplay.ao.pruning.methods import L1Unstructured, custom_from_mask, remove
 from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.stats import (
     SparsityReport,
+    TensorSparsity,
     _is_pruned_tensor,
     _pruned_units,
-    sparsity_report,
 )
 from tensorplay.ao.pruning.targets import (
     DEFAULT_MODULE_TYPES,
@@ -102,6 +103,12 @@ class Pruner:
     ``method`` across all targets (``scope="global"``) or within each target on its own
     (``scope="layerwise"``, every tensor pruned to the target).
 
+    A parameter reached under several names (tied weights: an embedding and the LM head, a
+    layer shared between blocks) is one target: naming any of its names, or several, selects it
+    once, under its first name in module order (see :attr:`aliases`); it is counted once, and
+    every module that holds it gets one shared mask, so all of them compute with the masked
+    weight. :meth:`make_permanent` ties the modules to the one parameter again.
+
     Args:
         model: The model to prune.
         schedule: Step to cumulative target sparsity; see
@@ -131,8 +138,8 @@ class Pruner:
         TypeError: ``schedule`` is not a :class:`~tensorplay.ao.pruning.schedules.Schedule`, or
             ``importance_fn`` is not callable.
         ValueError: An unknown ``scope``, ``min_density`` outside [0, 1), an empty or unknown
-            selection, ``parameters`` together with a selection argument, tied targets, or a
-            method that is not unstructured.
+            selection, ``parameters`` together with a selection argument, holders of one
+            tied parameter that are not pruned alike, or a method that is not unstructured.
 
     Example:
         >>> from torch import nn
@@ -203,25 +210,40 @@ class Pruner:
                 raise ValueError(
                     "Expected `parameters` to name at least one tensor, but got an empty sequence."
                 )
-        pairs = resolve_parameters(model, targets)
-        _check_untied(targets, pairs)
+        groups = _tied_groups(model, targets)
         self.model = model
         self.schedule = schedule
-        self.targets: list[str] = targets
+        self.targets: list[str] = [group.name for group in groups]
         self.importance_fn = importance_fn
         self.scope: Scope = scope
         self.min_density = float(min_density)
         self.last_step = -1
         self.last_pruned_step = -1
         self.history: list[tuple[int, float, int]] = []
-        self._pairs = pairs
+        self._groups = groups
+        self._pairs = [group.pairs[0] for group in groups]
         self._permanent = False
         self._count_cache: dict[tuple[int, str], tuple[weakref.ref[Tensor], int, int]] = {}
 
     @property
     def pairs(self) -> list[tuple[nn.Module, str]]:
-        """The ``(module, name)`` pairs of the targets, in the order of :attr:`targets`."""
+        """The ``(module, name)`` pair of each target's canonical name, in the order of
+        :attr:`targets`; :attr:`aliases` has every pair."""
         return list(self._pairs)
+
+    @property
+    def aliases(self) -> dict[str, tuple[str, ...]]:
+        """Every name of each target, by target: more than one for tied weights.
+
+        Example:
+            >>> from torch import nn
+            >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+            >>> model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+            >>> model[1].weight = model[0].weight  # tied
+            >>> Pruner(model, OneShotSchedule(0.5), parameters=["1.weight"]).aliases
+            {'0.weight': ('0.weight', '1.weight')}
+        """
+        return {group.name: group.names for group in self._groups}
 
     @property
     def permanent(self) -> bool:
@@ -324,14 +346,21 @@ class Pruner:
             weight  (2, 4)      8       2    25.00%
             total               8       2    25.00%  (target 25.00%)
         """
-        return sparsity_report(self.model, self.targets, target=self.target_sparsity())
+        rows = (
+            TensorSparsity(fq_name, tuple(self._parameter(m, n).shape), numel, pruned)
+            for fq_name, (m, n), numel, pruned in zip(
+                self.targets, self._pairs, self._numels(), self._pruned_counts(), strict=True
+            )
+        )
+        return SparsityReport(tuple(rows), self.target_sparsity())
 
     def reparametrize(self) -> None:
         """Give every target not pruned yet an all-ones mask (``<name>_orig``/``<name>_mask``).
 
         A pruned checkpoint holds ``<name>_orig`` and ``<name>_mask``; reparametrizing before
         the first pruning step keeps the model's state_dict keys the same at every step, so a
-        run resumed at any step loads its checkpoint strictly.
+        run resumed at any step loads its checkpoint strictly. Every holder of a tied target
+        gets the same mask buffer.
 
         Example:
             >>> from torch import nn
@@ -341,12 +370,18 @@ class Pruner:
             >>> sorted(model.state_dict())
             ['bias', 'weight_mask', 'weight_orig']
         """
-        for module, name in self._pairs:
-            if not _is_pruned_tensor(module, name):
-                identity(module, name)
+        for group in self._groups:
+            if not any(_is_pruned_tensor(module, name) for module, name in group.pairs):
+                param = self._parameter(*group.pairs[0])
+                ones = torch.ones_like(param, memory_format=torch.contiguous_format)
+                _share_mask(list(group.pairs), ones.detach())
 
     def make_permanent(self) -> None:
         """Remove the reparametrization of every target, keeping its zeros; pruning then ends.
+
+        Every holder of a tied target gets the one parameter back (``a.weight is b.weight``),
+        holding the masked values its holders computed with, so outputs do not change.
+        :meth:`pruned_count` then counts the zeros of the targets.
 
         Example:
             >>> from torch import nn
@@ -358,13 +393,17 @@ class Pruner:
             >>> sorted(model.state_dict()), int((model.weight == 0).sum())
             (['bias', 'weight'], 2)
         """
-        for module, name in self._pairs:
-            if _is_pruned_tensor(module, name):
-                remove(module, name)
+        for group in self._groups:
+            for module, name in group.pairs:
+                if _is_pruned_tensor(module, name):
+                    # The second holder of a tied parameter recomputes mask * (masked values):
+                    # the same values, and the same Parameter object is registered again.
+                    remove(module, name)
         self._permanent = True
 
     def snapshot(self) -> dict[str, Tensor]:
-        """Clones of the targets' unpruned values (``<name>_orig`` if pruned), by name.
+        """Clones of the targets' unpruned values (``<name>_orig`` if pruned), by target name
+        (one entry per tied parameter).
 
         Example:
             >>> from torch import nn
@@ -383,12 +422,13 @@ class Pruner:
         """Copy ``state`` into the targets' unpruned values, keeping the masks (lottery tickets).
 
         Args:
-            state: Values by target name, e.g. from :meth:`snapshot` at initialisation; targets
-                not in ``state`` are left alone.
+            state: Values by target name (or any alias of it), e.g. from :meth:`snapshot` at
+                initialisation; targets not in ``state`` are left alone.
 
         Raises:
             RuntimeError: After :meth:`make_permanent`.
-            ValueError: A name that is not a target, or a value of another shape.
+            ValueError: A name that is not a target, two names of one target, or a value of
+                another shape.
 
         Example:
             >>> import torch
@@ -415,13 +455,20 @@ class Pruner:
             raise TypeError(
                 f"Expected `state` to be a mapping of name to tensor, but got {state!r}."
             )
-        index = {fq_name: i for i, fq_name in enumerate(self.targets)}
+        index = {alias: i for i, group in enumerate(self._groups) for alias in group.names}
+        seen: dict[int, str] = {}
         for fq_name, value in state.items():
             if fq_name not in index:
                 raise ValueError(
                     f"Expected the keys of `state` to be targets of the pruner, but got "
                     f"{fq_name!r}; targets: {self.targets}."
                 )
+            if index[fq_name] in seen:
+                raise ValueError(
+                    f"Expected one value per target, but {seen[index[fq_name]]!r} and "
+                    f"{fq_name!r} name the same tied parameter."
+                )
+            seen[index[fq_name]] = fq_name
             module, name = self._pairs[index[fq_name]]
             shape = tuple(self._parameter(module, name).shape)
             if not isinstance(value, Tensor) or tuple(value.shape) != shape:
@@ -430,14 +477,15 @@ class Pruner:
                     f"Expected `state[{fq_name!r}]` to be a tensor of shape {shape}, but got {got}."
                 )
         for fq_name, value in state.items():
-            module, name = self._pairs[index[fq_name]]
+            group = self._groups[index[fq_name]]
             with torch.no_grad():
-                self._parameter(module, name).copy_(value)
-            if _is_pruned_tensor(module, name):
-                # What the forward pre-hook would compute, so `module.<name>` is not stale.
-                mask: Tensor = getattr(module, name + "_mask")
-                orig: Tensor = getattr(module, name + "_orig")
-                setattr(module, name, mask.to(dtype=orig.dtype) * orig)
+                self._parameter(*group.pairs[0]).copy_(value)
+            for module, name in group.pairs:
+                if _is_pruned_tensor(module, name):
+                    # What the forward pre-hook would compute, so `module.<name>` is not stale.
+                    mask: Tensor = getattr(module, name + "_mask")
+                    orig: Tensor = getattr(module, name + "_orig")
+                    setattr(module, name, mask.to(dtype=orig.dtype) * orig)
 
     def state_dict(self) -> dict[str, Any]:
         """The pruner's state as plain data, by name.
@@ -506,7 +554,11 @@ class Pruner:
                 f"Expected the pruner state to have keys {list(_STATE_KEYS)}, but {missing} are "
                 f"missing and {unknown} are unknown."
             )
-        if list(state["targets"]) != self.targets:
+        # A state may name a tied target by another of its names (its first name in module
+        # order is the pruner's); any name of it is the same target.
+        canonical = {alias: group.name for group in self._groups for alias in group.names}
+        saved = list(dict.fromkeys(canonical.get(name, name) for name in state["targets"]))
+        if saved != self.targets:
             raise ValueError(
                 f"Expected the state's targets to be the pruner's, {self.targets}, but got "
                 f"{list(state['targets'])}."
@@ -563,20 +615,24 @@ class Pruner:
         return [self._pruned_count(m, n) for m, n in self._pairs]
 
     def _pruned_count(self, module: nn.Module, name: str) -> int:
-        """The zeros of one mask, recounted only after the mask changed.
+        """The zeros of one mask (of the tensor itself once permanent), recounted only after
+        it changed.
 
         Logging sparsity after every optimizer step would otherwise read every mask at every
         step. Any in-place change of a mask (pruning, ``load_state_dict``, a DDP broadcast)
         bumps its version counter, and a new mask buffer is a new tensor: either recounts.
         """
-        mask = module._buffers.get(name + "_mask") if _is_pruned_tensor(module, name) else None
-        if mask is None or mask.is_inference():
-            return _pruned_units(module, name, count_zeros=False)[0]
+        if _is_pruned_tensor(module, name):
+            counted: Tensor | None = module._buffers.get(name + "_mask")
+        else:
+            counted = module._parameters.get(name) if self._permanent else None
+        if counted is None or counted.is_inference():
+            return _pruned_units(module, name, count_zeros=self._permanent)[0]
         cached = self._count_cache.get((id(module), name))
-        if cached is not None and cached[0]() is mask and cached[1] == mask._version:
+        if cached is not None and cached[0]() is counted and cached[1] == counted._version:
             return cached[2]
-        count = _pruned_units(module, name, count_zeros=False)[0]
-        self._count_cache[id(module), name] = (weakref.ref(mask), mask._version, count)
+        count = _pruned_units(module, name, count_zeros=self._permanent)[0]
+        self._count_cache[id(module), name] = (weakref.ref(counted), counted._version, count)
         return count
 
     def _numels(self) -> list[int]:
@@ -590,7 +646,8 @@ class Pruner:
         ]
 
     def _scores(self) -> dict[tuple[nn.Module, str], Tensor]:
-        """Scores per target: ``importance_fn``'s, else the current unpruned values.
+        """Scores per target's canonical pair: ``importance_fn``'s, else the current unpruned
+        values.
 
         The current ``<name>_orig`` is used rather than ``module.<name>``, which the forward
         pre-hook last computed before the latest optimizer step.
@@ -621,11 +678,9 @@ class Pruner:
                 for numel, done, cap in zip(numels, pruned, caps, strict=True)
             ]
             scores = self._scores()
-            for pair, count in zip(self._pairs, counts, strict=True):
+            for index, count in enumerate(counts):
                 if count > 0:
-                    global_unstructured(
-                        [pair], self.method, importance_scores={pair: scores[pair]}, amount=count
-                    )
+                    self._prune_pairs([index], scores, self.method, count)
             return sum(self._pruned_counts()) - sum(pruned)
         count = compute_nparams_to_prune(target, sum(numels)) - sum(pruned)
         if self.min_density > 0:
@@ -636,8 +691,26 @@ class Pruner:
         if self.min_density > 0:
             self._prune_capped(count, caps, scores)
         else:
-            global_unstructured(self._pairs, self.method, importance_scores=scores, amount=count)
+            self._prune_pairs(range(len(self._groups)), scores, self.method, count)
         return sum(self._pruned_counts()) - sum(pruned)
+
+    def _prune_pairs(
+        self,
+        indices: Iterable[int],
+        scores: Mapping[tuple[nn.Module, str], Tensor],
+        method: type[BasePruningMethod],
+        count: int,
+    ) -> None:
+        """``global_unstructured`` over every pair of the targets ``indices``; the pairs of a
+        tied target share its canonical pair's scores (one tensor), so they share one mask."""
+        pairs: list[tuple[nn.Module, str]] = []
+        shared: dict[tuple[nn.Module, str], Tensor] = {}
+        for index in indices:
+            score = scores[self._pairs[index]]
+            for pair in self._groups[index].pairs:
+                pairs.append(pair)
+                shared[pair] = score
+        global_unstructured(pairs, method, importance_scores=shared, amount=count)
 
     def _prune_capped(
         self, count: int, caps: list[int], scores: dict[tuple[nn.Module, str], Tensor]
@@ -681,9 +754,8 @@ class Pruner:
         count = sum(_zeros(mask) - _zeros(masks[i]) for i, mask in new_masks.items())
         if count == 0:
             return
-        pairs = [self._pairs[i] for i in new_masks]
-        scores = {pair: new_masks[i] for pair, i in zip(pairs, new_masks, strict=True)}
-        global_unstructured(pairs, L1Unstructured, importance_scores=scores, amount=count)
+        scores = {self._pairs[i]: mask for i, mask in new_masks.items()}
+        self._prune_pairs(list(new_masks), scores, L1Unstructured, count)
 
     def _select(
         self,
@@ -726,13 +798,61 @@ def _history_entry(entry: object) -> tuple[int, float, int]:
     return int(step), float(target), int(pruned)
 
 
-def _check_untied(targets: list[str], pairs: list[tuple[nn.Module, str]]) -> None:
-    seen: dict[int, str] = {}
-    for fq_name, (module, name) in zip(targets, pairs, strict=True):
-        param = _owned_parameter(module, name)
-        if id(param) in seen:
+class _Target(NamedTuple):
+    """Every name and ``(module, name)`` pair of one target's parameter (one of each unless
+    tied). It holds no reference to the parameter itself: the functional API's test for other
+    holders (the parameter's reference count) then needs no scan when the pruner prunes."""
+
+    names: tuple[str, ...]
+    pairs: tuple[tuple[nn.Module, str], ...]
+
+    @property
+    def name(self) -> str:
+        return self.names[0]
+
+
+def _tied_groups(model: nn.Module, names: list[str]) -> list[_Target]:
+    """The parameters ``names`` reach, each once, in the order of their first mention.
+
+    Raises:
+        ValueError: A name that is not a tensor of the model, or names holders of one tied
+            parameter that are not pruned alike.
+    """
+    resolve_parameters(model, names)  # names each module and tensor that does not exist
+    aliases = alias_map(model)
+    groups: dict[int, TiedParameter] = {}
+    for fq_name in names:
+        group = aliases.get(fq_name)
+        if group is None:
             raise ValueError(
-                f"Expected distinct tensors, but {seen[id(param)]!r} and {fq_name!r} are the same "
-                "parameter (tied weights); select only one of them."
+                f"Expected {fq_name!r} to name a tensor of the model, but it is the parameter "
+                f"of a pruned tensor: name the tensor, {fq_name.removesuffix('_orig')!r}."
             )
-        seen[id(param)] = fq_name
+        groups.setdefault(id(group.parameter), group)
+    for group in groups.values():
+        _check_pruned_alike(group)
+    return [_Target(group.names, group.pairs) for group in groups.values()]
+
+
+def _check_pruned_alike(group: TiedParameter) -> None:
+    """The holders of a tied parameter must all be unpruned, or pruned with equal masks."""
+    masks = [
+        module._buffers.get(name + "_mask") if _is_pruned_tensor(module, name) else None
+        for module, name in group.pairs
+    ]
+    first = masks[0]
+    label = f"({type(group.pairs[0][0]).__name__}, {group.pairs[0][1]!r})"
+    for (module, name), mask in zip(group.pairs, masks, strict=True):
+        if mask is first or (mask is not None and first is not None and torch.equal(mask, first)):
+            continue
+        other = f"({type(module).__name__}, {name!r})"
+        if mask is not None and first is not None:
+            state = f"{other} and {label} are pruned with different masks"
+        else:
+            pruned, unpruned = (other, label) if first is None else (label, other)
+            state = f"{pruned} is pruned and {unpruned} is not"
+        raise ValueError(
+            f"Expected the holders of the tied parameter {group.name!r} {group.names} to be "
+            f"pruned alike, but {state}: prune all its pairs in one global_unstructured call, "
+            "or remove() the pruning first."
+        )

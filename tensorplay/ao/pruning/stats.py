@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from tensorplay.ao.pruning.aliases import parameter_groups
 from tensorplay.ao.pruning.targets import resolve_parameters, select_parameters
 
 __all__ = ["SparsityReport", "TensorSparsity", "sparsity_report", "tensor_sparsity"]
@@ -66,13 +67,12 @@ def _pruned_units(module: nn.Module, name: str, *, count_zeros: bool) -> tuple[i
 
 
 def _pruned_names(model: nn.Module) -> list[str]:
-    names = []
-    for module_name, module in model.named_modules():
-        for buffer_name in module._buffers:
-            if buffer_name.endswith("_mask") and _is_pruned_tensor(module, buffer_name[:-5]):
-                prefix = f"{module_name}." if module_name else ""
-                names.append(prefix + buffer_name[:-5])
-    return names
+    """The first name of every pruned parameter: a tied one is listed once."""
+    return [
+        group.name
+        for group in parameter_groups(model)
+        if any(_is_pruned_tensor(module, name) for module, name in group.pairs)
+    ]
 
 
 def _percent(value: float) -> str:
@@ -197,8 +197,9 @@ def sparsity_report(
 
     Args:
         model: The model.
-        names: Fully qualified tensor names; default: every pruned tensor of the model, or if none
-            is pruned, :func:`~tensorplay.ao.pruning.targets.select_parameters` with its defaults.
+        names: Fully qualified tensor names; default: every pruned tensor of the model (a tied
+            parameter once, under its first name), or if none is pruned,
+            :func:`~tensorplay.ao.pruning.targets.select_parameters` with its defaults.
         target: A target sparsity to show next to the measured one.
 
     Returns:
