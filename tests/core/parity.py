@@ -7,9 +7,10 @@ the forward pre-hooks (``PruningContainer`` lengths and member types), the state
 and, when asked, the forward outputs.
 
 Masks must be identical, except where tied scores make torch's choice arbitrary (``topk`` is free
-to pick any of the tied units; a half-precision random draw ties too). There both libraries must prune exactly the count asked, torch must
-prune no unit (or channel) scored above one it keeps, and tensorplay must match
-:func:`reference_mask`: a stable sort of the scores, so the lowest index goes first among ties.
+to pick any of the tied units; a half-precision random draw ties too). There both libraries must
+prune exactly the count asked, torch must prune no unit (or channel) scored above one it keeps,
+and tensorplay must match :func:`reference_mask`: a stable sort of the scores, so the lowest index
+goes first among ties.
 
 Import it from a test module in this folder (pytest puts the folder on ``sys.path``)::
 
