@@ -56,11 +56,10 @@ from tensorplay.ao.pruning.selection import (
     AbsKeys,
     KeySpec,
     UniformKeys,
-    _check_finite_scores,
-    _chunk_size,
+    check_finite_scores,
     count_eligible,
     keep_masks,
-    single_torch_thread,
+    multiply_in_place,
 )
 
 __all__ = ["global_unstructured", "reads_buffer", "share_mask"]
@@ -297,7 +296,7 @@ def _key_dtype(dtypes: list[torch.dtype]) -> torch.dtype:
 
 def _select_by_method(targets: list[_Target], method: BasePruningMethod) -> list[Tensor]:
     """The reference path (user-defined methods): concatenate, as torch does, and slice."""
-    _check_finite_scores(
+    check_finite_scores(
         [t.scores for t in targets], [t.mask for t in targets], [t.label for t in targets]
     )
     scores = torch.cat([t.scores.detach().reshape(-1).to(targets[0].param.device) for t in targets])
@@ -334,7 +333,7 @@ def _apply(plan: list[tuple[list[Pair], Tensor | None]], masks: list[Tensor]) ->
         else:
             shared = old
             if mask.dtype == torch.uint8:  # a keep factor (fast path)
-                _multiply_in_place(shared, mask)
+                multiply_in_place(shared, mask)
             else:
                 shared.copy_(mask)
         del mask
@@ -384,13 +383,3 @@ def reads_buffer(hook: BasePruningMethod) -> bool:
     """
     last = hook[-1] if isinstance(hook, PruningContainer) and len(hook) else hook
     return isinstance(last, CustomFromMask) and last.reads_buffer
-
-
-def _multiply_in_place(mask: Tensor, keep: Tensor) -> None:
-    """``mask *= keep`` chunk by chunk: no temporary of the whole tensor for the dtype cast."""
-    step = _chunk_size(mask.device)
-    with single_torch_thread():
-        for part, factor in zip(
-            torch.split(mask.view(-1), step), torch.split(keep.view(-1), step), strict=True
-        ):
-            part.mul_(factor)
