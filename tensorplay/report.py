@@ -348,19 +348,14 @@ def _read_safetensors(path: Path) -> tuple[dict[str, Tensor], str]:
     try:
         import safetensors.torch
 
-        from tensorplay.ao.pruning.sparse_export import (
-            _is_sparse_export,
-            _read_metadata,
-            load_sparse,
-        )
+        from tensorplay.ao.pruning.sparse_export import is_sparse_export, load_sparse
     except ImportError as error:
         raise ValueError(
             f"Expected the optional package safetensors, to read {str(path)!r}: "
             "pip install 'tensorplay[safetensors]'"
         ) from error
     try:
-        metadata = _read_metadata(path)
-        if not _is_sparse_export(metadata):
+        if not is_sparse_export(path):
             return safetensors.torch.load_file(str(path), device="cpu"), "safetensors file"
     except Exception as error:  # safetensors raises its own error types for corrupt files
         raise ValueError(

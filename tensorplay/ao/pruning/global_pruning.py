@@ -56,13 +56,15 @@ from tensorplay.ao.pruning.selection import (
     AbsKeys,
     KeySpec,
     UniformKeys,
+    capped_keep_masks,
     check_finite_scores,
     count_eligible,
     keep_masks,
     multiply_in_place,
+    settle_caps,
 )
 
-__all__ = ["global_unstructured", "reads_buffer", "share_mask"]
+__all__ = ["global_unstructured", "prune_globally", "reads_buffer", "share_mask"]
 
 _RELEASED = torch.empty(0)
 # The methods whose order the streaming selection reproduces. Taken at import, so a method
@@ -135,6 +137,38 @@ def global_unstructured(
         >>> sorted(net[0].state_dict())
         ['bias', 'weight_mask', 'weight_orig']
     """
+    prune_globally(parameters, pruning_method, importance_scores, kwargs)
+
+
+def prune_globally(
+    parameters: Iterable[tuple[nn.Module, str]],
+    pruning_method: type[BasePruningMethod],
+    importance_scores: dict[tuple[nn.Module, str], Tensor] | None,
+    kwargs: dict[str, Any],
+    caps: dict[tuple[nn.Module, str], int] | None = None,
+) -> None:
+    """:func:`global_unstructured`, optionally with per-tensor caps (``min_density``).
+
+    Args:
+        parameters: as in :func:`global_unstructured`.
+        pruning_method: as in :func:`global_unstructured`.
+        importance_scores: as in :func:`global_unstructured`.
+        kwargs: the method's arguments, ``amount`` among them.
+        caps: the most units each tensor may lose in this call, by one of its pairs (a tensor
+            without an entry is not capped). The units are then taken lowest score first,
+            skipping the units of a tensor at its cap (exact: see
+            :mod:`tensorplay.ao.pruning.selection.capped`); ``amount`` must not exceed what
+            the caps allow.
+
+    Example:
+        >>> from tensorplay.ao.pruning import L1Unstructured
+        >>> small, large = nn.Linear(2, 1, bias=False), nn.Linear(4, 1, bias=False)
+        >>> _ = small.weight.data.fill_(0.1), large.weight.data.fill_(1.0)  # small ranks first
+        >>> pairs = [(small, "weight"), (large, "weight")]
+        >>> prune_globally(pairs, L1Unstructured, None, {"amount": 3}, caps={pairs[0]: 1})
+        >>> int((small.weight_mask == 0).sum()), int((large.weight_mask == 0).sum())
+        (1, 2)
+    """
     if not isinstance(parameters, Iterable):
         raise TypeError("global_unstructured(): parameters is not an Iterable")
     scores = {} if importance_scores is None else importance_scores
@@ -153,7 +187,10 @@ def global_unstructured(
             'Only "unstructured" PRUNING_TYPE supported for the `pruning_method`. '
             f"Found method {pruning_method} of type {method.PRUNING_TYPE}"
         )
-    masks = _select(targets, method)
+    if caps is None:
+        masks = _select(targets, method)
+    else:
+        masks = _select_capped(targets, method, _target_caps(targets, caps))
     plan = [(target.pairs, target.mask) for target in targets]
     del targets  # the parameters' reference counts then tell whether others hold them
     left = unmasked_holders([pairs for pairs, mask in plan if mask is None])
@@ -263,13 +300,7 @@ def _check_tie(target: _Target, mask: Tensor | None, score: Tensor | None, label
 
 def _select(targets: list[_Target], method: BasePruningMethod) -> list[Tensor]:
     """Per target: its new mask (first pruning) or the keep factor of its mask (later)."""
-    compute_mask = type(method).compute_mask
-    keys: KeySpec | None = None
-    if compute_mask is _L1_COMPUTE_MASK:
-        keys = AbsKeys(_key_dtype([t.scores.dtype for t in targets]))
-    elif compute_mask is _RANDOM_COMPUTE_MASK:
-        # One draw from the global RNG, so torch.manual_seed makes the masks reproducible.
-        keys = UniformKeys(int(torch.randint(0, 2**62, (1,)).item()))
+    keys = _keys(targets, method)
     if keys is None:
         return _select_by_method(targets, method)
     scores = [t.scores.to(t.param.device) for t in targets]
@@ -277,14 +308,73 @@ def _select(targets: list[_Target], method: BasePruningMethod) -> list[Tensor]:
     n_eligible = count_eligible(
         [None if e is None else e.reshape(-1) for e in eligible], [s.numel() for s in scores]
     )
-    amount = method.amount  # type: ignore[attr-defined]
-    count = compute_nparams_to_prune(amount, n_eligible)
-    validate_pruning_amount(count, n_eligible)
+    count = _count(method, n_eligible)
     out_dtypes = [t.param.dtype if t.mask is None else torch.uint8 for t in targets]
     labels = [t.label for t in targets]
     return keep_masks(
         scores, eligible, count, keys, out_dtypes, labels=labels, n_eligible=n_eligible
     )
+
+
+def _keys(targets: list[_Target], method: BasePruningMethod) -> KeySpec | None:
+    """The keys the streaming selection orders units by, or None for other methods."""
+    compute_mask = type(method).compute_mask
+    if compute_mask is _L1_COMPUTE_MASK:
+        return AbsKeys(_key_dtype([t.scores.dtype for t in targets]))
+    if compute_mask is _RANDOM_COMPUTE_MASK:
+        # One draw from the global RNG, so torch.manual_seed makes the masks reproducible.
+        return UniformKeys(int(torch.randint(0, 2**62, (1,)).item()))
+    return None
+
+
+def _count(method: BasePruningMethod, n_eligible: int) -> int:
+    count = compute_nparams_to_prune(method.amount, n_eligible)  # type: ignore[attr-defined]
+    validate_pruning_amount(count, n_eligible)
+    return count
+
+
+def _target_caps(targets: list[_Target], caps: dict[Pair, int]) -> list[int]:
+    """Each target's cap, from any of its pairs; an uncapped target may lose all it has."""
+    out = []
+    for target in targets:
+        given = [caps[pair] for pair in target.pairs if pair in caps]
+        eligible = target.param.numel() if target.mask is None else int(target.mask.sum())
+        out.append(min([eligible, *given]))
+    return out
+
+
+def _select_capped(
+    targets: list[_Target], method: BasePruningMethod, caps: list[int]
+) -> list[Tensor]:
+    """:func:`_select` with at most ``caps[i]`` units from target ``i`` (greedy, exact)."""
+    count = _count(method, sum(caps))
+    keys = _keys(targets, method)
+    if keys is not None:
+        scores = [t.scores.to(t.param.device) for t in targets]
+        keeps = capped_keep_masks(
+            scores, [t.mask for t in targets], count, caps, keys, labels=[t.label for t in targets]
+        )
+    else:
+
+        def select(indices: list[int], k: int) -> list[Tensor]:
+            subset = [targets[i] for i in indices]
+            masks = _select_by_method(subset, type(method)(amount=k))  # type: ignore[call-arg]
+            return [
+                (mask != 0).to(torch.uint8) if t.mask is None else (mask != 0) | (t.mask == 0)
+                for t, mask in zip(subset, masks, strict=True)
+            ]
+
+        settled = settle_caps(select, count, caps)
+        keeps = [
+            settled[i].to(torch.uint8)
+            if i in settled
+            else torch.ones(t.param.shape, dtype=torch.uint8, device=t.param.device)
+            for i, t in enumerate(targets)
+        ]
+    return [
+        keep.to(t.param.dtype) if t.mask is None else keep
+        for t, keep in zip(targets, keeps, strict=True)
+    ]
 
 
 def _key_dtype(dtypes: list[torch.dtype]) -> torch.dtype:

@@ -34,8 +34,8 @@ from torch import Tensor, nn
 from tensorplay.ao.pruning.aliases import TiedParameter, alias_map
 from tensorplay.ao.pruning.amount import compute_nparams_to_prune
 from tensorplay.ao.pruning.base import BasePruningMethod
-from tensorplay.ao.pruning.global_pruning import global_unstructured, share_mask
-from tensorplay.ao.pruning.methods import L1Unstructured, custom_from_mask, remove
+from tensorplay.ao.pruning.global_pruning import global_unstructured, prune_globally, share_mask
+from tensorplay.ao.pruning.methods import remove
 from tensorplay.ao.pruning.reparametrization import (
     count_zeros,
     is_pruned_tensor,
@@ -698,78 +698,17 @@ class Pruner:
     def _prune_capped(
         self, count: int, caps: list[int], scores: dict[tuple[nn.Module, str], Tensor]
     ) -> None:
-        """Global selection of ``count`` units with at most ``caps[i]`` from target ``i``.
-
-        The result equals taking units lowest score first and skipping those of a target that
-        has reached its cap: select globally; every target over its cap is fixed at its cap (it
-        would reach the cap in the greedy order too, as excluding units only raises the
-        threshold); select the rest among the others; repeat. Each round fixes at least one
-        target, so there are at most as many rounds as targets. Selection runs on stand-in
-        modules holding the scores; then every target gets its mask at once.
-        """
-        masks = [self._current_mask(m, n) for m, n in self._pairs]
-        active = [i for i, cap in enumerate(caps) if cap > 0]
-        remaining = count
-        new_masks: dict[int, Tensor] = {}
-        while remaining > 0:
-            trial = self._select(active, scores, remaining, masks)
-            over = [
-                i
-                for i, mask in zip(active, trial, strict=True)
-                if _zeros(mask) - _zeros(masks[i]) > caps[i]
-            ]
-            if not over:
-                new_masks.update(zip(active, trial, strict=True))
-                break
-            for i in over:
-                new_masks[i] = self._select([i], scores, caps[i], masks)[0]
-                remaining -= caps[i]
-            active = [i for i in active if i not in over]
-        self._apply_masks(new_masks, masks)
-
-    def _apply_masks(self, new_masks: dict[int, Tensor], masks: list[Tensor]) -> None:
-        """Install selected masks through ``global_unstructured``'s lean, in-place path.
-
-        The new masks, as scores, make L1 selection pick exactly their ``count`` new zeros
-        (already-pruned units are not eligible), so the modules hold one mask each however
-        often they are pruned; ``custom_from_mask`` would keep every step's mask alive.
-        """
-        count = sum(_zeros(mask) - _zeros(masks[i]) for i, mask in new_masks.items())
-        if count == 0:
-            return
-        scores = {self._pairs[i]: mask for i, mask in new_masks.items()}
-        self._prune_pairs(list(new_masks), scores, L1Unstructured, count)
-
-    def _select(
-        self,
-        indices: list[int],
-        scores: dict[tuple[nn.Module, str], Tensor],
-        count: int,
-        masks: list[Tensor],
-    ) -> list[Tensor]:
-        """The masks ``global_unstructured`` would give the targets ``indices`` (on top of
-        ``masks``), computed on stand-in modules so the model is not touched."""
-        stand_ins: list[tuple[nn.Module, str]] = []
-        for i in indices:
-            score = scores[self._pairs[i]]  # shared, not copied: only read
-            holder = nn.Module()
-            holder.register_parameter("w", nn.Parameter(score, requires_grad=False))
-            custom_from_mask(holder, "w", masks[i])
-            stand_ins.append((holder, "w"))
-        global_unstructured(stand_ins, self.method, amount=count)
-        return [holder.get_buffer("w_mask") for holder, _ in stand_ins]
-
-    @staticmethod
-    def _current_mask(module: nn.Module, name: str) -> Tensor:
-        if is_pruned_tensor(module, name):
-            mask: Tensor = getattr(module, name + "_mask")
-            return mask.detach().clone()
-        param: Tensor = getattr(module, name)
-        return torch.ones_like(param, memory_format=torch.contiguous_format)
-
-
-def _zeros(mask: Tensor) -> int:
-    return mask.numel() - int(torch.count_nonzero(mask))
+        """Global selection of ``count`` units with at most ``caps[i]`` from target ``i``: the
+        units lowest score first, skipping those of a target that has reached its cap (the
+        selection's per-tensor caps, exact)."""
+        pairs: list[tuple[nn.Module, str]] = []
+        shared: dict[tuple[nn.Module, str], Tensor] = {}
+        for index, group in enumerate(self._groups):
+            for pair in group.pairs:
+                pairs.append(pair)
+                shared[pair] = scores[self._pairs[index]]
+        limits = dict(zip(self._pairs, caps, strict=True))
+        prune_globally(pairs, self.method, shared, {"amount": count}, caps=limits)
 
 
 def _history_entry(entry: object) -> tuple[int, float, int]:

@@ -57,7 +57,7 @@ from tensorplay.ao.pruning.serialization import (
     view_identity,
 )
 
-__all__ = ["load_sparse", "save_sparse"]
+__all__ = ["is_sparse_export", "load_sparse", "save_sparse"]
 
 _FORMAT = "tensorplay.sparse"
 _VERSION = "1"
@@ -192,6 +192,26 @@ def _read_metadata(path: Path) -> dict[str, str]:
 
 def _is_sparse_export(metadata: Mapping[str, str]) -> bool:
     return metadata.get("format") == _FORMAT
+
+
+def is_sparse_export(path: str | Path) -> bool:
+    """Whether the safetensors file ``path`` was written by :func:`save_sparse`.
+
+    Raises:
+        Exception: safetensors' own error for a file that is not a readable safetensors file.
+
+    Example:
+        >>> import tempfile, torch
+        >>> from pathlib import Path
+        >>> from safetensors.torch import save_file
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> save_file({"w": torch.zeros(2)}, folder / "plain.safetensors")
+        >>> is_sparse_export(folder / "plain.safetensors")
+        False
+        >>> is_sparse_export(save_sparse({"w": torch.zeros(2)}, folder / "sparse.safetensors"))
+        True
+    """
+    return _is_sparse_export(_read_metadata(Path(path)))
 
 
 def _entries(metadata: Mapping[str, str], path: Path) -> dict[str, dict[str, Any]]:

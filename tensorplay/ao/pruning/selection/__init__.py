@@ -33,10 +33,14 @@ Memory: the keep masks (which the caller needs anyway), three buffers of one chu
 and thread (keys, flags, scratch; ``buffers.py``), and the candidates (a small fraction of the
 units). Counts are kept on the device and read once per pass.
 
+Caps (``capped.py``): :func:`capped_keep_masks` gives no source more than its cap of units (the
+greedy result: lowest key first, skipping sources at their cap), with a few uncapped selections.
+
 Threads: the selection never changes a thread setting of the process (see ``threads.py``), so
 it may run in several threads at once.
 """
 
+from tensorplay.ao.pruning.selection.capped import SubsetKeys, capped_keep_masks, settle_caps
 from tensorplay.ao.pruning.selection.checks import check_finite_scores, count_eligible
 from tensorplay.ao.pruning.selection.keys import AbsKeys, KeySpec, UniformKeys
 from tensorplay.ao.pruning.selection.masks import keep_masks, multiply_in_place
@@ -49,6 +53,10 @@ __all__ = [
     # the selection, and applying its keep factors
     "keep_masks",
     "multiply_in_place",
+    # under per-source caps (min_density)
+    "capped_keep_masks",
+    "settle_caps",
+    "SubsetKeys",
     # what the inputs hold
     "count_eligible",
     "check_finite_scores",
