@@ -179,10 +179,11 @@ def pruned_tensor_names(module: nn.Module, excluding: object = None) -> list[str
         >>> pruned_tensor_names(identity(identity(nn.Linear(2, 2), "bias"), "weight"))
         ['bias', 'weight']
     """
+    names = [getattr(hook, "_tensor_name", None) for hook in module._forward_pre_hooks.values()]
     return [
-        hook._tensor_name
-        for hook in module._forward_pre_hooks.values()
-        if hook is not excluding and _is_pruning_hook(hook, getattr(hook, "_tensor_name", None))
+        name
+        for name, hook in zip(names, module._forward_pre_hooks.values(), strict=True)
+        if isinstance(name, str) and hook is not excluding and _is_pruning_hook(hook, name)
     ]
 
 
