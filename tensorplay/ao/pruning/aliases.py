@@ -200,6 +200,13 @@ def unmasked_holders(groups: Sequence[Sequence[Pair]]) -> list[tuple[Pair, list[
     Returns:
         ``(first pair, other holders)`` for each parameter that some module outside the call
         holds as a plain (not pruned) parameter.
+
+    Example:
+        >>> from torch import nn
+        >>> first, second = nn.Linear(2, 2), nn.Linear(2, 2)
+        >>> second.weight = first.weight
+        >>> [(type(m).__name__, n) for m, n in unmasked_holders([[(first, "weight")]])[0][1]]
+        [('Linear', 'weight')]
     """
     suspects = [
         pairs for pairs in groups if _references_beyond(pairs[0][0], pairs[0][1], len(pairs)) > 0
@@ -222,7 +229,18 @@ def unmasked_holders(groups: Sequence[Sequence[Pair]]) -> list[tuple[Pair, list[
 
 
 def warn_unmasked_holders(left: Sequence[tuple[Pair, Sequence[Pair]]]) -> None:
-    """One warning per parameter that the call pruned in some holders but not in all."""
+    """One warning per parameter that the call pruned in some holders but not in all.
+
+    Example:
+        >>> import warnings
+        >>> from torch import nn
+        >>> first, second = nn.Linear(2, 2), nn.Linear(2, 2)
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     warn_unmasked_holders([((first, "weight"), [(second, "weight")])])
+        >>> "also held by (Linear, 'weight')" in str(caught[0].message)
+        True
+    """
     for (module, name), others in left:
         holders = ", ".join(f"({type(m).__name__}, {key!r})" for m, key in others)
         warnings.warn(

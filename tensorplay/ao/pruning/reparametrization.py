@@ -255,6 +255,16 @@ def install(module: nn.Module, name: str, hook: Any, mask: Tensor, old_key: int 
     the hook under ``old_key`` is replaced by ``hook`` (re-registered last, as torch does).
     ``mask`` becomes the ``<name>_mask`` buffer, ``<name>`` is computed, and the module learns to
     deep-copy itself (torch cannot deep-copy the non-leaf ``<name>``).
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from tensorplay.ao.pruning import Identity
+        >>> layer, hook = nn.Linear(2, 1), Identity()
+        >>> hook._tensor_name = "bias"
+        >>> install(layer, "bias", hook, torch.zeros(1), old_key=None)
+        >>> sorted(layer.state_dict()), layer.bias.eq(0).tolist()
+        (['bias_mask', 'bias_orig', 'weight'], [True])
     """
     if old_key is None:
         orig = module._parameters.pop(name)
@@ -271,6 +281,16 @@ def remove_parts(module: nn.Module, name: str, hook: Any, weight: Tensor) -> Non
     """Make ``module.<name>`` a parameter again holding ``weight``; drop ``_orig`` and ``_mask``.
 
     The caller removes ``hook`` from the module's hooks (torch's ``remove`` does it after).
+
+    Example:
+        >>> from torch import nn
+        >>> from tensorplay.ao.pruning.methods import identity
+        >>> layer = identity(nn.Linear(2, 1), "bias")
+        >>> key, hook = find_hook(layer, "bias")
+        >>> remove_parts(layer, "bias", hook, hook.apply_mask(layer))
+        >>> del layer._forward_pre_hooks[key]
+        >>> sorted(layer.state_dict())
+        ['bias', 'weight']
     """
     if hasattr(module, name):
         delattr(module, name)

@@ -148,6 +148,14 @@ def share_storage(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
 
 
 def view_identity(tensor: Tensor) -> tuple[object, ...] | None:
+    """What makes two tensors the same view of the same memory (``None``: no memory).
+
+    Example:
+        >>> import torch
+        >>> weight = torch.ones(2, 2)
+        >>> view_identity(weight) == view_identity(weight.detach()) != view_identity(weight[0])
+        True
+    """
     if tensor.numel() == 0 or tensor.device.type == "meta":
         return None  # no memory to share
     return (

@@ -249,6 +249,12 @@ def check_exclusive(
 
     Raises:
         ValueError: Naming the filters that were given.
+
+    Example:
+        >>> check_exclusive(["0.weight"], include=["fc"])
+        Traceback (most recent call last):
+        ...
+        ValueError: Expected either `parameters` or the selection filters ...
     """
     given = {
         key: value
@@ -283,6 +289,12 @@ def check_selection_args(
 
     Raises:
         ValueError: or TypeError, with the messages of :func:`select_parameters`.
+
+    Example:
+        >>> check_selection_args(None, keep_dense=["middle"])
+        Traceback (most recent call last):
+        ...
+        ValueError: Expected `keep_dense` to hold ...
     """
     check_exclusive(
         parameters,
@@ -307,6 +319,10 @@ def owner(model: nn.Module, fq_name: str, expected: str) -> tuple[nn.Module, str
 
     Raises:
         ValueError: naming ``expected``, if the model has no such module.
+
+    Example:
+        >>> owner(nn.Sequential(nn.Linear(2, 2)), "0.weight", "a tensor")
+        (Linear(in_features=2, out_features=2, bias=True), 'weight')
     """
     module_name, _, name = fq_name.rpartition(".")
     try:
@@ -660,7 +676,13 @@ def resolve_method(method: str | type[BasePruningMethod]) -> type[BasePruningMet
 
 
 def method_name(cls: type[BasePruningMethod]) -> str:
-    """The name :func:`resolve_method` takes back: snake case if built in, else an import path."""
+    """The name :func:`resolve_method` takes back: snake case if built in, else an import path.
+
+    Example:
+        >>> from tensorplay.ao.pruning import RandomUnstructured
+        >>> method_name(RandomUnstructured)
+        'random_unstructured'
+    """
     snake = _snake_case(cls.__name__)
     if _builtin_methods().get(snake) is cls:
         return snake
