@@ -30,6 +30,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from tensorplay.ao.pruning.reparametrization import is_pruned_tensor
+
 __all__ = [
     "TiedParameter",
     "alias_map",
@@ -85,11 +87,8 @@ def tensor_name(module: nn.Module, param_name: str) -> str:
         >>> tensor_name(module, "weight_orig"), tensor_name(module, "bias")
         ('weight', 'bias')
     """
-    if param_name.endswith("_orig"):
-        base = param_name[: -len("_orig")]
-        if base + "_mask" in module._buffers:
-            return base
-    return param_name
+    base = param_name.removesuffix("_orig")
+    return base if base != param_name and is_pruned_tensor(module, base) else param_name
 
 
 def parameter_groups(model: nn.Module) -> list[TiedParameter]:

@@ -449,11 +449,12 @@ def share_mask(pairs: Iterable[Pair], mask: Tensor) -> None:
         ('CustomFromMask', tensor([[1., 0.]]))
     """
     for module, name in pairs:
-        own = module._buffers.get(name + "_mask")
+        old_key, old_hook = own_hook(module, name)
+        parts = pruned_parts(module, name)
+        own = None if parts is None else parts.mask
         if own is not None and own is not mask:
             own.copy_(mask)  # pruned before: the buffer stays, its values change
         buffer = mask if own is None else own
-        old_key, old_hook = own_hook(module, name)
         if old_hook is not None and reads_buffer(old_hook):
             setattr(module, name, old_hook.apply_mask(module))  # the hook already reads it
             continue

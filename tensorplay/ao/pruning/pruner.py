@@ -759,7 +759,7 @@ def _tied_groups(model: nn.Module, names: list[str]) -> list[_Target]:
 def _check_pruned_alike(group: TiedParameter) -> None:
     """The holders of a tied parameter must all be unpruned, or pruned with equal masks."""
     masks = [
-        module._buffers.get(name + "_mask") if is_pruned_tensor(module, name) else None
+        None if (parts := pruned_parts(module, name)) is None else parts.mask
         for module, name in group.pairs
     ]
     first = masks[0]
