@@ -386,7 +386,7 @@ def test_state_dict_round_trip() -> None:
     second.load_state_dict(state)
     assert second.state_dict() == first.state_dict()
     assert state == {
-        "version": 1,
+        "version": 2,
         "step": 7,
         "last_pruned_step": 6,
         "targets": TARGETS,
@@ -394,8 +394,12 @@ def test_state_dict_round_trip() -> None:
         "method": "l1_unstructured",
         "scope": "global",
         "min_density": 0.1,
+        "rewind": "none",
+        "rewind_step": 0,
+        "seed": None,
         "history": [(3, schedule(3), 48), (6, schedule(6), 24)],
         "permanent": False,
+        "snapshot": None,
     }
 
 
@@ -480,9 +484,9 @@ def _state(**changes: object) -> dict[str, object]:
     ("state", "error", "match"),
     [
         pytest.param(
-            _state(version=2),
+            _state(version=3),
             ValueError,
-            "Expected a pruner state of version 1, but got version 2.",
+            "Expected a pruner state of version 1 or 2, but got version 3.",
             id="version",
         ),
         pytest.param(
@@ -741,7 +745,7 @@ def test_a_single_name_is_one_target() -> None:
     ("step", "error", "match"),
     [
         pytest.param(
-            -1, ValueError, "Expected `step` to be a non-negative int, but got -1.", id="neg"
+            -1, ValueError, "Expected `step` to be an int >= 0, but got -1.", id="neg"
         ),
         pytest.param(1.0, TypeError, "Expected `step` to be an int, but got 1.0.", id="float"),
         pytest.param(True, TypeError, "Expected `step` to be an int, but got True.", id="bool"),

@@ -39,7 +39,7 @@ from torch import nn
 from tensorplay.ao.pruning import methods as _methods
 from tensorplay.ao.pruning.aliases import TiedParameter, alias_map, parameter_groups
 from tensorplay.ao.pruning.base import BasePruningMethod
-from tensorplay.ao.pruning.schedules import _import_object
+from tensorplay.ao.pruning.imports import import_object as _import_object
 
 __all__ = [
     "DEFAULT_MODULE_TYPES",
