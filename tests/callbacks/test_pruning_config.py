@@ -160,13 +160,14 @@ def test_lightning_cli_builds_the_callback_from_yaml(tmp_path):
     callbacks = [c for c in cli.trainer.callbacks if isinstance(c, GradualPruning)]
     assert len(callbacks) == 1
     callback = callbacks[0]
-    assert callback.schedule == LinearSchedule(final_sparsity=0.5, end_step=4)
-    assert (callback.method, callback.module_types, callback.exclude) == (
+    config = callback.config
+    assert config.schedule == LinearSchedule(final_sparsity=0.5, end_step=4)
+    assert (config.method, config.module_types, config.exclude) == (
         "tensorplay.ao.pruning.RandomUnstructured",
         ["torch.nn.Linear"],
         [r"^net\.2\."],
     )
-    assert (callback.min_density, callback.seed, callback.verbose) == (0.1, 7, False)
+    assert (config.min_density, config.seed, callback.verbose) == (0.1, 7, False)
 
     cli.trainer.fit(cli.model)
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cached_property
-from typing import Literal
+from typing import Any, Literal
 
 from tensorplay.ao.pruning.base import BasePruningMethod
 from tensorplay.ao.pruning.schedules import Schedule
@@ -172,6 +172,17 @@ class PrunerConfig:
         check_int("rewind_step", self.rewind_step, 0)
         _check_seed(self.seed)
         _check_method_options(self.method_class, self.min_density)
+
+    def as_kwargs(self) -> dict[str, Any]:
+        """The fields by name: the keyword arguments of
+        :class:`~tensorplay.ao.pruning.pruner.Pruner` that made this configuration.
+
+        Example:
+            >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+            >>> sorted(PrunerConfig(OneShotSchedule(0.5)).as_kwargs())[:3]
+            ['exclude', 'include', 'keep_dense']
+        """
+        return {field.name: getattr(self, field.name) for field in fields(self)}
 
     @cached_property
     def method_class(self) -> type[BasePruningMethod]:

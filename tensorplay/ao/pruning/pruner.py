@@ -77,6 +77,8 @@ _STATE_KEYS_V1 = (
     "permanent",
 )
 _STATE_KEYS = (*_STATE_KEYS_V1, "rewind", "rewind_step", "seed", "snapshot")
+# A version-1 state may carry the seed and snapshot that the 0.1 callback kept beside it.
+_V1_OPTIONAL = ("seed", "snapshot")
 _CONFIG_KEYS = ("schedule", "method", "scope", "min_density", "rewind", "rewind_step")
 
 ImportanceFn = Callable[[nn.Module, str], Tensor]
@@ -225,7 +227,9 @@ class Pruner:
         self._permanent = False
         self._count_cache: dict[tuple[int, str], tuple[weakref.ref[Tensor], int, int]] = {}
         # The values rewinding restores; for "init", those of the model as it is now.
-        self._snapshot: dict[str, Tensor] | None = self.snapshot() if rewind == "init" else None
+        self._snapshot: dict[str, Tensor] | None = None
+        if rewind == "init":
+            self.take_snapshot()
 
     @property
     def pairs(self) -> list[tuple[nn.Module, str]]:
@@ -307,11 +311,11 @@ class Pruner:
             return
         if config.rewind == "step" and step <= config.rewind_step:
             if step == config.rewind_step:
-                self._snapshot = self.snapshot()
+                self.take_snapshot()
             return
-        due = "the pruner was made" if config.rewind == "init" else f"step {config.rewind_step}"
+        due = "the initial values" if config.rewind == "init" else f"step {config.rewind_step}"
         raise RuntimeError(
-            f"Expected the rewind snapshot of {due} to be taken then or loaded with "
+            f"Expected the rewind snapshot of {due} to be taken or loaded with "
             f"load_state_dict(), but the pruner has none at step {step}."
         )
 
@@ -485,6 +489,28 @@ class Pruner:
             for fq_name, (module, name) in zip(self.targets, self._pairs, strict=True)
         }
 
+    def take_snapshot(self) -> None:
+        """Keep the targets' current values as those rewinding restores.
+
+        ``rewind="init"`` takes the snapshot when the pruner is made and ``rewind="step"`` at
+        ``rewind_step``; call this when the weights are replaced afterwards (pretrained weights
+        loaded, or DDP's broadcast of rank zero's weights), before the first pruning step.
+
+        Example:
+            >>> import torch
+            >>> from torch import nn
+            >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+            >>> model = nn.Linear(4, 2)
+            >>> pruner = Pruner(model, OneShotSchedule(0.5), rewind="init")
+            >>> with torch.no_grad():
+            ...     _ = model.weight.fill_(1.0)  # e.g. pretrained weights loaded
+            >>> pruner.take_snapshot()
+            >>> _ = pruner.step()
+            >>> model.weight_orig.unique().tolist()
+            [1.0]
+        """
+        self._snapshot = self.snapshot()
+
     def rewind(self, state: Mapping[str, Tensor]) -> None:
         """Copy ``state`` into the targets' unpruned values, keeping the masks (lottery tickets).
 
@@ -614,9 +640,10 @@ class Pruner:
         a resumed run draws what an uninterrupted one would.
 
         A version-1 state (saved by tensorplay 0.1, before the pruner rewound or seeded) is
-        accepted: it restores the counters and history, keeps the pruner's seed, and has no
-        snapshot, so a pruner that rewinds raises at its next step unless the snapshot's step
-        is still ahead.
+        accepted: it restores the counters and history and keeps the pruner's seed; it has no
+        snapshot (unless it carries the ``"seed"`` and ``"snapshot"`` that 0.1's callback kept
+        beside it), so a pruner that rewinds raises at its next step unless the snapshot's
+        step is still ahead.
 
         Raises:
             TypeError: ``state`` or its snapshot is not a mapping.
@@ -642,8 +669,9 @@ class Pruner:
                 f"{version!r}."
             )
         expected = _STATE_KEYS_V1 if version == 1 else _STATE_KEYS
+        optional = _V1_OPTIONAL if version == 1 else ()
         missing = [key for key in expected if key not in state]
-        unknown = sorted(key for key in state if key not in expected)
+        unknown = sorted(key for key in state if key not in expected + optional)
         if missing or unknown:
             raise ValueError(
                 f"Expected a version-{version} pruner state to have keys {list(expected)}, but "
@@ -684,16 +712,17 @@ class Pruner:
         self._snapshot = snapshot if self.config.rewind != "none" else None
 
     def _upgrade_v1(self, state: Mapping[str, Any]) -> dict[str, Any]:
-        """A version-1 state as version 2: the pruner's own rewinding and seed, no snapshot;
-        its schedule (in the old ``{"type"}`` form) is left out of the comparison."""
+        """A version-1 state as version 2: the pruner's own rewinding, its seed and no snapshot
+        unless given; its schedule (in the old ``{"type"}`` form) is left out of the
+        comparison."""
         return {
+            "seed": self.seed,
+            "snapshot": None,
             **state,
             "version": STATE_VERSION,
             "schedule": None,
             "rewind": self.config.rewind,
             "rewind_step": self.config.rewind_step,
-            "seed": self.seed,
-            "snapshot": None,
         }
 
     def _warn_on_config_change(self, state: Mapping[str, Any]) -> None:
