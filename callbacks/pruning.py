@@ -1,19 +1,14 @@
 """Gradual pruning while a Lightning ``Trainer`` fits: an adapter over the pruner.
 
-:class:`GradualPruning` maps Lightning hooks to :meth:`~tensorplay.ao.pruning.pruner.Pruner.step`.
-Every pruning decision (which tensors, how many units, which units, rewinding, seeding, optimizer
-reset) belongs to the pruner; the callback builds it, hands it rank zero's seed and the trainer's
-optimizers, logs what happened and carries the pruner's state in Lightning checkpoints.
-
-Steps are optimizer steps: the pruner steps with ``trainer.global_step``, ``0`` before the first
-optimizer step (at ``on_train_start``) and ``k`` right after the ``k``-th one, so gradient
-accumulation and manual optimization count correctly.
+Every pruning decision belongs to :class:`~tensorplay.ao.pruning.pruner.Pruner`; the callback
+builds it, hands it rank zero's seed and the trainer's optimizers, steps it with
+``trainer.global_step`` (0 before the first optimizer step, ``k`` right after the ``k``-th), logs,
+and carries its state in checkpoints.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,11 +18,11 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
-from tensorplay.ao.pruning.aliases import alias_map
 from tensorplay.ao.pruning.config import PrunerConfig, Rewind, Scope
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import Schedule
-from tensorplay.ao.pruning.targets import KeepDense, _owned_parameter
+from tensorplay.ao.pruning.targets import KeepDense
+from tensorplay.callbacks._loading import pruner_state, schedule_key
 
 __all__ = ["GradualPruning"]
 
@@ -35,10 +30,9 @@ __all__ = ["GradualPruning"]
 class GradualPruning(Callback):
     """Prune a model on a sparsity schedule while it trains, and log its sparsity.
 
-    The pruning arguments (``schedule`` to ``seed``, less the callback's own three) are those of
-    :class:`~tensorplay.ao.pruning.pruner.Pruner`, checked by the same
-    :class:`~tensorplay.ao.pruning.config.PrunerConfig`, so a bad value fails here with the
-    pruner's message. Logged after every optimizer step through
+    The pruning arguments are those of :class:`~tensorplay.ao.pruning.pruner.Pruner`, checked by
+    the same :class:`~tensorplay.ao.pruning.config.PrunerConfig`, so a bad value fails here with
+    the pruner's message. Logged after every optimizer step through
     :meth:`~lightning.pytorch.core.LightningModule.log` (filed by Lightning under the index of the
     batch that just ended): ``pruning/sparsity``, ``pruning/target_sparsity``, ``pruning/pruned``
     (cumulative units) and, with ``log_per_tensor``, ``pruning/sparsity/<module>.<name>``.
@@ -50,25 +44,16 @@ class GradualPruning(Callback):
     callbacks on one model, and resuming.
 
     Args:
-        schedule: The cumulative target sparsity per optimizer step.
-        method: As the pruner's; a name or an import path in YAML.
-        parameters: As the pruner's.
-        module_types: As the pruner's.
-        names: As the pruner's.
-        include: As the pruner's.
-        exclude: As the pruner's.
-        keep_dense: As the pruner's.
-        scope: As the pruner's.
-        min_density: As the pruner's.
+        schedule, method, parameters, module_types, names, include, exclude, keep_dense, scope,
+            min_density, rewind, rewind_step: Those of the pruner (``method`` by name or import
+            path); ``rewind="init"`` restores the weights training starts from.
+        seed: The pruner's; by default rank zero's ``torch.initial_seed()`` (set by
+            ``seed_everything``), the same on every rank.
         log_per_tensor: Also log ``pruning/sparsity/<module>.<name>``.
         make_permanent: At the end of fit, drop ``_orig``, ``_mask`` and the hooks (checkpoints
             saved during fit keep the masks).
-        rewind: As the pruner's; ``"init"`` restores the values training starts from.
-        rewind_step: As the pruner's.
         reset_optimizer_state: Give the pruner the trainer's optimizers, whose state it clears
             after each pruning event.
-        seed: As the pruner's; by default rank zero's ``torch.initial_seed()`` (set by
-            ``seed_everything``), the same on every rank.
         verbose: Report each pruning event and the final sparsity table on rank zero.
 
     Raises:
@@ -139,7 +124,7 @@ class GradualPruning(Callback):
         if config.keep_dense:
             extra["keep_dense"] = list(config.keep_dense)
         return self._generate_state_key(
-            schedule=_schedule_key(config.schedule),
+            schedule=schedule_key(config.schedule),
             method=config.method,
             **{key: _listed(getattr(config, key)) for key in _KEY_FIELDS},
             **extra,
@@ -208,7 +193,7 @@ class GradualPruning(Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the pruner's state (kept until :meth:`setup` if early); a checkpoint of
         tensorplay 0.1 (``{"version": 1, "pruner", "seed", "snapshot"}``) is accepted."""
-        self._pending_state = _pruner_state(state_dict) or None
+        self._pending_state = pruner_state(state_dict) or None
         if self._pruner is not None:
             self._load_pending()
 
@@ -252,13 +237,11 @@ class GradualPruning(Callback):
         # Masks are identical on every rank (same weights after DDP's all-reduce, same seed for
         # random methods), so these values need no reduction across ranks.
         pruner = self.pruner
-        metrics = {
-            "pruning/sparsity": pruner.sparsity(),
-            "pruning/target_sparsity": pruner.target_sparsity(),
-            "pruning/pruned": float(pruner.pruned_count()),
-        }
-        if self.log_per_tensor:
-            metrics.update({f"pruning/sparsity/{r.name}": r.sparsity for r in pruner.report().rows})
+        rows = pruner.report().rows if self.log_per_tensor else ()
+        metrics = {f"pruning/sparsity/{row.name}": row.sparsity for row in rows}
+        metrics["pruning/sparsity"] = pruner.sparsity()
+        metrics["pruning/target_sparsity"] = pruner.target_sparsity()
+        metrics["pruning/pruned"] = float(pruner.pruned_count())
         for name, value in metrics.items():
             # float64: Lightning turns a Python number into float32, exact only up to 2**24 units.
             value64 = torch.tensor(value, dtype=torch.float64)
@@ -280,62 +263,18 @@ def _listed(value: Sequence[Any] | None) -> list[Any] | None:
     return None if value is None else list(value)
 
 
-def _schedule_key(schedule: Schedule) -> object:
-    """The schedule as tensorplay 0.1 wrote it into the state key: ``{"type", **init_args}``,
-    a built-in by its snake-case name (``CubicSchedule``: ``"cubic"``), a lambda by its repr."""
-    try:
-        data = schedule.to_dict()
-    except (TypeError, ValueError):
-        return repr(schedule)
-    path = data["class_path"]
-    module, _, name = path.rpartition(".")
-    if module == "tensorplay.ao.pruning.schedules":
-        path = re.sub(r"(?<!^)(?=[A-Z])", "_", name.removesuffix("Schedule")).lower()
-    return {"type": path, **data["init_args"]}
-
-
-def _pruner_state(state: dict[str, Any]) -> dict[str, Any]:
-    """The pruner's state in ``state``: itself, or in a 0.1 checkpoint its ``"pruner"`` entry
-    with the seed and snapshot that 0.1's callback kept beside it.
-
-    Raises:
-        ValueError: A state with a ``"pruner"`` entry whose version is not 1.
-    """
-    if "pruner" not in state:
-        return state
-    if state.get("version") != 1:
-        raise ValueError(
-            f"Expected `GradualPruning` state version 1 or a pruner state, but got "
-            f"{state.get('version')!r}."
-        )
-    return {**state["pruner"], "seed": state["seed"], "snapshot": state["snapshot"]}
-
-
 def _check_disjoint(trainer: pl.Trainer, callback: GradualPruning, pruner: Pruner) -> None:
-    """Refuse a pruner whose tensors another ``GradualPruning`` of this model already prunes.
-
-    Raises:
-        ValueError: Naming both callbacks by their index in ``trainer.callbacks`` and every
-            shared tensor with all its names.
-    """
+    """Refuse a pruner whose tensors another ``GradualPruning`` already prunes, naming both
+    callbacks by their index in ``trainer.callbacks`` and every shared tensor."""
     callbacks = list(trainer.callbacks)  # type: ignore[attr-defined]
-    mine = {id(_owned_parameter(module, name)) for module, name in pruner.pairs}
     for index, other in enumerate(callbacks):
-        if other is callback or not isinstance(other, GradualPruning):
+        if other is callback or not isinstance(other, GradualPruning) or other._pruner is None:
             continue
-        if other._pruner is None or other._pruner.model is not pruner.model:
-            continue
-        shared = [
-            name
-            for name, (module, key) in zip(other._pruner.targets, other._pruner.pairs, strict=True)
-            if id(_owned_parameter(module, key)) in mine
-        ]
+        shared = pruner.shared_targets(other._pruner)
         if shared:
-            groups = alias_map(pruner.model)
-            described = [" = ".join(groups[name].names) for name in shared]
             raise ValueError(
                 "Expected GradualPruning callbacks to prune disjoint tensors, but "
                 f"trainer.callbacks[{callbacks.index(callback)}] and trainer.callbacks[{index}] "
-                f"both select {described}. Give each callback its own `parameters`, or "
+                f"both select {shared}. Give each callback its own `parameters`, or "
                 "`include`/`exclude` patterns that do not overlap."
             )

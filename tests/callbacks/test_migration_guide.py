@@ -135,7 +135,10 @@ def test_model_pruning_default_selection_is_weight_and_bias_of_every_non_contain
 @pytest.mark.filterwarnings("ignore::tensorplay.ao.pruning.targets.SelectionWarning")
 def test_the_same_selection_with_gradual_pruning(make_trainer):
     callback = run_block(0)["callback"]
-    assert (callback.config.module_types, callback.config.names) == (["torch.nn.Module"], ["weight", "bias"])
+    assert (callback.config.module_types, callback.config.names) == (
+        ["torch.nn.Module"],
+        ["weight", "bias"],
+    )
     model = Zoo()
     theirs = ModelPruning.sanitize_parameters_to_prune(model, (), ("weight", "bias"))
 
@@ -237,7 +240,10 @@ def test_before_and_after_prune_the_same_units_to_the_same_weights(make_trainer)
     namespace = run_block(2)
     before, after = namespace["before"], namespace["after"]
     assert isinstance(before, ModelPruning) and isinstance(after, GradualPruning)
-    assert (after.config.module_types, after.config.names) == (["torch.nn.Module"], ["weight", "bias"])
+    assert (after.config.module_types, after.config.names) == (
+        ["torch.nn.Module"],
+        ["weight", "bias"],
+    )
     after.verbose = False
     theirs, ours = Epochs(), Epochs()
     make_trainer(callbacks=[Refresh(), before], max_epochs=3, logger=False).fit(theirs)

@@ -206,7 +206,10 @@ def test_names_and_keep_dense_from_yaml(tmp_path: Path):
         save_config_callback=None,
     )
     [callback] = [c for c in cli.trainer.callbacks if isinstance(c, GradualPruning)]
-    assert (callback.config.names, callback.config.keep_dense) == (["weight", "bias"], ["embeddings", "first"])
+    assert (callback.config.names, callback.config.keep_dense) == (
+        ["weight", "bias"],
+        ["embeddings", "first"],
+    )
 
     cli.trainer.fit(cli.model)
 

@@ -251,6 +251,28 @@ class Pruner:
         """
         return {group.name: group.names for group in self._groups}
 
+    def shared_targets(self, other: Pruner) -> list[str]:
+        """The targets of ``other`` that are targets of this pruner too (one parameter under any
+        of its names), each as all its names joined by ``" = "``; two pruners of one model
+        should share none.
+
+        Example:
+            >>> from torch import nn
+            >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+            >>> model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+            >>> first = Pruner(model, OneShotSchedule(0.5))
+            >>> first.shared_targets(Pruner(model, OneShotSchedule(0.9), parameters=["1.weight"]))
+            ['1.weight']
+        """
+        if other.model is not self.model:
+            return []
+        mine = {id(_owned_parameter(module, name)) for module, name in self._pairs}
+        return [
+            " = ".join(group.names)
+            for group in other._groups
+            if id(_owned_parameter(*group.pairs[0])) in mine
+        ]
+
     @property
     def permanent(self) -> bool:
         """Whether :meth:`make_permanent` has been called."""
