@@ -1012,7 +1012,7 @@ def version_1_state() -> dict[str, object]:
             "initial_sparsity": 0.0,
             "frequency": 3,
             "power": 3.0,
-        },  # fmt: skip
+        },
         "method": "l1_unstructured",
         "scope": "global",
         "min_density": 0.0,
