@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
+import pytest
 import torch
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -33,3 +35,34 @@ def test_plain_loop_example_reaches_the_final_sparsity() -> None:
     pruner = namespace["pruner"]
     total = pruner.total_count()  # type: ignore[attr-defined]
     assert pruner.pruned_count() == round(0.9 * total)  # type: ignore[attr-defined]
+
+
+@pytest.mark.slow
+def test_hugging_face_example_saves_a_folder_that_loads_to_the_same_logits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    transformers = pytest.importorskip("transformers")
+    from tensorplay.ao.pruning import load_sparse
+    from tensorplay.report import main as report
+
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, Any] = {}
+    torch.manual_seed(0)
+    exec(_python_blocks()[3], namespace)
+    model, pruner = namespace["model"], namespace["pruner"]
+    model.eval()
+    # Every Conv1D projection and the tied head/embedding, counted once, exactly 80%.
+    conv1d = {n for n, m in model.named_modules() if type(m).__name__ == "Conv1D"}
+    assert {t.rpartition(".")[0] for t in pruner.targets} == conv1d | {"transformer.wte"}
+    assert pruner.pruned_count() == round(0.8 * pruner.total_count())
+    assert torch.equal(model.lm_head.weight, model.transformer.wte.weight)
+    tokens = torch.randint(0, model.config.vocab_size, (2, 12))
+    with torch.no_grad():
+        expected = model(tokens).logits
+        reloaded = transformers.GPT2LMHeadModel.from_pretrained("gpt2-pruned").eval()
+        assert torch.equal(reloaded(tokens).logits, expected)
+        fresh = transformers.GPT2LMHeadModel(model.config).eval()
+        fresh.load_state_dict(load_sparse("gpt2-pruned.safetensors"), strict=True)
+        assert torch.equal(fresh(tokens).logits, expected)
+    assert report(["gpt2-pruned"]) == 0
+    assert "global sparsity" in capsys.readouterr().out

@@ -49,11 +49,10 @@ from tensorplay.ao.pruning.selection import (
     AbsKeys,
     KeySpec,
     UniformKeys,
-    _check_finite_scores,
-    _chunk_size,
+    check_finite_scores,
     count_eligible,
     keep_masks,
-    single_torch_thread,
+    multiply_in_place,
 )
 
 __all__ = ["global_unstructured"]
@@ -293,7 +292,7 @@ def _key_dtype(dtypes: list[torch.dtype]) -> torch.dtype:
 
 def _select_by_method(targets: list[_Target], method: BasePruningMethod) -> list[Tensor]:
     """The reference path (user-defined methods): concatenate, as torch does, and slice."""
-    _check_finite_scores(
+    check_finite_scores(
         [t.scores for t in targets], [t.mask for t in targets], [t.label for t in targets]
     )
     scores = torch.cat([t.scores.detach().reshape(-1).to(targets[0].param.device) for t in targets])
@@ -330,7 +329,7 @@ def _apply(plan: list[tuple[list[Pair], Tensor | None]], masks: list[Tensor]) ->
         else:
             shared = old
             if mask.dtype == torch.uint8:  # a keep factor (fast path)
-                _multiply_in_place(shared, mask)
+                multiply_in_place(shared, mask)
             else:
                 shared.copy_(mask)
         del mask
@@ -354,13 +353,3 @@ def _share_mask(pairs: list[Pair], mask: Tensor) -> None:
         hook._tensor_name = name
         old_key, old_method = _find_pruning_hook(module, name)
         _install(module, name, hook, buffer, old_key, old_method)
-
-
-def _multiply_in_place(mask: Tensor, keep: Tensor) -> None:
-    """``mask *= keep`` chunk by chunk: no temporary of the whole tensor for the dtype cast."""
-    step = _chunk_size(mask.device)
-    with single_torch_thread():
-        for part, factor in zip(
-            torch.split(mask.view(-1), step), torch.split(keep.view(-1), step), strict=True
-        ):
-            part.mul_(factor)

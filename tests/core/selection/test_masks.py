@@ -1,13 +1,7 @@
-"""The streaming selection against a plain concatenate-and-sort reference, on every path.
-
-The module's constants are shrunk (tiny chunks, samples and bands) so that inputs of a few
-hundred units go through the sampled band, the fallbacks and the tie pass exactly as 200M do.
-"""
+"""``keep_masks`` against the concatenate-and-sort oracle, on every path of the algorithm."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from unittest import mock
 
 import pytest
@@ -16,42 +10,23 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import Tensor
 
-from tensorplay.ao.pruning import selection
 from tensorplay.ao.pruning.selection import (
     AbsKeys,
     UniformKeys,
     count_eligible,
     keep_masks,
+    masks,
+    passes,
+)
+from tests.core.selection.reference import (
+    assert_masks_equal,
+    fast,
     keep_masks_reference,
+    reference,
+    small_constants,
 )
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
-
-
-@contextmanager
-def small_constants(chunk: int = 64, sample: int = 48, band: int = 8) -> Iterator[None]:
-    """Make every path of the selection reachable with small inputs."""
-    with mock.patch.multiple(
-        selection, _CPU_CHUNK=chunk, _SAMPLE=sample, _MIN_BAND=band, _MAX_BAND_FRACTION=0.0
-    ):
-        yield
-
-
-def reference(scores: list[Tensor], eligible: list[Tensor | None], k: int) -> list[Tensor]:
-    return keep_masks_reference([s.double().abs() for s in scores], eligible, k)
-
-
-def fast(scores: list[Tensor], eligible: list[Tensor | None], k: int) -> list[Tensor]:
-    dtype = torch.float64 if any(s.dtype == torch.float64 for s in scores) else torch.float32
-    out = keep_masks(scores, eligible, k, AbsKeys(dtype), [torch.bool] * len(scores))
-    return [mask.bool() for mask in out]
-
-
-def assert_masks_equal(got: list[Tensor], expected: list[Tensor]) -> None:
-    assert len(got) == len(expected)
-    for a, b in zip(got, expected, strict=True):
-        assert a.shape == b.shape
-        assert torch.equal(a.cpu(), b.cpu())
 
 
 @st.composite
@@ -121,42 +96,46 @@ def test_heavy_ties_and_extremes(make, fraction: float) -> None:  # type: ignore
 
 def test_ties_go_to_the_earlier_source_then_the_lower_index() -> None:
     scores = [torch.tensor([1.0, 0.0, 1.0]), torch.tensor([[1.0, 1.0], [0.0, 1.0]])]
-    masks = fast(scores, [None, None], 4)
-    assert masks[0].tolist() == [False, False, False]
-    assert masks[1].tolist() == [[True, True], [False, True]]
+    got = fast(scores, [None, None], 4)
+    assert got[0].tolist() == [False, False, False]
+    assert got[1].tolist() == [[True, True], [False, True]]
 
 
-def test_bad_band_guess_falls_back_exactly() -> None:
+@pytest.mark.parametrize("guess", [(0.0, 1e-6), (3.0, 4.0), (0.1, 2.0)])
+def test_bad_band_guess_falls_back_exactly(guess: tuple[float, float]) -> None:
     g = torch.Generator().manual_seed(1)
     scores = [torch.randn(5000, generator=g), torch.randn(3000, generator=g)]
-    expected = reference(scores, [None, None], 4000)
-    for guess in [(0.0, 1e-6), (3.0, 4.0), (0.1, 2.0)]:
-        with (
-            small_constants(chunk=256, band=64),
-            mock.patch.object(selection, "_guess_band", return_value=guess),
-        ):
-            assert_masks_equal(fast(scores, [None, None], 4000), expected)
+    with (
+        small_constants(chunk=256, band=64),
+        mock.patch.object(masks, "guess_band", return_value=guess),
+    ):
+        got = fast(scores, [None, None], 4000)
+    assert_masks_equal(got, reference(scores, [None, None], 4000))
 
 
 def test_tie_pass_resolves_by_position() -> None:
+    from tensorplay.ao.pruning.selection import refine
+
     scores = [torch.zeros(4000), torch.ones(1000), torch.zeros(2000)]
-    with small_constants(chunk=256, band=16):
-        with mock.patch.object(selection, "_tied_pass", wraps=selection._tied_pass) as tied:
-            masks = fast(scores, [None] * 3, 5000)
-        assert tied.called
-    assert masks[0].sum() == 0 and masks[1].all() and masks[2].sum() == 1000
-    assert masks[2][:1000].sum() == 0  # the earlier zeros go first
+    with (
+        small_constants(chunk=256, band=16),
+        mock.patch.object(refine, "tied_pass", wraps=passes.tied_pass) as tied,
+    ):
+        got = fast(scores, [None] * 3, 5000)
+    assert tied.called
+    assert got[0].sum() == 0 and got[1].all() and got[2].sum() == 1000
+    assert got[2][:1000].sum() == 0  # the earlier zeros go first
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_half_precision_scores_compare_exactly(dtype: torch.dtype) -> None:
+@pytest.mark.parametrize("k", [50, 100, 150, 250])
+def test_half_precision_scores_compare_exactly(dtype: torch.dtype, k: int) -> None:
     # Neighbouring half values that float32 tells apart, mixed with float32 scores.
     half = torch.tensor([1.0, 1.0009765625, 1.001953125] * 100, dtype=torch.float16).to(dtype)
     full = torch.tensor([1.0004882812] * 50)
-    for k in (50, 100, 150, 250):
-        assert_masks_equal(
-            fast([half, full], [None, None], k), reference([half, full], [None, None], k)
-        )
+    assert_masks_equal(
+        fast([half, full], [None, None], k), reference([half, full], [None, None], k)
+    )
 
 
 def test_uniform_keys_prune_the_count_reproducibly_and_leave_the_global_rng() -> None:
@@ -187,66 +166,28 @@ def test_uniform_keys_prune_the_count_reproducibly_and_leave_the_global_rng() ->
 def test_uniform_keys_match_the_reference_on_the_same_keys() -> None:
     keys = UniformKeys(3)
     scores = [torch.zeros(700), torch.zeros(300)]
+    drawn = [
+        torch.cat(
+            [
+                keys.chunk_keys(
+                    i, start, s[start : start + 128], torch.empty(s[start : start + 128].numel())
+                )
+                for start in range(0, s.numel(), 128)
+            ]
+        )
+        for i, s in enumerate(scores)
+    ]
     with small_constants(chunk=128, band=16):
-        drawn = [
-            torch.cat(
-                [
-                    keys.chunk_keys(
-                        i,
-                        start,
-                        s[start : start + 128],
-                        torch.empty(s[start : start + 128].numel()),
-                    )
-                    for start in range(0, s.numel(), 128)
-                ]
-            )
-            for i, s in enumerate(scores)
-        ]
         got = keep_masks(scores, [None, None], 400, keys, [torch.bool] * 2)
     assert_masks_equal(got, keep_masks_reference(drawn, [None, None], 400))
 
 
-def test_threads_split_the_chunks_in_order() -> None:
-    g = torch.Generator().manual_seed(2)
-    scores = [torch.randn(3000, generator=g).round() for _ in range(3)]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        with small_constants(chunk=128, band=32):
-            got = fast(scores, [None] * 3, 4000)
-        assert torch.get_num_threads() == 2
-    finally:
-        torch.set_num_threads(threads)
-    assert_masks_equal(got, reference(scores, [None] * 3, 4000))
-
-
-@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
-def test_non_finite_eligible_scores_raise(bad: float) -> None:
-    scores = [torch.ones(10), torch.ones(20)]
-    scores[1][13] = bad
+@pytest.mark.parametrize("k", [-1, 3])
+def test_k_out_of_range_raises(k: int) -> None:
     with pytest.raises(
-        ValueError, match=r"Expected finite importance scores, but b has .* index 13"
+        ValueError, match=f"Expected `k` to be between 0 and the 2 eligible units, but got {k}"
     ):
-        keep_masks(scores, [None, None], 5, AbsKeys(), [torch.bool] * 2, labels=["a", "b"])
-
-
-def test_non_finite_scores_of_pruned_units_are_ignored() -> None:
-    scores = torch.tensor([1.0, float("nan"), 3.0, 0.5])
-    mask = torch.tensor([1.0, 0.0, 1.0, 1.0])
-    assert fast([scores], [mask], 1)[0].tolist() == [True, True, True, False]
-
-
-def test_overflowing_sum_is_not_mistaken_for_inf() -> None:
-    scores = [torch.full((100,), 3e38)]
-    scores[0][5] = 1.0
-    assert fast(scores, [None], 1)[0].nonzero().numel() == 99
-
-
-def test_k_out_of_range_raises() -> None:
-    with pytest.raises(
-        ValueError, match="Expected `k` to be between 0 and the 2 eligible units, but got 3"
-    ):
-        keep_masks([torch.ones(2)], [None], 3, AbsKeys(), [torch.bool])
+        keep_masks([torch.ones(2)], [None], k, AbsKeys(), [torch.bool])
 
 
 def test_counts_stay_exact_past_float32_integers() -> None:
@@ -254,26 +195,10 @@ def test_counts_stay_exact_past_float32_integers() -> None:
     g = torch.Generator().manual_seed(4)
     scores = [torch.randn(1 << 23, generator=g) for _ in range(3)]
     k = (3 << 22) + 1
-    masks = keep_masks(scores, [None] * 3, k, AbsKeys(), [torch.float32] * 3)
-    assert sum(int((m == 0).sum()) for m in masks) == k
+    out = keep_masks(scores, [None] * 3, k, AbsKeys(), [torch.float32] * 3)
+    assert sum(int((m == 0).sum()) for m in out) == k
     threshold = torch.cat([s.abs() for s in scores]).kthvalue(k).values
-    assert all(
-        bool((s.abs()[m == 0] <= threshold).all()) for s, m in zip(scores, masks, strict=True)
-    )
-
-
-def test_small_sources_share_chunks_in_order() -> None:
-    sizes = [10, 20, 100, 5, 0, 5, 60]
-    scores = [torch.randn(size) for size in sizes]
-    with small_constants(chunk=64):
-        chunks = selection._Selection(scores, [None] * 7, AbsKeys(), [torch.bool] * 7).chunks()
-    assert chunks == [
-        [(0, 0, 10), (1, 0, 20)],
-        [(2, 0, 64)],
-        [(2, 64, 100)],
-        [(3, 0, 5), (5, 0, 5)],
-        [(6, 0, 60)],
-    ]
+    assert all(bool((s.abs()[m == 0] <= threshold).all()) for s, m in zip(scores, out, strict=True))
 
 
 @pytest.mark.parametrize("ties", [0, 2])

@@ -1,0 +1,55 @@
+"""Choosing the ``k`` lowest-scored units across many tensors, exactly, without concatenating.
+
+The units of several tensors ("sources") compete for one budget: the ``k`` units with the lowest
+*key* are pruned, among the units still *eligible* (those whose earlier mask is ``1``).
+
+Tie rule:
+    Units are ordered by ``(key, source index, flat index)``: among equal keys, a unit of an
+    earlier source is pruned first, and within one source the lower flat (row-major) index.
+    The rule does not depend on the device, the dtype layout or the chunk size.
+
+How (the streaming algorithm, no vector of all scores is ever built):
+
+1. **Guess a band** (``sample.py``). A seeded sample of keys (a private
+   :class:`torch.Generator`, so the global RNG is untouched) gives two keys ``lo <= hi`` whose
+   ranks bracket ``k`` with overwhelming probability. For uniform random keys the band follows
+   from the quantile directly.
+2. **One fused pass** (``passes.py``). Each source is read once, in chunks small enough to stay
+   in cache (``plan.py``: sources smaller than a chunk share one, so a thousand tiny tensors cost
+   about what one tensor of their total size does), spread over the CPU threads in order
+   (``threads.py``). Every chunk writes its speculative *keep* mask (``key >= lo``) straight
+   into the output, counts the eligible units below ``lo`` and gathers the few candidates in
+   ``[lo, hi]`` (value and position).
+3. **Resolve exactly.** If ``count(below lo) < k <= count(below lo) + candidates``, the
+   ``k - count(below lo)`` lowest candidates (tie rule) are the rest of the answer; their few
+   positions are cleared in the keep masks. Done: one read of every score.
+4. **Fallbacks, still exact** (``refine.py``). A bad sample or a band swollen by ties falls back
+   to counting passes over thresholds (the sampled quantiles, then a bisection of the keys' bit
+   patterns, which for non-negative floats is monotone and converges in a few passes) until the
+   band is small enough to gather, or narrows to one value. Then the tie at that value is
+   resolved by position while the masks are written (the running count of tied units decides).
+
+Memory: the keep masks (which the caller needs anyway), three buffers of one chunk per device
+and thread (keys, flags, scratch; ``buffers.py``), and the candidates (a small fraction of the
+units). Counts are kept on the device and read once per pass.
+
+Threads: the selection never changes a thread setting of the process (see ``threads.py``), so
+it may run in several threads at once.
+"""
+
+from tensorplay.ao.pruning.selection.checks import check_finite_scores, count_eligible
+from tensorplay.ao.pruning.selection.keys import AbsKeys, KeySpec, UniformKeys
+from tensorplay.ao.pruning.selection.masks import keep_masks, multiply_in_place
+
+__all__ = [
+    # keys: the order in which units are pruned
+    "KeySpec",
+    "AbsKeys",
+    "UniformKeys",
+    # the selection, and applying its keep factors
+    "keep_masks",
+    "multiply_in_place",
+    # what the inputs hold
+    "count_eligible",
+    "check_finite_scores",
+]

@@ -1,0 +1,133 @@
+"""One thread's working memory: chunk buffers per device, and running sums kept on the device."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from tensorplay.ao.pruning.selection.plan import Chunk, Selection, chunk_length, chunk_size
+
+__all__ = ["Sums", "Worker"]
+
+
+class Sums:
+    """Per-device running sums, read once at the end (one host synchronisation per device).
+
+    Example:
+        >>> sums = Sums()
+        >>> sums.add(torch.tensor(2.0))
+        >>> sums.add(torch.tensor(3.0))
+        >>> sums.items()
+        [5.0]
+    """
+
+    def __init__(self) -> None:
+        self.totals: dict[torch.device, Tensor] = {}
+
+    def add(self, value: Tensor) -> None:
+        """Add a 0-d tensor to the running total of its device."""
+        # Chunk sums are exact in float32 (a chunk has at most 2**24 units); their running
+        # total is kept in float64, exact to 2**53.
+        value = value.to(torch.float64)
+        device = value.device
+        self.totals[device] = self.totals[device] + value if device in self.totals else value
+
+    def items(self) -> list[float]:
+        """The totals, one per device (a host synchronisation each)."""
+        return [float(total) for total in self.totals.values()]
+
+
+class Worker:
+    """One thread's buffers of one chunk per device: keys, flags and scratch (key dtype).
+
+    Args:
+        selection: the selection whose chunks this worker processes.
+        workers: how many workers share the pass (each may gather its share of the
+            candidates, :attr:`cap`).
+
+    Example:
+        >>> from tensorplay.ao.pruning.selection.keys import AbsKeys
+        >>> selection = Selection([torch.tensor([-3.0, 1.0])], [torch.tensor([1.0, 0.0])],
+        ...                       AbsKeys(), [torch.bool])
+        >>> Worker(selection).chunk_keys([(0, 0, 2)])
+        tensor([3., inf])
+    """
+
+    def __init__(self, selection: Selection, workers: int = 1) -> None:
+        self.selection = selection
+        self.cap = max(selection.cap // workers, 1)
+        self._buffers: dict[torch.device, tuple[Tensor, Tensor, Tensor]] = {}
+
+    def buffers(self, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+        """The keys, flags and scratch buffers on ``device`` (made on first use)."""
+        if device not in self._buffers:
+            size = min(chunk_size(device), self.selection.total)
+            dtype = self.selection.keys.dtype
+            self._buffers[device] = (
+                torch.empty(size, dtype=dtype, device=device),
+                torch.empty(size, dtype=dtype, device=device),
+                torch.empty(size, dtype=dtype, device=device),
+            )
+        return self._buffers[device]
+
+    def flags(self, device: torch.device) -> Tensor:
+        """A buffer for comparisons, free between passes' uses."""
+        return self.buffers(device)[1]
+
+    def scratch(self, device: torch.device) -> Tensor:
+        """A buffer free between :meth:`chunk_keys` calls."""
+        return self.buffers(device)[2]
+
+    def chunk_keys(self, chunk: Chunk, sums: Sums | None = None) -> Tensor:
+        """The keys of a chunk, ``inf`` for units not eligible; ``sums`` collects a finite check."""
+        key = self._keys(chunk, sums)
+        if all(self.selection.eligible[i] is None for i, _, _ in chunk):
+            return key
+        return self._exclude_ineligible(chunk, key)
+
+    def _keys(self, chunk: Chunk, sums: Sums | None) -> Tensor:
+        """The keys of every unit of a chunk, in the keys buffer."""
+        selection = self.selection
+        key = self.buffers(selection.device(chunk))[0][: chunk_length(chunk)]
+        offset = 0
+        for i, start, stop in chunk:
+            part = key[offset : offset + stop - start]
+            scores = selection.scores[i][start:stop]
+            written = selection.keys.chunk_keys(i, start, scores, part)
+            if written.data_ptr() != part.data_ptr():
+                part.copy_(written)
+            if sums is not None and not selection.keys.reads_scores:
+                sums.add(scores.sum(dtype=torch.float32))
+            offset += stop - start
+        if sums is not None and selection.keys.reads_scores:
+            # Summed before the ineligible units become inf: a NaN or inf score (or an
+            # overflow, which the exact check then clears) makes the sum non-finite.
+            sums.add(key.sum())
+        return key
+
+    def _exclude_ineligible(self, chunk: Chunk, key: Tensor) -> Tensor:
+        """Add ``inf`` to the keys of units not eligible (in place)."""
+        # key + (1 / (mask == 1) - 1): + 0 where eligible, + inf elsewhere; a few float ops,
+        # several times faster than masked_fill with a bool mask. A NaN score (of a pruned
+        # unit: eligible ones fail the finite check) must not survive the sum.
+        penalty = self.scratch(key.device)[: key.numel()]
+        offset = 0
+        for i, start, stop in chunk:
+            eligible = self.selection.eligible[i]
+            part = penalty[offset : offset + stop - start]
+            if eligible is None:
+                part.fill_(1)
+            else:
+                torch.eq(eligible[start:stop], 1, out=part)
+            offset += stop - start
+        torch.nan_to_num(key, nan=0.0, posinf=math.inf, neginf=-math.inf, out=key)
+        return key.add_(torch.reciprocal(penalty, out=penalty).sub_(1))
+
+    def write(self, chunk: Chunk, values: Tensor, outs: list[Tensor]) -> None:
+        """Copy a chunk's ``values`` into the pieces of ``outs`` they belong to."""
+        offset = 0
+        for i, start, stop in chunk:
+            outs[i][start:stop].copy_(values[offset : offset + stop - start])
+            offset += stop - start

@@ -1,0 +1,84 @@
+"""What the inputs hold: the number of eligible units, and that their scores are finite."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from tensorplay.ao.pruning.selection.plan import chunk_size
+from tensorplay.ao.pruning.selection.threads import map_shares, own_threads
+
+__all__ = ["check_finite_scores", "count_eligible"]
+
+
+def count_eligible(eligible: Sequence[Tensor | None], sizes: Sequence[int]) -> int:
+    """The number of units equal to ``1`` in the masks (all units where a mask is ``None``).
+
+    Counted a chunk at a time (no temporary of a whole mask), exactly past ``2**24`` units.
+
+    Args:
+        eligible: earlier masks, or ``None``.
+        sizes: the number of units of each source.
+
+    Returns:
+        The count.
+
+    Example:
+        >>> count_eligible([torch.tensor([1.0, 0.0]), None], [2, 3])
+        4
+    """
+    parts = [
+        part
+        for mask in eligible
+        if mask is not None
+        for part in torch.split(mask.detach().reshape(-1), chunk_size(mask.device))
+    ]
+    whole = sum(size for mask, size in zip(eligible, sizes, strict=True) if mask is None)
+    lengths = [part.numel() if part.device.type == "cpu" else 0 for part in parts]
+    return whole + sum(map_shares(parts, lengths, _count_ones, own_threads(sum(lengths))))
+
+
+def _count_ones(parts: list[Tensor]) -> int:
+    """The number of units equal to ``1`` in ``parts`` (chunk-sized, flat)."""
+    size = max((part.numel() for part in parts), default=0)
+    buffers: dict[torch.device, Tensor] = {}
+    counts = []
+    for part in parts:
+        if part.device not in buffers:
+            buffers[part.device] = torch.empty(size, dtype=torch.float32, device=part.device)
+        counts.append(torch.eq(part, 1, out=buffers[part.device][: part.numel()]).sum())
+    return sum(round(float(count)) for count in counts)
+
+
+def check_finite_scores(
+    scores: Sequence[Tensor], eligible: Sequence[Tensor | None], labels: Sequence[str]
+) -> None:
+    """Raise if an eligible unit (earlier mask ``1``, or no mask) has a NaN or infinite score.
+
+    Args:
+        scores: the scores of each source.
+        eligible: per source, its earlier mask or ``None``, of the scores' shape.
+        labels: the names of the sources, for the message.
+
+    Raises:
+        ValueError: naming the first such source, the value and its flat index.
+
+    Example:
+        >>> check_finite_scores([torch.tensor([1.0, float("nan")])], [None], ["w"])
+        Traceback (most recent call last):
+        ...
+        ValueError: Expected finite importance scores, but w has nan at flat index 1.
+    """
+    for source, mask, label in zip(scores, eligible, labels, strict=True):
+        flat = source.detach().reshape(-1)
+        bad = ~torch.isfinite(flat)
+        if mask is not None:
+            bad &= mask.detach().reshape(-1).to(flat.device) == 1
+        where = torch.nonzero(bad).view(-1)
+        if where.numel():
+            raise ValueError(
+                f"Expected finite importance scores, but {label} has "
+                f"{float(flat[where[0]])} at flat index {int(where[0])}."
+            )

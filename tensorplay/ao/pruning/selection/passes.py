@@ -1,0 +1,289 @@
+"""The passes over every chunk: the fused pass, counting passes and the tie pass.
+
+Each pass reads every source once, a chunk at a time (see
+:func:`~tensorplay.ao.pruning.selection.threads.run_chunks`). The fused pass writes the
+speculative keep masks, counts the eligible units below the band and gathers the candidates
+inside it; :func:`clear_selected` then prunes the right candidates. Counting passes narrow an
+interval of keys; the tie pass resolves a heavily tied ``k``-th key by position.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from tensorplay.ao.pruning.selection import tuning
+from tensorplay.ao.pruning.selection.buffers import Sums, Worker
+from tensorplay.ao.pruning.selection.checks import check_finite_scores
+from tensorplay.ao.pruning.selection.plan import Chunk, Selection, chunk_length
+from tensorplay.ao.pruning.selection.threads import run_chunks
+
+__all__ = ["Band", "clear_selected", "count_below", "fused_pass", "tied_pass"]
+
+
+@dataclass
+class Band:
+    """The outcome of one pass over a band ``[lo, hi]``.
+
+    Attributes:
+        below: the number of eligible units with a key below ``lo``.
+        values: the keys of the candidates (units in ``[lo, hi]``), one tensor per piece.
+        sources: the source of each piece.
+        positions: the flat positions of each piece's candidates in its source.
+        size: the number of candidates.
+        overflow: whether there were more candidates than a pass may gather (none kept).
+    """
+
+    below: int
+    values: list[Tensor] = field(default_factory=list)
+    sources: list[int] = field(default_factory=list)
+    positions: list[Tensor] = field(default_factory=list)
+    size: int = 0
+    overflow: bool = False
+
+    def merge(self, other: Band) -> None:
+        """Append ``other``'s counts and candidates (the next share of the chunks)."""
+        self.below += other.below
+        self.size += other.size
+        self.overflow |= other.overflow
+        self.values += other.values
+        self.sources += other.sources
+        self.positions += other.positions
+
+    def drop(self) -> None:
+        """Forget the candidates (after an overflow), keeping the counts."""
+        self.values, self.sources, self.positions = [], [], []
+
+
+def fused_pass(
+    selection: Selection,
+    lo: float,
+    hi: float,
+    outs: list[Tensor],
+    *,
+    check: bool,
+    bounded: bool = True,
+) -> Band:
+    """Write ``key >= lo`` into ``outs``, count eligible keys below ``lo``, gather ``[lo, hi]``.
+
+    Everything per element is a float compare, multiply or sum (vectorised); positions are
+    extracted only from the blocks of ``tuning.BLOCK`` units that hold a candidate.
+
+    Args:
+        selection: the selection.
+        lo: the band's lower key; units below it are pruned.
+        hi: the band's upper key (``hi < lo``: gather nothing).
+        outs: the flat keep masks, written in full.
+        check: whether to check that every eligible score is finite.
+        bounded: whether a worker stops gathering past its share of the cap (an overflow);
+            ``False`` when the band is known to hold at most the cap, however it is spread.
+
+    Returns:
+        The band: the count below ``lo`` and the candidates (or an overflow).
+    """
+    gather = hi >= lo and hi != -math.inf
+
+    def work(worker: Worker, chunks: list[Chunk]) -> tuple[Band, Sums]:
+        band, kept, sums = Band(below=0), Sums(), Sums()
+        for chunk in chunks:
+            key = worker.chunk_keys(chunk, sums if check else None)
+            keep = _write_keep(worker, chunk, key, lo, outs)
+            kept.add(keep.sum(dtype=torch.float32))
+            if gather and not band.overflow:
+                _gather(worker, chunk, key, keep, hi, band, bounded)
+        # Units not eligible have the key inf, so all are kept: what is not kept is below lo.
+        band.below = sum(chunk_length(c) for c in chunks) - sum(round(c) for c in kept.items())
+        return band, sums
+
+    results = run_chunks(selection, work)
+    band = Band(below=0)
+    for part, _ in results:
+        band.merge(part)
+    if band.overflow:
+        band.drop()
+    if check:
+        _check_sums(selection, [sums for _, sums in results])
+    return band
+
+
+def _write_keep(worker: Worker, chunk: Chunk, key: Tensor, lo: float, outs: list[Tensor]) -> Tensor:
+    """Write a chunk's keep mask ``key >= lo`` into ``outs``; return it (key dtype or output)."""
+    # Comparisons into a float buffer are vectorised; into bool or uint8 they are not: a
+    # chunk of one float output is written in place, any other goes through scratch.
+    i, start, stop = chunk[0]
+    direct = len(chunk) == 1 and outs[i].is_floating_point()
+    keep = outs[i][start:stop] if direct else worker.scratch(key.device)[: key.numel()]
+    torch.ge(key, lo, out=keep)
+    if not direct:
+        worker.write(chunk, keep, outs)
+    return keep
+
+
+def _gather(
+    worker: Worker,
+    chunk: Chunk,
+    key: Tensor,
+    keep: Tensor,
+    hi: float,
+    band: Band,
+    bounded: bool,
+) -> None:
+    """Add a chunk's candidates (kept, ``key <= hi``) to ``band``; if bounded, to a cap."""
+    flags = worker.flags(key.device)[: key.numel()]
+    torch.le(key, hi, out=flags)
+    flags.mul_(keep)
+    index = nonzero_blocks(flags)
+    if not index.numel():
+        return
+    band.size += index.numel()
+    if bounded and band.size > worker.cap:  # too many: the caller narrows the band first
+        band.overflow = True
+        band.drop()
+        return
+    for source, at, positions in pieces(chunk, index):
+        band.values.append(key[at])
+        band.sources.append(source)
+        band.positions.append(positions)
+
+
+def pieces(chunk: Chunk, index: Tensor) -> list[tuple[int, Tensor, Tensor]]:
+    """Split sorted flat ``index``es of a chunk by piece: (source, index, position in source).
+
+    Example:
+        >>> pieces([(0, 5, 7), (1, 0, 3)], torch.tensor([1, 3]))
+        [(0, tensor([1]), tensor([6])), (1, tensor([3]), tensor([1]))]
+    """
+    if len(chunk) == 1:
+        source, start, _ = chunk[0]
+        return [(source, index, index + start)]
+    lengths = [stop - start for _, start, stop in chunk]
+    ends = torch.tensor(lengths, device=index.device).cumsum(0)
+    counts = torch.diff(torch.searchsorted(index, ends), prepend=ends.new_zeros(1)).tolist()
+    found = []
+    offset = 0
+    for (source, start, _), at, length in zip(
+        chunk, torch.split(index, counts), lengths, strict=True
+    ):
+        if at.numel():
+            found.append((source, at, at - offset + start))
+        offset += length
+    return found
+
+
+def nonzero_blocks(flags: Tensor) -> Tensor:
+    """Flat indices of the non-zero entries of ``flags``, scanning only the non-zero blocks.
+
+    Example:
+        >>> nonzero_blocks(torch.tensor([0.0] * 20 + [1.0, 0.0, 1.0]))
+        tensor([20, 22])
+    """
+    block = tuning.BLOCK
+    size = flags.numel() - flags.numel() % block
+    blocks = torch.nonzero(flags[:size].view(-1, block).sum(1)).view(-1)
+    inner = torch.nonzero(flags[:size].view(-1, block)[blocks]).t()
+    index = blocks[inner[0]] * block + inner[1]
+    if size < flags.numel():
+        index = torch.cat([index, torch.nonzero(flags[size:]).view(-1) + size])
+    return index
+
+
+def count_below(selection: Selection, thresholds: list[float], *, check: bool) -> list[int]:
+    """For each (sorted) threshold ``t``: the number of eligible units with key ``< t``.
+
+    Args:
+        selection: the selection.
+        thresholds: the thresholds, sorted.
+        check: whether to check that every eligible score is finite.
+
+    Returns:
+        One count per threshold.
+    """
+
+    def work(worker: Worker, chunks: list[Chunk]) -> tuple[list[Sums], Sums]:
+        counts = [Sums() for _ in thresholds]
+        sums = Sums()
+        for chunk in chunks:
+            key = worker.chunk_keys(chunk, sums if check else None)
+            flags = worker.flags(key.device)[: key.numel()]
+            for t, count in zip(thresholds, counts, strict=True):
+                count.add(torch.lt(key, t, out=flags).sum())
+        return counts, sums
+
+    results = run_chunks(selection, work)
+    if check:
+        _check_sums(selection, [sums for _, sums in results])
+    return [
+        sum(round(c) for counts, _ in results for c in counts[j].items())
+        for j in range(len(thresholds))
+    ]
+
+
+def _check_sums(selection: Selection, sums: list[Sums]) -> None:
+    """Raise the exact check's error if a chunk sum is not finite (maybe a harmless overflow)."""
+    if not all(math.isfinite(total) for part in sums for total in part.items()):
+        check_finite_scores(selection.scores, selection.eligible, selection.labels)
+
+
+def tied_pass(selection: Selection, k: int, value: float, below: int, outs: list[Tensor]) -> Band:
+    """Write the masks when the ``k``-th key is ``value``, held by too many units to gather.
+
+    Units below ``value`` are pruned, units above kept, and of the units equal to it the first
+    ``k - below`` in the tie-rule order are pruned: a running count decides chunk by chunk.
+
+    Args:
+        selection: the selection.
+        k: how many eligible units are pruned.
+        value: the ``k``-th key.
+        below: the number of eligible units with a key below ``value``.
+        outs: the flat keep masks, written in full.
+
+    Returns:
+        A band with nothing left to clear.
+    """
+    ties = k - below
+    worker = Worker(selection)
+    for chunk in selection.chunks():  # in order, in this thread: the running count decides
+        key = worker.chunk_keys(chunk)
+        keep = worker.scratch(key.device)[: key.numel()]
+        torch.gt(key, value, out=keep)
+        equal = torch.nonzero(key == value).view(-1)
+        if equal.numel() > max(ties, 0):
+            keep[equal[max(ties, 0) :]] = 1
+        ties -= equal.numel()
+        worker.write(chunk, keep, outs)
+    return Band(below=k)
+
+
+def clear_selected(band: Band, k: int, outs: list[Tensor]) -> None:
+    """Clear the ``k - band.below`` lowest candidates (tie rule) in the keep masks.
+
+    Args:
+        band: the band of the last pass, its candidates in the tie-rule order.
+        k: how many eligible units are pruned.
+        outs: the flat keep masks.
+    """
+    wanted = k - band.below
+    if wanted <= 0:
+        return
+    device = band.values[0].device
+    values = torch.cat([v.to(device) for v in band.values])
+    threshold = torch.kthvalue(values, wanted).values
+    pruned = values < threshold
+    equal = values == threshold
+    ties = wanted - int(torch.count_nonzero(pruned))
+    if ties == int(torch.count_nonzero(equal)):
+        pruned |= equal
+    else:  # only some of the tied candidates go: the earliest in the tie-rule order
+        pruned |= equal & (torch.cumsum(equal, 0) <= ties)
+    for part, i, positions in zip(
+        torch.split(pruned, [v.numel() for v in band.values]),
+        band.sources,
+        band.positions,
+        strict=True,
+    ):
+        chosen = positions[part.to(positions.device)]
+        if chosen.numel():
+            outs[i][chosen] = 0
