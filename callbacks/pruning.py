@@ -44,9 +44,10 @@ class GradualPruning(Callback):
     callbacks on one model, and resuming.
 
     Args:
-        schedule, method, parameters, module_types, names, include, exclude, keep_dense, scope,
-            min_density, rewind, rewind_step: Those of the pruner (``method`` by name or import
-            path); ``rewind="init"`` restores the weights training starts from.
+        schedule: The pruner's, as are ``method`` (by name or import path in YAML),
+            ``parameters``, ``module_types``, ``names``, ``include``, ``exclude``,
+            ``keep_dense``, ``scope``, ``min_density``, ``rewind`` (``"init"`` restores the
+            weights training starts from) and ``rewind_step``.
         seed: The pruner's; by default rank zero's ``torch.initial_seed()`` (set by
             ``seed_everything``), the same on every rank.
         log_per_tensor: Also log ``pruning/sparsity/<module>.<name>``.
