@@ -66,7 +66,13 @@ class PrunableMixin(CheckpointHooks):
 
 def schedule_key(schedule: Schedule) -> object:
     """The schedule as tensorplay 0.1 wrote it into the state key: ``{"type", **init_args}``,
-    a built-in by its snake-case name (``CubicSchedule``: ``"cubic"``), a lambda by its repr."""
+    a built-in by its snake-case name (``CubicSchedule``: ``"cubic"``), a lambda by its repr.
+
+    Example:
+        >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+        >>> schedule_key(OneShotSchedule(0.5))
+        {'type': 'one_shot', 'sparsity': 0.5, 'step': 0}
+    """
     try:
         data = schedule.to_dict()
     except (TypeError, ValueError):
@@ -84,6 +90,11 @@ def pruner_state(state: dict[str, Any]) -> dict[str, Any]:
 
     Raises:
         ValueError: A state with a ``"pruner"`` entry whose version is not 1.
+
+    Example:
+        >>> old = {"version": 1, "pruner": {"version": 1, "step": 3}, "seed": 7, "snapshot": None}
+        >>> pruner_state(old)
+        {'version': 1, 'step': 3, 'seed': 7, 'snapshot': None}
     """
     if "pruner" not in state:
         return state
