@@ -91,20 +91,10 @@ class GradualPruning(Callback):
         seed: int | None = None,
         verbose: bool = True,
     ) -> None:
+        # In the order of PrunerConfig's fields; a test checks every argument reaches its check.
         self.config = PrunerConfig(
-            schedule,
-            parameters=parameters,
-            module_types=module_types,
-            names=names,
-            include=include,
-            exclude=exclude,
-            keep_dense=keep_dense,
-            method=method,
-            scope=scope,
-            min_density=min_density,
-            rewind=rewind,
-            rewind_step=rewind_step,
-            seed=seed,
+            *(schedule, parameters, module_types, names, include, exclude, keep_dense),
+            *(method, scope, min_density, rewind, rewind_step, seed),
         )
         self.log_per_tensor = log_per_tensor
         self.make_permanent = make_permanent
