@@ -591,17 +591,19 @@ class Pruner:
             )
         index = {alias: i for i, group in enumerate(self._groups) for alias in group.names}
         found: dict[int, Tensor] = {}
+        seen: dict[int, str] = {}
         for fq_name, value in values.items():
             if fq_name not in index:
                 raise ValueError(
                     f"Expected the keys of `{key}` to be targets of the pruner, but got "
                     f"{fq_name!r}; targets: {self.targets}."
                 )
-            if index[fq_name] in found:
+            if index[fq_name] in seen:
                 raise ValueError(
-                    f"Expected one value per target in `{key}`, but {fq_name!r} names a tied "
-                    f"parameter named before: {self._groups[index[fq_name]].names}."
+                    f"Expected one value per target in `{key}`, but {seen[index[fq_name]]!r} and "
+                    f"{fq_name!r} name the same tied parameter."
                 )
+            seen[index[fq_name]] = fq_name
             shape = tuple(self._parameter(*self._pairs[index[fq_name]]).shape)
             if not isinstance(value, Tensor) or tuple(value.shape) != shape:
                 got = tuple(value.shape) if isinstance(value, Tensor) else repr(value)
