@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
-from lightning.pytorch.cli import LightningCLI
 
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import LinearSchedule
 from tensorplay.callbacks import GradualPruning
-from tests.callbacks.lit_helpers import TinyModule, masks_of
+from tests.callbacks.lit_helpers import CLI_TRAINER, TinyModule, lightning_cli, masks_of
 
 SCHEDULE = LinearSchedule(0.5, end_step=4)
 
@@ -83,18 +81,9 @@ def test_bad_selection_fails_at_setup_and_leaves_the_model(make_trainer, kwargs,
     assert all(after[name].equal(value) for name, value in before.items())
 
 
-CONFIG = """
-trainer:
-  accelerator: cpu
-  max_steps: 4
-  logger: false
-  enable_checkpointing: false
-  enable_progress_bar: false
-  enable_model_summary: false
-  callbacks:
-    - class_path: tensorplay.callbacks.GradualPruning
-      init_args:
-        schedule:
+CONFIG = (
+    CLI_TRAINER.format(max_steps=4)
+    + """        schedule:
           class_path: tensorplay.ao.pruning.schedules.LinearSchedule
           init_args:
             final_sparsity: 0.5
@@ -109,23 +98,13 @@ model:
   seed: 3
 seed_everything: 0
 """
-
-
-def _cli(tmp_path: Path, config: str) -> LightningCLI:
-    path = tmp_path / "config.yaml"
-    path.write_text(config)
-    return LightningCLI(
-        TinyModule,
-        args=["--config", str(path), f"--trainer.default_root_dir={tmp_path}"],
-        run=False,
-        save_config_callback=None,
-    )
+)
 
 
 # pytest's own command line is in sys.argv; `args=` is what LightningCLI parses.
 @pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
 def test_lightning_cli_builds_the_callback_from_yaml(tmp_path):
-    cli = _cli(tmp_path, CONFIG)
+    cli = lightning_cli(tmp_path, CONFIG)
 
     callbacks = [c for c in cli.trainer.callbacks if isinstance(c, GradualPruning)]
     assert len(callbacks) == 1
@@ -150,7 +129,7 @@ def test_lightning_cli_builds_the_callback_from_yaml(tmp_path):
 def test_lightning_cli_rejects_a_bad_schedule_naming_the_argument(tmp_path, capsys):
     # jsonargparse exits (SystemExit, message on stderr) or raises, depending on its settings.
     with pytest.raises((ValueError, SystemExit)) as raised:
-        _cli(tmp_path, CONFIG.replace("final_sparsity: 0.5", "final_sparsity: 1.5"))
+        lightning_cli(tmp_path, CONFIG.replace("final_sparsity: 0.5", "final_sparsity: 1.5"))
 
     message = str(raised.value) + capsys.readouterr().err
     assert "Expected `final_sparsity` to be a float in [0, 1), but got 1.5." in message
