@@ -237,7 +237,10 @@ def test_rewind_needs_the_snapshot_when_resuming_past_the_rewind_step(
     callback = GradualPruning(SCHEDULE, rewind="init", verbose=False)
     trainer = make_trainer(max_steps=20, max_epochs=None, callbacks=[callback], logger=False)
 
-    with pytest.raises(RuntimeError, match="rewind snapshot of the initial values"):
+    with (
+        pytest.warns(UserWarning, match=r"another configuration \(rewind: 'none' -> 'init'\)"),
+        pytest.raises(RuntimeError, match="rewind snapshot of the initial values"),
+    ):
         trainer.fit(TinyModule(), ckpt_path=path)
 
 
