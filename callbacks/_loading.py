@@ -1,7 +1,14 @@
-"""Loading a pruned checkpoint into a fresh ``LightningModule``, strictly."""
+"""Loading pruned checkpoints: into a fresh ``LightningModule`` strictly, and those of 0.1.
+
+:class:`PrunableMixin` rebuilds the reparametrization before Lightning loads a checkpoint's
+weights. :func:`schedule_key` and :func:`pruner_state` keep checkpoints written by tensorplay
+0.1's ``GradualPruning`` resumable: the callback's state key as 0.1 wrote it, and the pruner's
+state out of 0.1's callback state.
+"""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from lightning.pytorch.core.hooks import CheckpointHooks
@@ -9,8 +16,9 @@ from torch import nn
 from typing_extensions import override
 
 from tensorplay.ao.pruning.checkpoint import restore_pruning
+from tensorplay.ao.pruning.schedules import Schedule
 
-__all__ = ["PrunableMixin"]
+__all__ = ["PrunableMixin", "pruner_state", "schedule_key"]
 
 
 class PrunableMixin(CheckpointHooks):
@@ -54,3 +62,45 @@ class PrunableMixin(CheckpointHooks):
             )
         restore_pruning(self, checkpoint["state_dict"])
         super().on_load_checkpoint(checkpoint)
+
+
+def schedule_key(schedule: Schedule) -> object:
+    """The schedule as tensorplay 0.1 wrote it into the state key: ``{"type", **init_args}``,
+    a built-in by its snake-case name (``CubicSchedule``: ``"cubic"``), a lambda by its repr.
+
+    Example:
+        >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+        >>> schedule_key(OneShotSchedule(0.5))
+        {'type': 'one_shot', 'sparsity': 0.5, 'step': 0}
+    """
+    try:
+        data = schedule.to_dict()
+    except (TypeError, ValueError):
+        return repr(schedule)
+    path = data["class_path"]
+    module, _, name = path.rpartition(".")
+    if module == "tensorplay.ao.pruning.schedules":
+        path = re.sub(r"(?<!^)(?=[A-Z])", "_", name.removesuffix("Schedule")).lower()
+    return {"type": path, **data["init_args"]}
+
+
+def pruner_state(state: dict[str, Any]) -> dict[str, Any]:
+    """The pruner's state in ``state``: itself, or in a 0.1 checkpoint its ``"pruner"`` entry
+    with the seed and snapshot that 0.1's callback kept beside it.
+
+    Raises:
+        ValueError: A state with a ``"pruner"`` entry whose version is not 1.
+
+    Example:
+        >>> old = {"version": 1, "pruner": {"version": 1, "step": 3}, "seed": 7, "snapshot": None}
+        >>> pruner_state(old)
+        {'version': 1, 'step': 3, 'seed': 7, 'snapshot': None}
+    """
+    if "pruner" not in state:
+        return state
+    if state.get("version") != 1:
+        raise ValueError(
+            f"Expected `GradualPruning` state version 1 or a pruner state, but got "
+            f"{state.get('version')!r}."
+        )
+    return {**state["pruner"], "seed": state["seed"], "snapshot": state["snapshot"]}

@@ -12,6 +12,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.cli import LightningCLI
 from torch import Tensor, nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
@@ -142,3 +143,31 @@ class RankMaskWriter(Callback):
             name: pl_module.get_submodule(name).weight.detach() for name in ("net.0", "net.2")
         }
         torch.save({"masks": masks_of(pl_module), "weights": weights}, path)
+
+
+# A quiet CPU trainer with one GradualPruning in a LightningCLI config: append the callback's
+# init_args (indented by 8) and any top-level keys.
+CLI_TRAINER = """
+trainer:
+  accelerator: cpu
+  max_steps: {max_steps}
+  logger: false
+  enable_checkpointing: false
+  enable_progress_bar: false
+  enable_model_summary: false
+  callbacks:
+    - class_path: tensorplay.callbacks.GradualPruning
+      init_args:
+"""
+
+
+def lightning_cli(tmp_path: Path, config: str) -> LightningCLI:
+    """A LightningCLI of ``TinyModule`` from the YAML ``config``, not run."""
+    path = tmp_path / "config.yaml"
+    path.write_text(config)
+    return LightningCLI(
+        TinyModule,
+        args=["--config", str(path), f"--trainer.default_root_dir={tmp_path}"],
+        run=False,
+        save_config_callback=None,
+    )

@@ -135,7 +135,10 @@ def test_model_pruning_default_selection_is_weight_and_bias_of_every_non_contain
 @pytest.mark.filterwarnings("ignore::tensorplay.ao.pruning.targets.SelectionWarning")
 def test_the_same_selection_with_gradual_pruning(make_trainer):
     callback = run_block(0)["callback"]
-    assert (callback.module_types, callback.names) == (["torch.nn.Module"], ["weight", "bias"])
+    assert (callback.config.module_types, callback.config.names) == (
+        ["torch.nn.Module"],
+        ["weight", "bias"],
+    )
     model = Zoo()
     theirs = ModelPruning.sanitize_parameters_to_prune(model, (), ("weight", "bias"))
 
@@ -185,7 +188,7 @@ def test_keep_dense_yaml(tmp_path: Path):
     path.write_text(yaml.safe_dump(config))
     cli = LightningCLI(Deeper, args=["--config", str(path)], run=False, save_config_callback=None)
     [callback] = [c for c in cli.trainer.callbacks if isinstance(c, GradualPruning)]
-    assert callback.keep_dense == ["embeddings", "first", "last"]
+    assert callback.config.keep_dense == ["embeddings", "first", "last"]
 
     cli.trainer.fit(cli.model)
 
@@ -237,7 +240,10 @@ def test_before_and_after_prune_the_same_units_to_the_same_weights(make_trainer)
     namespace = run_block(2)
     before, after = namespace["before"], namespace["after"]
     assert isinstance(before, ModelPruning) and isinstance(after, GradualPruning)
-    assert (after.module_types, after.names) == (["torch.nn.Module"], ["weight", "bias"])
+    assert (after.config.module_types, after.config.names) == (
+        ["torch.nn.Module"],
+        ["weight", "bias"],
+    )
     after.verbose = False
     theirs, ours = Epochs(), Epochs()
     make_trainer(callbacks=[Refresh(), before], max_epochs=3, logger=False).fit(theirs)
@@ -309,7 +315,7 @@ class InitRecorder(Callback):
 
 @pytest.mark.slow
 def test_model_pruning_rewinds_to_init_only_at_the_first_event(make_trainer):
-    schedule = run_block(2)["after"].schedule
+    schedule = run_block(2)["after"].config.schedule
     runs = {
         "model_pruning": ModelPruning("l1_unstructured", amount=0.2, make_pruning_permanent=False),
         "gradual_pruning": GradualPruning(schedule, rewind="init", verbose=False),
@@ -328,4 +334,4 @@ def test_model_pruning_rewinds_to_init_only_at_the_first_event(make_trainer):
 def test_filter_parameters_to_prune_becomes_exclude():
     callback = run_block(3)["callback"]
     model = nn.ModuleDict({"features": nn.Linear(4, 4), "classifier": nn.Linear(4, 2)})
-    assert select_parameters(model, exclude=callback.exclude) == ["features.weight"]
+    assert select_parameters(model, exclude=callback.config.exclude) == ["features.weight"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,12 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from tensorplay.ao.pruning.methods import is_pruned
-from tensorplay.ao.pruning.schedules import CubicSchedule
+from tensorplay.ao.pruning.schedules import (
+    CallableSchedule,
+    CubicSchedule,
+    ExponentialSchedule,
+    OneShotSchedule,
+)
 from tensorplay.callbacks import GradualPruning
 from tests.callbacks.lit_helpers import TOTAL, PrunableTiny, TinyModule, masks_of
 
@@ -63,7 +69,7 @@ def test_resume_mid_schedule_equals_an_uninterrupted_run(
     saved = torch.load(path, weights_only=True)
     callback_states = [v for k, v in saved["callbacks"].items() if k.startswith("GradualPruning")]
     assert len(callback_states) == 1
-    assert callback_states[0]["pruner"]["last_pruned_step"] == 8
+    assert callback_states[0]["last_pruned_step"] == 8
     assert _differs(saved["state_dict"], final)  # the checkpoint is mid-schedule
     resumed = module_class(seed=1)  # another init: everything must come from the checkpoint
     assert _differs(resumed.state_dict(), saved["state_dict"])
@@ -74,6 +80,79 @@ def test_resume_mid_schedule_equals_an_uninterrupted_run(
 
     _assert_same_state(resumed.state_dict(), final)
     assert callback.pruner.pruned_count() == round(0.8 * TOTAL)
+
+
+def _as_written_by_0_1(checkpoint: dict) -> None:
+    """Rewrite the callback's state in place into tensorplay 0.1's layout: the pruner's
+    version-1 state (schedule as ``{"type"}``) with the seed and snapshot beside it."""
+    (key,) = [k for k in checkpoint["callbacks"] if k.startswith("GradualPruning")]
+    state = checkpoint["callbacks"][key]
+    v1 = {k: state[k] for k in ("step", "last_pruned_step", "targets", "method", "scope")}
+    v1.update(min_density=state["min_density"], history=state["history"])
+    v1.update(version=1, permanent=state["permanent"], schedule={"type": "cubic"})
+    checkpoint["callbacks"][key] = {
+        "version": 1,
+        "pruner": v1,
+        "seed": state["seed"],
+        "snapshot": state["snapshot"],
+    }
+
+
+@pytest.mark.filterwarnings("ignore:Be aware that when using `ckpt_path`")
+def test_resume_from_a_checkpoint_of_0_1_equals_an_uninterrupted_run(make_trainer, tmp_path):
+    method, rewind = "random_unstructured", "init"
+    final = _fit_with_checkpoints(make_trainer, tmp_path / "a", method, rewind).state_dict()
+    checkpoint = torch.load(tmp_path / "a" / "epoch=0-step=8.ckpt", weights_only=True)
+    _as_written_by_0_1(checkpoint)
+    torch.save(checkpoint, tmp_path / "old.ckpt")
+
+    callback = _callback(method, rewind)
+    resumed = PrunableTiny(seed=1)
+    make_trainer(max_epochs=EPOCHS, callbacks=[callback], logger=False).fit(
+        resumed, ckpt_path=tmp_path / "old.ckpt"
+    )
+
+    _assert_same_state(resumed.state_dict(), final)
+    assert callback.pruner.state_dict()["version"] == 2
+
+
+# What tensorplay 0.1 computed as the state key of each callback: its checkpoints hold the
+# callback's state under this key.
+KEYS_OF_0_1 = [
+    (
+        GradualPruning(CubicSchedule(0.8, end_step=20, frequency=2)),
+        "GradualPruning{'schedule': {'type': 'cubic', 'final_sparsity': 0.8, 'end_step': 20, "
+        "'start_step': 0, 'initial_sparsity': 0.0, 'frequency': 2, 'power': 3.0}, 'method': "
+        "'l1_unstructured', 'parameters': None, 'module_types': None, 'include': None, "
+        "'exclude': None}",
+    ),
+    (
+        GradualPruning(OneShotSchedule(0.5), method="random_unstructured", parameters=["a.w"]),
+        "GradualPruning{'schedule': {'type': 'one_shot', 'sparsity': 0.5, 'step': 0}, 'method': "
+        "'random_unstructured', 'parameters': ['a.w'], 'module_types': None, 'include': None, "
+        "'exclude': None}",
+    ),
+    (
+        GradualPruning(
+            ExponentialSchedule(0.2, every=10), names=["weight"], keep_dense=["last"], include=["n"]
+        ),
+        "GradualPruning{'schedule': {'type': 'exponential', 'rate': 0.2, 'every': 10, "
+        "'start_step': 0, 'end_step': None, 'rounds': None}, 'method': 'l1_unstructured', "
+        "'parameters': None, 'module_types': None, 'include': ['n'], 'exclude': None, "
+        "'names': ['weight'], 'keep_dense': ['last']}",
+    ),
+    (
+        GradualPruning(CallableSchedule(math.sqrt), module_types=["Linear"], exclude=["x"]),
+        "GradualPruning{'schedule': {'type': 'callable', 'fn': 'math.sqrt', 'start_step': 0, "
+        "'end_step': None, 'frequency': 1}, 'method': 'l1_unstructured', 'parameters': None, "
+        "'module_types': ['Linear'], 'include': None, 'exclude': ['x']}",
+    ),
+]
+
+
+@pytest.mark.parametrize(("callback", "key"), KEYS_OF_0_1, ids=["cubic", "one-shot", "exp", "fn"])
+def test_the_state_key_is_the_one_0_1_wrote(callback, key):
+    assert callback.state_key == key
 
 
 @pytest.fixture(scope="module")
@@ -158,11 +237,14 @@ def test_rewind_needs_the_snapshot_when_resuming_past_the_rewind_step(
     callback = GradualPruning(SCHEDULE, rewind="init", verbose=False)
     trainer = make_trainer(max_steps=20, max_epochs=None, callbacks=[callback], logger=False)
 
-    with pytest.raises(RuntimeError, match="rewind snapshot of step 0"):
+    with (
+        pytest.warns(UserWarning, match=r"another configuration \(rewind: 'none' -> 'init'\)"),
+        pytest.raises(RuntimeError, match="rewind snapshot of the initial values"),
+    ):
         trainer.fit(TinyModule(), ckpt_path=path)
 
 
 def test_callback_state_of_another_version_is_rejected():
     callback = GradualPruning(SCHEDULE)
-    with pytest.raises(ValueError, match="state version 1, but got 2"):
+    with pytest.raises(ValueError, match="state version 1 or a pruner state, but got 2"):
         callback.load_state_dict({"version": 2, "pruner": {}, "seed": 0, "snapshot": None})

@@ -15,7 +15,7 @@ from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import LinearSchedule, OneShotSchedule
 from tensorplay.ao.pruning.targets import select_parameters
 from tensorplay.callbacks import GradualPruning
-from tests.callbacks.lit_helpers import TinyModule, masks_of
+from tests.callbacks.lit_helpers import CLI_TRAINER, TinyModule, lightning_cli, masks_of
 from tests.callbacks.test_migration_guide import code_blocks
 
 SCHEDULE = LinearSchedule(0.5, end_step=4)
@@ -174,18 +174,9 @@ def test_two_callbacks_on_aliases_of_one_tied_tensor_fail_at_setup(make_trainer)
 
 # -- YAML --------------------------------------------------------------------------------------
 
-CONFIG = """
-trainer:
-  accelerator: cpu
-  max_steps: 1
-  logger: false
-  enable_checkpointing: false
-  enable_progress_bar: false
-  enable_model_summary: false
-  callbacks:
-    - class_path: tensorplay.callbacks.GradualPruning
-      init_args:
-        schedule:
+CONFIG = (
+    CLI_TRAINER.format(max_steps=1)
+    + """        schedule:
           class_path: tensorplay.ao.pruning.schedules.OneShotSchedule
           init_args: {sparsity: 0.5}
         names: [weight, bias]
@@ -193,20 +184,17 @@ trainer:
         verbose: false
 seed_everything: 0
 """
+)
 
 
 @pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
 def test_names_and_keep_dense_from_yaml(tmp_path: Path):
-    path = tmp_path / "config.yaml"
-    path.write_text(CONFIG)
-    cli = LightningCLI(
-        TinyModule,
-        args=["--config", str(path), f"--trainer.default_root_dir={tmp_path}"],
-        run=False,
-        save_config_callback=None,
-    )
+    cli = lightning_cli(tmp_path, CONFIG)
     [callback] = [c for c in cli.trainer.callbacks if isinstance(c, GradualPruning)]
-    assert (callback.names, callback.keep_dense) == (["weight", "bias"], ["embeddings", "first"])
+    assert (callback.config.names, callback.config.keep_dense) == (
+        ["weight", "bias"],
+        ["embeddings", "first"],
+    )
 
     cli.trainer.fit(cli.model)
 

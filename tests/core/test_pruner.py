@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import Tensor, nn
 
+from tensorplay.ao.pruning.base import BasePruningMethod
 from tensorplay.ao.pruning.checkpoint import restore_pruning
 from tensorplay.ao.pruning.methods import CustomFromMask
 from tensorplay.ao.pruning.pruner import Pruner
@@ -386,7 +387,7 @@ def test_state_dict_round_trip() -> None:
     second.load_state_dict(state)
     assert second.state_dict() == first.state_dict()
     assert state == {
-        "version": 1,
+        "version": 2,
         "step": 7,
         "last_pruned_step": 6,
         "targets": TARGETS,
@@ -394,8 +395,12 @@ def test_state_dict_round_trip() -> None:
         "method": "l1_unstructured",
         "scope": "global",
         "min_density": 0.1,
+        "rewind": "none",
+        "rewind_step": 0,
+        "seed": None,
         "history": [(3, schedule(3), 48), (6, schedule(6), 24)],
         "permanent": False,
+        "snapshot": None,
     }
 
 
@@ -480,9 +485,9 @@ def _state(**changes: object) -> dict[str, object]:
     ("state", "error", "match"),
     [
         pytest.param(
-            _state(version=2),
+            _state(version=3),
             ValueError,
-            "Expected a pruner state of version 1, but got version 2.",
+            "Expected a pruner state of version 1 or 2, but got version 3.",
             id="version",
         ),
         pytest.param(
@@ -526,6 +531,19 @@ def _state(**changes: object) -> dict[str, object]:
             id="permanent",
         ),
         pytest.param([1], TypeError, "Expected `state` to be a mapping", id="not-a-mapping"),
+        pytest.param(_state(seed=-1), ValueError, "Expected `seed` to be an int >= 0", id="seed"),
+        pytest.param(
+            _state(snapshot={"9.weight": torch.zeros(1)}),
+            ValueError,
+            r"Expected the keys of `snapshot` to be targets of the pruner, but got '9.weight'",
+            id="snapshot-name",
+        ),
+        pytest.param(
+            _state(snapshot={"0.weight": torch.zeros(2)}),
+            ValueError,
+            r"Expected `snapshot\['0.weight'\]` to be a tensor of shape \(8, 6\), but got \(2,\)",
+            id="snapshot-shape",
+        ),
     ],
 )
 def test_load_state_dict_errors_leave_the_pruner_alone(
@@ -740,9 +758,7 @@ def test_a_single_name_is_one_target() -> None:
 @pytest.mark.parametrize(
     ("step", "error", "match"),
     [
-        pytest.param(
-            -1, ValueError, "Expected `step` to be a non-negative int, but got -1.", id="neg"
-        ),
+        pytest.param(-1, ValueError, "Expected `step` to be an int >= 0, but got -1.", id="neg"),
         pytest.param(1.0, TypeError, "Expected `step` to be an int, but got 1.0.", id="float"),
         pytest.param(True, TypeError, "Expected `step` to be an int, but got True.", id="bool"),
     ],
@@ -802,3 +818,239 @@ def test_counts_and_the_next_step_follow_edits_that_leave_no_version(
     assert pruner.pruned_count() == left == pruner.report().pruned
     assert pruner.step(2) == 25 - left  # the schedule's target is reached from the real masks
     assert pruner.pruned_count() == 25
+
+
+# -- policy: rewinding, seeding, optimizer reset, methods that count themselves ---------------
+
+# Prunes at steps 2 and 4 (step 0's target is 0).
+EVERY_OTHER = LinearSchedule(0.5, end_step=4, frequency=2)
+
+
+def sgd_step(model: nn.Module, optimizer: torch.optim.Optimizer, step: int) -> None:
+    generator = torch.Generator().manual_seed(step)
+    x, y = torch.randn(4, 6, generator=generator), torch.randn(4, 3, generator=generator)
+    optimizer.zero_grad()
+    nn.functional.mse_loss(model(x), y).backward()
+    optimizer.step()
+
+
+def run(pruner: Pruner, optimizer: torch.optim.Optimizer, steps: range) -> list[list[Tensor]]:
+    """Train and step the pruner; the targets' values after each step."""
+    values = []
+    for step in steps:
+        sgd_step(pruner.model, optimizer, step)
+        pruner.step(step)
+        values.append(values_of(pruner.model))
+    return values
+
+
+@pytest.mark.parametrize(("rewind", "rewind_step"), [("init", 0), ("step", 1)])
+def test_rewind_restores_the_snapshot_after_each_pruning_event(rewind, rewind_step) -> None:
+    model = make_mlp()
+    initial = values_of(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    pruner = Pruner(model, EVERY_OTHER, rewind=rewind, rewind_step=rewind_step)
+
+    values = run(pruner, optimizer, range(6))
+
+    reference = initial if rewind == "init" else values[rewind_step]
+    assert [(step, count) for step, _, count in pruner.history] == [(2, 26), (4, 26)]
+    for step in (2, 4):  # pruning events: rewound
+        assert_masks_equal(values[step], reference)
+    for step in (3, 5):  # trained again after the rewind
+        assert all(not torch.equal(a, b) for a, b in zip(values[step], reference, strict=True))
+    assert not torch.equal(model[0].bias, make_mlp()[0].bias)  # not a target: never rewound
+
+
+def test_without_rewind_the_pruning_event_keeps_the_trained_values() -> None:
+    model = make_mlp()
+    initial = values_of(model)
+    pruner = Pruner(model, EVERY_OTHER)
+    values = run(pruner, torch.optim.SGD(model.parameters(), lr=0.1), range(3))
+    assert all(not torch.equal(a, b) for a, b in zip(values[2], initial, strict=True))
+
+
+def test_take_snapshot_replaces_the_initial_values() -> None:
+    model = make_mlp()
+    pruner = Pruner(model, EVERY_OTHER, rewind="init")
+    with torch.no_grad():
+        for param in model.parameters():
+            param.fill_(0.5)  # pretrained weights loaded after the pruner was made
+    pruner.take_snapshot()
+    run(pruner, torch.optim.SGD(model.parameters(), lr=0.1), range(3))
+    assert all(value.unique().tolist() == [0.5] for value in values_of(model))
+
+
+def test_rewind_step_without_its_snapshot_fails_and_leaves_the_model() -> None:
+    model = make_mlp()
+    pruner = Pruner(model, EVERY_OTHER, rewind="step", rewind_step=1)
+    before = model_state(model)
+    with pytest.raises(RuntimeError, match="rewind snapshot of step 1 to be taken or loaded"):
+        pruner.step(2)
+    assert_model_unchanged(model, before, hooks=0)
+    assert pruner.last_step == -1
+
+
+def random_pruner(model: nn.Module, seed: int | None) -> Pruner:
+    return Pruner(model, EVERY_OTHER, method="random_unstructured", seed=seed)
+
+
+def test_seeded_random_masks_do_not_depend_on_or_disturb_the_global_rng() -> None:
+    masks = []
+    for global_seed in (1, 2):
+        model = make_mlp()
+        pruner = random_pruner(model, seed=7)
+        torch.manual_seed(global_seed)
+        rng = torch.get_rng_state()
+        for step in range(5):
+            pruner.step(step)
+        assert torch.equal(torch.get_rng_state(), rng)
+        masks.append(masks_of(model))
+    assert_masks_equal(masks[0], masks[1])
+    assert zeros(torch.cat([m.flatten() for m in masks[0]])) == round(0.5 * TOTAL)
+
+
+def test_unseeded_random_masks_follow_the_global_rng() -> None:
+    masks = []
+    for global_seed in (1, 2):
+        model = make_mlp()
+        torch.manual_seed(global_seed)
+        random_pruner(model, seed=None).step(2)
+        masks.append(masks_of(model))
+    assert any(not torch.equal(a, b) for a, b in zip(*masks, strict=True))
+
+
+def test_seeded_random_pruning_resumes_with_the_saved_seed() -> None:
+    model = make_mlp()
+    pruner = random_pruner(model, seed=7)
+    for step in range(5):
+        pruner.step(step)
+
+    interrupted = make_mlp()
+    first = random_pruner(interrupted, seed=7)
+    for step in range(3):
+        first.step(step)
+    state = first.state_dict()
+    resumed = make_mlp()
+    restore_pruning(resumed, interrupted.state_dict())
+    resumed.load_state_dict(interrupted.state_dict())
+    second = random_pruner(resumed, seed=99)  # the saved seed wins
+    second.load_state_dict(state)
+    for step in range(3, 5):
+        second.step(step)
+
+    assert second.seed == 7
+    assert_masks_equal(masks_of(resumed), masks_of(model))
+
+
+@pytest.mark.parametrize(("reset", "expected"), [(True, [6, 6, 0, 6, 0]), (False, [6] * 5)])
+def test_optimizer_state_is_cleared_after_pruning_events(reset, expected) -> None:
+    model = make_mlp()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    pruner = Pruner(model, EVERY_OTHER, optimizers=[optimizer] if reset else ())
+    states = []
+    for step in range(5):
+        sgd_step(model, optimizer, step)
+        pruner.step(step)
+        states.append(len(optimizer.state))  # momentum buffers of the 6 parameters
+    assert states == expected
+
+
+class TwoOfFour(BasePruningMethod):
+    """2:4 sparsity: in each group of 4 consecutive units of a row, the 2 smallest |scores|
+    are pruned. It decides its own count: its constructor takes no `amount`."""
+
+    PRUNING_TYPE = "unstructured"
+
+    def compute_mask(self, t: Tensor, default_mask: Tensor) -> Tensor:
+        groups = t.detach().abs().reshape(-1, 4)
+        smallest = groups.topk(2, dim=1, largest=False).indices
+        mask = torch.ones_like(groups).scatter_(1, smallest, 0.0)
+        return mask.reshape(t.shape) * default_mask
+
+
+def test_a_method_without_amount_prunes_each_target_itself_on_pruning_steps() -> None:
+    model = nn.Sequential(nn.Linear(8, 4), nn.ReLU(), nn.Linear(4, 4))
+    pruner = Pruner(model, OneShotSchedule(0.9, step=1), method=TwoOfFour)
+
+    assert [pruner.step(step) for step in range(3)] == [0, 24, 0]
+
+    for module in (model[0], model[2]):
+        groups = module.weight_mask.reshape(-1, 4)
+        assert groups.sum(dim=1).tolist() == [2.0] * groups.shape[0]
+        kept = module.weight_orig.abs().reshape(-1, 4) * groups
+        pruned = module.weight_orig.abs().reshape(-1, 4) * (1 - groups)
+        assert bool((pruned.max(dim=1).values <= kept.max(dim=1).values).all())
+    assert pruner.pruned_count() == 24 and pruner.history == [(1, 0.9, 24)]
+
+
+def test_a_method_without_amount_refuses_min_density() -> None:
+    with pytest.raises(ValueError, match=r"Expected `min_density` to be 0 with a method that"):
+        Pruner(make_mlp(), OneShotSchedule(0.5), method=TwoOfFour, min_density=0.1)
+
+
+def test_shared_targets_names_the_tensors_two_pruners_select() -> None:
+    model = tied_model()
+    first = Pruner(model, OneShotSchedule(0.5), parameters=["0.weight"])
+    second = Pruner(model, OneShotSchedule(0.5), parameters=["1.weight", "0.bias"])
+    assert first.shared_targets(second) == ["0.weight = 1.weight"]
+    assert first.shared_targets(Pruner(tied_model(), OneShotSchedule(0.5))) == []
+
+
+def test_state_dict_carries_seed_rewinding_and_snapshot() -> None:
+    model = make_mlp()
+    first = Pruner(model, EVERY_OTHER, rewind="step", rewind_step=1, seed=3)
+    run(first, torch.optim.SGD(model.parameters(), lr=0.1), range(3))
+    second = Pruner(make_mlp(1), EVERY_OTHER, rewind="step", rewind_step=1, seed=4)
+    assert second.state_dict() != first.state_dict()
+
+    buffer = io.BytesIO()
+    torch.save(first.state_dict(), buffer)
+    buffer.seek(0)
+    second.load_state_dict(torch.load(buffer, weights_only=True))
+
+    state, expected = second.state_dict(), first.state_dict()
+    assert sorted(state) == sorted(expected)
+    assert state.pop("snapshot").keys() == expected["snapshot"].keys() == set(TARGETS)
+    for name, value in expected.pop("snapshot").items():
+        assert torch.equal(second.state_dict()["snapshot"][name], value), name
+    assert state == expected and (state["seed"], state["rewind_step"]) == (3, 1)
+
+
+def version_1_state() -> dict[str, object]:
+    """What tensorplay 0.1's Pruner.state_dict() wrote after 7 steps of this schedule."""
+    return {
+        "version": 1,
+        "step": 7,
+        "last_pruned_step": 6,
+        "targets": TARGETS,
+        "schedule": {
+            "type": "cubic",
+            "final_sparsity": 0.8,
+            "end_step": 12,
+            "start_step": 0,
+            "initial_sparsity": 0.0,
+            "frequency": 3,
+            "power": 3.0,
+        },
+        "method": "l1_unstructured",
+        "scope": "global",
+        "min_density": 0.0,
+        "history": [(3, 0.1, 48), (6, 0.2, 24)],
+        "permanent": False,
+    }
+
+
+def test_a_version_1_state_loads_without_warning(recwarn: pytest.WarningsRecorder) -> None:
+    pruner = Pruner(make_mlp(), CubicSchedule(0.8, end_step=12, frequency=3), seed=5)
+    pruner.load_state_dict(version_1_state())
+    assert (pruner.last_step, pruner.last_pruned_step, pruner.seed) == (7, 6, 5)
+    assert pruner.history == [(3, 0.1, 48), (6, 0.2, 24)]
+    assert pruner.state_dict()["version"] == 2 and len(recwarn) == 0
+
+
+def test_a_rewinding_pruner_loading_a_version_1_state_needs_its_snapshot() -> None:
+    pruner = Pruner(make_mlp(), CubicSchedule(0.8, end_step=12, frequency=3), rewind="init")
+    pruner.load_state_dict(version_1_state())
+    with pytest.raises(RuntimeError, match="rewind snapshot of the initial values"):
+        pruner.step()

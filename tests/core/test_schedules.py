@@ -206,22 +206,29 @@ def test_to_dict_round_trip(schedule: Schedule) -> None:
     assert type(rebuilt) is type(schedule)
     assert rebuilt == schedule
     assert [rebuilt(t) for t in range(0, 300, 7)] == [schedule(t) for t in range(0, 300, 7)]
+    # jsonargparse, which LightningCLI uses, reads the same dict as a Schedule argument.
+    jsonargparse = pytest.importorskip("jsonargparse")
+    parser = jsonargparse.ArgumentParser(exit_on_error=False)
+    parser.add_argument("--schedule", type=Schedule)
+    parsed = parser.instantiate_classes(parser.parse_object({"schedule": data}))
+    assert parsed.schedule == schedule
 
 
-def test_to_dict_is_plain_data() -> None:
+def test_to_dict_is_class_path_and_init_args() -> None:
     assert CubicSchedule(0.9, end_step=10).to_dict() == {
-        "type": "cubic",
-        "final_sparsity": 0.9,
-        "end_step": 10,
-        "start_step": 0,
-        "initial_sparsity": 0.0,
-        "frequency": 1,
-        "power": 3.0,
+        "class_path": "tensorplay.ao.pruning.schedules.CubicSchedule",
+        "init_args": {
+            "final_sparsity": 0.9,
+            "end_step": 10,
+            "start_step": 0,
+            "initial_sparsity": 0.0,
+            "frequency": 1,
+            "power": 3.0,
+        },
     }
-    assert LinearSchedule(0.5, end_step=4).to_dict()["type"] == "linear"
-    assert "power" not in LinearSchedule(0.5, end_step=4).to_dict()
-    assert CallableSchedule(half_of_step).to_dict()["fn"] == f"{__name__}.half_of_step"
-    assert StairSchedule().to_dict()["type"] == f"{__name__}.StairSchedule"
+    assert "power" not in LinearSchedule(0.5, end_step=4).to_dict()["init_args"]
+    assert CallableSchedule(half_of_step).to_dict()["init_args"]["fn"] == f"{__name__}.half_of_step"
+    assert StairSchedule().to_dict()["class_path"] == f"{__name__}.StairSchedule"
 
 
 class PlainSchedule(Schedule):
@@ -237,219 +244,127 @@ class PlainSchedule(Schedule):
 def test_non_dataclass_schedule_cannot_be_serialised_by_default() -> None:
     with pytest.raises(TypeError, match="Expected a dataclass schedule to serialise"):
         PlainSchedule().to_dict()
-    rebuilt = schedule_from_dict({"type": f"{__name__}.PlainSchedule"})
+    rebuilt = schedule_from_dict({"class_path": f"{__name__}.PlainSchedule"})
     assert type(rebuilt) is PlainSchedule
 
 
-def test_callable_with_lambda_cannot_be_serialised() -> None:
+def test_schedules_without_an_import_path_cannot_be_serialised() -> None:
     with pytest.raises(ValueError, match="Expected `fn` to be a module-level function"):
         CallableSchedule(lambda step: 0.1).to_dict()
 
+    @dataclass(frozen=True)
+    class Local(StairSchedule):
+        pass
 
-def test_from_dict_rejects_missing_type() -> None:
-    with pytest.raises(ValueError, match="Expected `data` to have a 'type' key"):
-        schedule_from_dict({"final_sparsity": 0.5})
-
-
-def test_from_dict_rejects_non_mapping() -> None:
-    with pytest.raises(TypeError, match="Expected `data` to be a mapping"):
-        schedule_from_dict(["cubic"])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="Expected a schedule class with an import path"):
+        Local().to_dict()
 
 
-def test_from_dict_rejects_unknown_type() -> None:
-    with pytest.raises(ValueError, match=r"Expected `type` to be one of \['callable', 'constant'"):
-        schedule_from_dict({"type": "quartic"})
+CUBIC = "tensorplay.ao.pruning.schedules.CubicSchedule"
 
 
-def test_from_dict_rejects_import_path_to_non_schedule() -> None:
-    with pytest.raises(ValueError, match="Expected `type` to name a Schedule subclass"):
-        schedule_from_dict({"type": "math.sqrt"})
-
-
-def test_from_dict_rejects_bad_import_path() -> None:
-    with pytest.raises(ValueError, match="Expected an import path"):
-        schedule_from_dict({"type": "no_such_package.Schedule"})
-
-
-def test_from_dict_rejects_unknown_keys() -> None:
-    with pytest.raises(ValueError, match=r"but got unknown keys \['final'\]"):
-        schedule_from_dict({"type": "cubic", "final": 0.5, "end_step": 3})
-
-
-def test_from_dict_rejects_missing_argument() -> None:
-    with pytest.raises(ValueError, match="Incomplete 'cubic' schedule"):
-        schedule_from_dict({"type": "cubic", "final_sparsity": 0.5})
-
-
-def test_from_dict_validates_arguments() -> None:
-    with pytest.raises(ValueError, match="Expected `final_sparsity` to be a float in"):
-        schedule_from_dict({"type": "cubic", "final_sparsity": 1.5, "end_step": 3})
+@pytest.mark.parametrize(
+    ("data", "error", "match"),
+    [
+        pytest.param([CUBIC], TypeError, "Expected `data` to be a mapping", id="not-a-mapping"),
+        pytest.param({"init_args": {}}, ValueError, "have the keys 'class_path'", id="no-path"),
+        pytest.param({"type": "cubic"}, ValueError, r"but got keys \['type'\]", id="old-format"),
+        pytest.param({"class_path": "math.sqrt"}, ValueError, "of a Schedule", id="not-schedule"),
+        pytest.param({"class_path": "no_such.Name"}, ValueError, "an import path", id="bad-path"),
+        pytest.param({"class_path": CUBIC, "init_args": [1]}, TypeError, "`init_args`", id="args"),
+        pytest.param(
+            {"class_path": CUBIC, "init_args": {"final": 0.5, "end_step": 3}},
+            ValueError,
+            r"\['final'\] are unknown and \['final_sparsity'\] are missing",
+            id="unknown-and-missing",
+        ),
+        pytest.param(
+            {"class_path": CUBIC, "init_args": {"final_sparsity": 1.5, "end_step": 3}},
+            ValueError,
+            r"Expected `final_sparsity` to be a float in \[0, 1\), but got 1.5.",
+            id="validated",
+        ),
+    ],
+)
+def test_from_dict_errors(data: object, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        schedule_from_dict(data)  # type: ignore[arg-type]
 
 
 # -- validation ------------------------------------------------------------------------------
 
+VALID: dict[type[Schedule], dict[str, object]] = {
+    CubicSchedule: {"final_sparsity": 0.5, "end_step": 10},
+    LinearSchedule: {"final_sparsity": 0.5, "end_step": 10},
+    ConstantSchedule: {"sparsity": 0.5},
+    OneShotSchedule: {"sparsity": 0.5},
+    ExponentialSchedule: {"rate": 0.2, "every": 5},
+    CallableSchedule: {"fn": half_of_step},
+}
+
+
+def check(cls: type[Schedule], changes: dict[str, object], error: type[Exception], message: str):
+    with pytest.raises(error) as raised:
+        cls(**{**VALID[cls], **changes})
+    assert str(raised.value) == message
+
 
 @pytest.mark.parametrize(
-    ("make", "error", "match"),
+    ("cls", "name"),
     [
-        pytest.param(
-            lambda: CubicSchedule(1.0, end_step=10),
-            ValueError,
-            r"Expected `final_sparsity` to be a float in \[0, 1\), but got 1.0.",
-            id="final-one",
-        ),
-        pytest.param(
-            lambda: CubicSchedule(-0.1, end_step=10),
-            ValueError,
-            "Expected `final_sparsity` to be a float in",
-            id="final-negative",
-        ),
-        pytest.param(
-            lambda: CubicSchedule("0.5", end_step=10),
-            TypeError,
-            "Expected `final_sparsity` to be a float in",
-            id="final-str",
-        ),
-        pytest.param(
-            lambda: CubicSchedule(0.5, end_step=10, initial_sparsity=1.2),
-            ValueError,
-            "Expected `initial_sparsity` to be a float in",
-            id="initial-range",
-        ),
-        pytest.param(
-            lambda: CubicSchedule(0.5, end_step=10, initial_sparsity=0.6),
-            ValueError,
-            r"Expected `initial_sparsity` to be <= `final_sparsity` \(0.5\), but got 0.6.",
-            id="initial-above-final",
-        ),
-        pytest.param(
-            lambda: CubicSchedule(0.5, end_step=4, start_step=5),
-            ValueError,
-            r"Expected `end_step` to be >= `start_step` \(5\), but got 4.",
-            id="end-before-start",
-        ),
-        pytest.param(
-            lambda: CubicSchedule(0.5, end_step=10, frequency=0),
-            ValueError,
-            "Expected `frequency` to be an int >= 1, but got 0.",
-            id="frequency-zero",
-        ),
-        pytest.param(
-            lambda: CubicSchedule(0.5, end_step=10, frequency=2.0),
-            TypeError,
-            "Expected `frequency` to be an int, but got 2.0.",
-            id="frequency-float",
-        ),
-        pytest.param(
-            lambda: CubicSchedule(0.5, end_step=10, start_step=-1),
-            ValueError,
-            "Expected `start_step` to be an int >= 0, but got -1.",
-            id="start-negative",
-        ),
-        pytest.param(
-            lambda: CubicSchedule(0.5, end_step=True),
-            TypeError,
-            "Expected `end_step` to be an int, but got True.",
-            id="end-bool",
-        ),
-        pytest.param(
-            lambda: CubicSchedule(0.5, end_step=10, power=0),
-            ValueError,
-            "Expected `power` to be a finite float > 0, but got 0.",
-            id="power-zero",
-        ),
-        pytest.param(
-            lambda: CubicSchedule(0.5, end_step=10, power=math.inf),
-            ValueError,
-            "Expected `power` to be a finite float > 0",
-            id="power-inf",
-        ),
-        pytest.param(
-            lambda: CubicSchedule(0.5, end_step=10, power="3"),
-            TypeError,
-            "Expected `power` to be a float > 0",
-            id="power-str",
-        ),
-        pytest.param(
-            lambda: LinearSchedule(1.0, end_step=10),
-            ValueError,
-            "Expected `final_sparsity` to be a float in",
-            id="linear-final",
-        ),
-        pytest.param(
-            lambda: ConstantSchedule(1.0),
-            ValueError,
-            r"Expected `sparsity` to be a float in \[0, 1\), but got 1.0.",
-            id="constant-sparsity",
-        ),
-        pytest.param(
-            lambda: ConstantSchedule(0.5, start_step=3, end_step=2),
-            ValueError,
-            "Expected `end_step` to be >= `start_step`",
-            id="constant-window",
-        ),
-        pytest.param(
-            lambda: ConstantSchedule(0.5, frequency=0),
-            ValueError,
-            "Expected `frequency` to be an int >= 1",
-            id="constant-frequency",
-        ),
-        pytest.param(
-            lambda: OneShotSchedule(1.5),
-            ValueError,
-            "Expected `sparsity` to be a float in",
-            id="one-shot-sparsity",
-        ),
-        pytest.param(
-            lambda: OneShotSchedule(0.5, step=-2),
-            ValueError,
-            "Expected `step` to be an int >= 0, but got -2.",
-            id="one-shot-step",
-        ),
-        pytest.param(
-            lambda: ExponentialSchedule(0.0, every=10),
-            ValueError,
-            r"Expected `rate` to be a float in \(0, 1\), but got 0.0.",
-            id="exponential-rate-zero",
-        ),
-        pytest.param(
-            lambda: ExponentialSchedule(1.0, every=10),
-            ValueError,
-            r"Expected `rate` to be a float in \(0, 1\)",
-            id="exponential-rate-one",
-        ),
-        pytest.param(
-            lambda: ExponentialSchedule(0.2, every=0),
-            ValueError,
-            "Expected `every` to be an int >= 1, but got 0.",
-            id="exponential-every",
-        ),
-        pytest.param(
-            lambda: ExponentialSchedule(0.2, every=5, rounds=0),
-            ValueError,
-            "Expected `rounds` to be an int >= 1, but got 0.",
-            id="exponential-rounds",
-        ),
-        pytest.param(
-            lambda: ExponentialSchedule(0.2, every=5, start_step=10, end_step=5),
-            ValueError,
-            "Expected `end_step` to be >= `start_step`",
-            id="exponential-window",
-        ),
-        pytest.param(
-            lambda: CallableSchedule(0.5),
-            TypeError,
-            "Expected `fn` to be callable, but got 0.5.",
-            id="callable-fn",
-        ),
-        pytest.param(
-            lambda: CallableSchedule(half_of_step, frequency=0),
-            ValueError,
-            "Expected `frequency` to be an int >= 1",
-            id="callable-frequency",
-        ),
+        (CubicSchedule, "final_sparsity"),
+        (CubicSchedule, "initial_sparsity"),
+        (LinearSchedule, "final_sparsity"),
+        (ConstantSchedule, "sparsity"),
+        (OneShotSchedule, "sparsity"),
     ],
 )
-def test_constructor_validation(make: object, error: type[Exception], match: str) -> None:
-    with pytest.raises(error, match=match):
-        make()  # type: ignore[operator]
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [(1.0, ValueError), (-0.1, ValueError), ("0.5", TypeError), (True, TypeError)],
+)
+def test_sparsities_are_fractions(cls, name, value, error) -> None:
+    shown = repr(value) if error is TypeError else value
+    check(cls, {name: value}, error, f"Expected `{name}` to be a float in [0, 1), but got {shown}.")
+
+
+V, T = ValueError, TypeError
+Exponential = ExponentialSchedule
+ABOVE_FINAL = "`initial_sparsity` to be <= `final_sparsity` (0.5), but got 0.6"
+WINDOWED = [CubicSchedule, LinearSchedule, ConstantSchedule, ExponentialSchedule, CallableSchedule]
+
+
+@pytest.mark.parametrize("cls", WINDOWED)
+@pytest.mark.parametrize(
+    ("changes", "error", "message"),
+    [
+        ({"start_step": 5, "end_step": 4}, V, "`end_step` to be >= `start_step` (5), but got 4"),
+        ({"start_step": -1}, V, "`start_step` to be an int >= 0, but got -1"),
+        ({"end_step": True}, T, "`end_step` to be an int, but got True"),
+        ({"frequency": 0}, V, "`frequency` to be an int >= 1, but got 0"),
+        ({"frequency": 2.0}, T, "`frequency` to be an int, but got 2.0"),
+    ],
+)  # fmt: skip
+def test_windows_are_checked(cls, changes, error, message) -> None:
+    if cls is ExponentialSchedule and "frequency" in changes:
+        changes = {"every": changes["frequency"]}
+        message = message.replace("`frequency`", "`every`")
+    check(cls, changes, error, f"Expected {message}.")
+
+
+@pytest.mark.parametrize(
+    ("cls", "changes", "error", "message"),
+    [
+        (CubicSchedule, {"initial_sparsity": 0.6}, V, ABOVE_FINAL),
+        (CubicSchedule, {"power": 0}, V, "`power` to be a finite float > 0, but got 0"),
+        (CubicSchedule, {"power": math.inf}, V, "`power` to be a finite float > 0, but got inf"),
+        (CubicSchedule, {"power": "3"}, T, "`power` to be a float > 0, but got '3'"),
+        (OneShotSchedule, {"step": -2}, V, "`step` to be an int >= 0, but got -2"),
+        (Exponential, {"rate": 0.0}, V, "`rate` to be a float in (0, 1), but got 0.0"),
+        (Exponential, {"rate": 1.0}, V, "`rate` to be a float in (0, 1), but got 1.0"),
+        (Exponential, {"rounds": 0}, V, "`rounds` to be an int >= 1, but got 0"),
+        (CallableSchedule, {"fn": 0.5}, T, "`fn` to be callable, but got 0.5"),
+    ],
+)  # fmt: skip
+def test_other_arguments_are_checked(cls, changes, error, message) -> None:
+    check(cls, changes, error, f"Expected {message}.")

@@ -1,11 +1,14 @@
 """A stateful, framework-agnostic pruner: a schedule driving ``global_unstructured``.
 
-The pruner holds the selected tensors (by name), the pruning method, the schedule and the step
-counter. Each :meth:`Pruner.step` on a pruning step turns the schedule's cumulative target into
-the exact number of units still to prune, ``round(target * total) - already_pruned``, and prunes
-them. Its :meth:`Pruner.state_dict` is plain data; together with the model's own state_dict
-(which carries every ``<name>_orig`` and ``<name>_mask``) a resumed run continues exactly where it
-stopped and never prunes a step twice.
+The pruner owns every pruning decision: the selected tensors (by name), the pruning method, the
+schedule, the step counter, rewinding (lottery tickets) with its snapshot, the seed of random
+methods and the reset of optimizer state. Each :meth:`Pruner.step` on a pruning step turns the
+schedule's cumulative target into the exact number of units still to prune,
+``round(target * total) - already_pruned``, and prunes them. Its :meth:`Pruner.state_dict` is
+plain data by name plus the snapshot's tensors; together with the model's own state_dict (which
+carries every ``<name>_orig`` and ``<name>_mask``) a resumed run continues exactly where it
+stopped and never prunes a step twice. Any training loop gets all of it by calling
+``pruner.step()`` after ``optimizer.step()``; the Lightning callback is an adapter over it.
 
 Example:
     >>> import torch
@@ -25,15 +28,18 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal, NamedTuple
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
+from torch.optim import Optimizer
 
 from tensorplay.ao.pruning.aliases import TiedParameter, alias_map
 from tensorplay.ao.pruning.amount import compute_nparams_to_prune
 from tensorplay.ao.pruning.base import BasePruningMethod
+from tensorplay.ao.pruning.config import PrunerConfig, Rewind, Scope, check_int, counts_itself
 from tensorplay.ao.pruning.global_pruning import global_unstructured, prune_globally, share_mask
 from tensorplay.ao.pruning.methods import remove
 from tensorplay.ao.pruning.reparametrization import (
@@ -49,17 +55,15 @@ from tensorplay.ao.pruning.targets import (
     DEFAULT_NAMES,
     KeepDense,
     ModuleType,
-    check_exclusive,
     method_name,
-    resolve_method,
     resolve_parameters,
     select_parameters,
 )
 
 __all__ = ["Pruner"]
 
-STATE_VERSION = 1
-_STATE_KEYS = (
+STATE_VERSION = 2
+_STATE_KEYS_V1 = (
     "version",
     "step",
     "last_pruned_step",
@@ -71,8 +75,11 @@ _STATE_KEYS = (
     "history",
     "permanent",
 )
+_STATE_KEYS = (*_STATE_KEYS_V1, "rewind", "rewind_step", "seed", "snapshot")
+# A version-1 state may carry the seed and snapshot that the 0.1 callback kept beside it.
+_V1_OPTIONAL = ("seed", "snapshot")
+_CONFIG_KEYS = ("schedule", "method", "scope", "min_density", "rewind", "rewind_step")
 
-Scope = Literal["global", "layerwise"]
 ImportanceFn = Callable[[nn.Module, str], Tensor]
 
 
@@ -84,14 +91,6 @@ def _min_kept(numel: int, min_density: float) -> int:
     while keep < numel and keep / numel < min_density:
         keep += 1
     return keep
-
-
-def _check_step(step: object) -> int:
-    if isinstance(step, bool) or not isinstance(step, int):
-        raise TypeError(f"Expected `step` to be an int, but got {step!r}.")
-    if step < 0:
-        raise ValueError(f"Expected `step` to be a non-negative int, but got {step}.")
-    return step
 
 
 class Pruner:
@@ -125,20 +124,38 @@ class Pruner:
         keep_dense: Any of ``"embeddings"``, ``"first"``, ``"last"``: leave the embeddings (and
             weights tied to them), the first or the last selected module dense.
         method: An unstructured pruning method: a class, a name (``"l1_unstructured"``,
-            ``"random_unstructured"``) or an import path.
+            ``"random_unstructured"``) or an import path. A method whose constructor takes no
+            ``amount`` (an N:M method, say) decides its own count: on each pruning step it is
+            applied to every target on its own, its ``compute_mask`` given the scores and the
+            current mask, and the schedule's target is not used; the exact count is then the
+            method's contract, not the pruner's.
         importance_fn: ``(module, name) -> scores`` of the tensor's shape; the method ranks
             units by these instead of the tensor's current values.
         scope: ``"global"`` ranks all targets together, ``"layerwise"`` each on its own.
         min_density: No target is pruned below this fraction of its units kept, in [0, 1). When
             the caps bind, the units a capped tensor cannot give up are taken from the others,
             still lowest score first; if all are capped, fewer units are pruned than asked.
+        rewind: After each pruning step that pruned something, reset the unpruned values of the
+            targets (lottery tickets, Frankle & Carbin 2019; weight rewinding, Renda et al.
+            2020) to their values when the pruner was made (``"init"``) or right after
+            :meth:`step` ``rewind_step`` (``"step"``, snapshot taken before that step prunes).
+            Other parameters keep training. ``"none"``: no rewinding.
+        rewind_step: The step whose values ``rewind="step"`` restores.
+        seed: Seed of each pruning step's random draws: step ``t`` draws from ``seed + t`` in a
+            forked RNG that neither disturbs nor depends on the training RNG, so masks of
+            random methods are the same on every rank and after a resume. ``None``: draw from
+            the global RNG.
+        optimizers: Optimizers whose per-parameter state (momentum, Adam moments) is cleared
+            after each pruning step that pruned something, so training resumes as if fresh; kept
+            in :attr:`optimizers`, which may be replaced (e.g. once a framework has made them).
 
     Raises:
-        TypeError: ``schedule`` is not a :class:`~tensorplay.ao.pruning.schedules.Schedule`, or
-            ``importance_fn`` is not callable.
-        ValueError: An unknown ``scope``, ``min_density`` outside [0, 1), an empty or unknown
-            selection, ``parameters`` together with a selection argument, holders of one
-            tied parameter that are not pruned alike, or a method that is not unstructured.
+        TypeError: ``schedule`` is not a :class:`~tensorplay.ao.pruning.schedules.Schedule`,
+            ``importance_fn`` is not callable, or another argument has the wrong type
+            (:class:`~tensorplay.ao.pruning.config.PrunerConfig` checks them all).
+        ValueError: An unknown ``scope`` or ``rewind``, ``min_density`` outside [0, 1), an empty
+            or unknown selection, ``parameters`` together with a selection argument, holders of
+            one tied parameter that are not pruned alike, or a method that is not unstructured.
 
     Example:
         >>> from torch import nn
@@ -166,62 +183,51 @@ class Pruner:
         importance_fn: ImportanceFn | None = None,
         scope: Scope = "global",
         min_density: float = 0.0,
+        rewind: Rewind = "none",
+        rewind_step: int = 0,
+        seed: int | None = None,
+        optimizers: Sequence[Optimizer] = (),
     ) -> None:
-        if not isinstance(schedule, Schedule):
-            raise TypeError(f"Expected `schedule` to be a Schedule, but got {schedule!r}.")
-        if scope not in ("global", "layerwise"):
-            raise ValueError(f"Expected `scope` to be 'global' or 'layerwise', but got {scope!r}.")
-        if isinstance(min_density, bool) or not isinstance(min_density, (int, float)):
-            raise TypeError(
-                f"Expected `min_density` to be a float in [0, 1), but got {min_density!r}."
-            )
-        if not 0.0 <= min_density < 1.0:
-            raise ValueError(
-                f"Expected `min_density` to be a float in [0, 1), but got {min_density}."
-            )
-        if importance_fn is not None and not callable(importance_fn):
-            raise TypeError(
-                f"Expected `importance_fn` to be callable or None, but got {importance_fn!r}."
-            )
-        self.method = resolve_method(method)
-        check_exclusive(
-            parameters,
+        config = PrunerConfig(
+            schedule,
+            parameters=parameters,
             module_types=module_types,
             names=names,
             include=include,
             exclude=exclude,
             keep_dense=keep_dense,
+            method=method,
+            scope=scope,
+            min_density=min_density,
+            rewind=rewind,
+            rewind_step=rewind_step,
+            seed=seed,
         )
-        if parameters is None:
-            targets = select_parameters(
-                model,
-                module_types=DEFAULT_MODULE_TYPES if module_types is None else module_types,
-                names=DEFAULT_NAMES if names is None else names,
-                include=include,
-                exclude=exclude,
-                keep_dense=keep_dense,
+        if importance_fn is not None and not callable(importance_fn):
+            raise TypeError(
+                f"Expected `importance_fn` to be callable or None, but got {importance_fn!r}."
             )
-        elif isinstance(parameters, str):
-            targets = [parameters]
-        else:
-            targets = list(parameters)
-            if not targets:
-                raise ValueError(
-                    "Expected `parameters` to name at least one tensor, but got an empty sequence."
-                )
-        groups = _tied_groups(model, targets)
+        groups = _tied_groups(model, _target_names(model, config))
+        self.config = config
         self.model = model
         self.schedule = schedule
+        self.method = config.method_class
         self.targets: list[str] = [group.name for group in groups]
         self.importance_fn = importance_fn
         self.scope: Scope = scope
         self.min_density = float(min_density)
+        self.seed = seed
+        self.optimizers: list[Optimizer] = list(optimizers)
         self.last_step = -1
         self.last_pruned_step = -1
         self.history: list[tuple[int, float, int]] = []
         self._groups = groups
         self._pairs = [group.pairs[0] for group in groups]
         self._permanent = False
+        # The values rewinding restores; for "init", those of the model as it is now.
+        self._snapshot: dict[str, Tensor] | None = None
+        if rewind == "init":
+            self.take_snapshot()
 
     @property
     def pairs(self) -> list[tuple[nn.Module, str]]:
@@ -243,6 +249,28 @@ class Pruner:
         """
         return {group.name: group.names for group in self._groups}
 
+    def shared_targets(self, other: Pruner) -> list[str]:
+        """The targets of ``other`` that are targets of this pruner too (one parameter under any
+        of its names), each as all its names joined by ``" = "``; two pruners of one model
+        should share none.
+
+        Example:
+            >>> from torch import nn
+            >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+            >>> model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+            >>> first = Pruner(model, OneShotSchedule(0.5))
+            >>> first.shared_targets(Pruner(model, OneShotSchedule(0.9), parameters=["1.weight"]))
+            ['1.weight']
+        """
+        if other.model is not self.model:
+            return []
+        mine = {id(parameter_of(module, name)) for module, name in self._pairs}
+        return [
+            " = ".join(group.names)
+            for group in other._groups
+            if id(parameter_of(*group.pairs[0])) in mine
+        ]
+
     @property
     def permanent(self) -> bool:
         """Whether :meth:`make_permanent` has been called."""
@@ -251,6 +279,10 @@ class Pruner:
     def step(self, step: int | None = None) -> int:
         """Advance to ``step`` and prune if it is a pruning step not pruned before.
 
+        In order: take the rewind snapshot if ``step`` is ``rewind_step``; on a pruning step,
+        prune (seeded with ``seed + step`` if a seed is set); if that pruned something, rewind
+        the targets to the snapshot and clear the optimizers' state.
+
         Args:
             step: The optimizer step just done; ``None`` for the last one plus 1 (0 at first).
 
@@ -258,7 +290,9 @@ class Pruner:
             The number of units newly pruned (0 on other steps).
 
         Raises:
-            RuntimeError: After :meth:`make_permanent`.
+            RuntimeError: After :meth:`make_permanent`, or with ``rewind="step"`` when a step
+                after ``rewind_step`` comes before its snapshot was taken or loaded.
+            TypeError: ``step`` is not an int.
             ValueError: A negative ``step``, or scores the method rejects.
 
         Example:
@@ -273,16 +307,77 @@ class Pruner:
                 "Expected a pruner whose pruning is not permanent, but make_permanent() was "
                 "called: the reparametrization is gone, so nothing more can be pruned."
             )
-        step = self.last_step + 1 if step is None else _check_step(step)
+        step = self.last_step + 1 if step is None else check_int("step", step, 0)
+        self._take_snapshot(step)
         newly_pruned = 0
         if self.schedule.should_prune(step) and step > self.last_pruned_step:
             target = self.schedule(step)
-            newly_pruned = self._prune_to(target)
+            with self._seeded(step):
+                if counts_itself(self.method):
+                    newly_pruned = self._prune_own_count()
+                else:
+                    newly_pruned = self._prune_to(target)
             self.last_pruned_step = step
             if newly_pruned:
                 self.history.append((step, target, newly_pruned))
+                self._after_pruning()
         self.last_step = step
         return newly_pruned
+
+    def _take_snapshot(self, step: int) -> None:
+        """Snapshot at ``rewind_step``; refuse to go on without one once it is due."""
+        config = self.config
+        if config.rewind == "none" or self._snapshot is not None:
+            return
+        if config.rewind == "step" and step <= config.rewind_step:
+            if step == config.rewind_step:
+                self.take_snapshot()
+            return
+        due = "the initial values" if config.rewind == "init" else f"step {config.rewind_step}"
+        raise RuntimeError(
+            f"Expected the rewind snapshot of {due} to be taken or loaded with "
+            f"load_state_dict(), but the pruner has none at step {step}."
+        )
+
+    @contextmanager
+    def _seeded(self, step: int) -> Iterator[None]:
+        """Draw from ``seed + step`` in a forked RNG (CPU and the targets' CUDA devices)."""
+        if self.seed is None:
+            yield
+            return
+        devices = {p.device.index or 0 for p in self._parameters() if p.device.type == "cuda"}
+        with torch.random.fork_rng(devices=sorted(devices)):
+            torch.manual_seed((self.seed + step) % 2**64)
+            yield
+
+    def _after_pruning(self) -> None:
+        if self._snapshot is not None:
+            self.rewind(self._snapshot)
+        for optimizer in self.optimizers:
+            optimizer.state.clear()
+
+    def _prune_own_count(self) -> int:
+        """Apply a method that decides its own count to each target on its own; the units
+        already pruned stay pruned. Every mask is computed before any is installed."""
+        before = sum(self._pruned_counts())
+        scores = self._scores()
+        method = self.method()
+        new_masks: list[Tensor] = []
+        for fq_name, pair in zip(self.targets, self._pairs, strict=True):
+            param = self._parameter(*pair)
+            parts = pruned_parts(*pair)
+            mask = torch.ones_like(param) if parts is None else parts.mask.detach()
+            new_mask = method.compute_mask(scores[pair], default_mask=mask.clone())
+            if not isinstance(new_mask, Tensor) or new_mask.shape != mask.shape:
+                got = tuple(new_mask.shape) if isinstance(new_mask, Tensor) else repr(new_mask)
+                raise ValueError(
+                    f"Expected {self.method.__name__}.compute_mask to return a mask of shape "
+                    f"{tuple(mask.shape)} for {fq_name!r}, but got {got}."
+                )
+            new_masks.append((new_mask.to(dtype=mask.dtype) * mask).detach())
+        for group, new_mask in zip(self._groups, new_masks, strict=True):
+            share_mask(group.pairs, new_mask.to(dtype=self._parameter(*group.pairs[0]).dtype))
+        return sum(self._pruned_counts()) - before
 
     def target_sparsity(self, step: int | None = None) -> float:
         """The schedule's target at ``step`` (default: the last step taken).
@@ -398,6 +493,7 @@ class Pruner:
                     # the same values, and the same Parameter object is registered again.
                     remove(module, name)
         self._permanent = True
+        self._snapshot = None  # nothing is left to rewind
 
     def snapshot(self) -> dict[str, Tensor]:
         """Clones of the targets' unpruned values (``<name>_orig`` if pruned), by target name
@@ -415,6 +511,28 @@ class Pruner:
             fq_name: self._parameter(module, name).detach().clone()
             for fq_name, (module, name) in zip(self.targets, self._pairs, strict=True)
         }
+
+    def take_snapshot(self) -> None:
+        """Keep the targets' current values as those rewinding restores.
+
+        ``rewind="init"`` takes the snapshot when the pruner is made and ``rewind="step"`` at
+        ``rewind_step``; call this when the weights are replaced afterwards (pretrained weights
+        loaded, or DDP's broadcast of rank zero's weights), before the first pruning step.
+
+        Example:
+            >>> import torch
+            >>> from torch import nn
+            >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+            >>> model = nn.Linear(4, 2)
+            >>> pruner = Pruner(model, OneShotSchedule(0.5), rewind="init")
+            >>> with torch.no_grad():
+            ...     _ = model.weight.fill_(1.0)  # e.g. pretrained weights loaded
+            >>> pruner.take_snapshot()
+            >>> _ = pruner.step()
+            >>> model.weight_orig.unique().tolist()
+            [1.0]
+        """
+        self._snapshot = self.snapshot()
 
     def rewind(self, state: Mapping[str, Tensor]) -> None:
         """Copy ``state`` into the targets' unpruned values, keeping the masks (lottery tickets).
@@ -449,33 +567,8 @@ class Pruner:
                 "Expected a pruner whose pruning is not permanent, but make_permanent() was "
                 "called: there are no `_orig` parameters left to rewind."
             )
-        if not isinstance(state, Mapping):
-            raise TypeError(
-                f"Expected `state` to be a mapping of name to tensor, but got {state!r}."
-            )
-        index = {alias: i for i, group in enumerate(self._groups) for alias in group.names}
-        seen: dict[int, str] = {}
-        for fq_name, value in state.items():
-            if fq_name not in index:
-                raise ValueError(
-                    f"Expected the keys of `state` to be targets of the pruner, but got "
-                    f"{fq_name!r}; targets: {self.targets}."
-                )
-            if index[fq_name] in seen:
-                raise ValueError(
-                    f"Expected one value per target, but {seen[index[fq_name]]!r} and "
-                    f"{fq_name!r} name the same tied parameter."
-                )
-            seen[index[fq_name]] = fq_name
-            module, name = self._pairs[index[fq_name]]
-            shape = tuple(self._parameter(module, name).shape)
-            if not isinstance(value, Tensor) or tuple(value.shape) != shape:
-                got = tuple(value.shape) if isinstance(value, Tensor) else repr(value)
-                raise ValueError(
-                    f"Expected `state[{fq_name!r}]` to be a tensor of shape {shape}, but got {got}."
-                )
-        for fq_name, value in state.items():
-            group = self._groups[index[fq_name]]
+        for index, value in self._check_values(state, "state").items():
+            group = self._groups[index]
             with torch.no_grad():
                 self._parameter(*group.pairs[0]).copy_(value)
             for module, name in group.pairs:
@@ -485,23 +578,65 @@ class Pruner:
                     orig: Tensor = getattr(module, name + "_orig")
                     setattr(module, name, mask.to(dtype=orig.dtype) * orig)
 
-    def state_dict(self) -> dict[str, Any]:
-        """The pruner's state as plain data, by name.
+    def _check_values(self, values: object, key: str) -> dict[int, Tensor]:
+        """``values`` (target name -> tensor of its shape) by target index.
 
-        ``"schedule"`` is ``None`` when the schedule cannot be serialised (a lambda in a
-        :class:`~tensorplay.ao.pruning.schedules.CallableSchedule`); it is informative only, the
-        pruner's own schedule is kept on load.
+        Raises:
+            TypeError: ``values`` is not a mapping.
+            ValueError: A name that is not a target, two names of one target, or a value of
+                another shape.
+        """
+        if not isinstance(values, Mapping):
+            raise TypeError(
+                f"Expected `{key}` to be a mapping of name to tensor, but got {values!r}."
+            )
+        index = {alias: i for i, group in enumerate(self._groups) for alias in group.names}
+        found: dict[int, Tensor] = {}
+        seen: dict[int, str] = {}
+        for fq_name, value in values.items():
+            if fq_name not in index:
+                raise ValueError(
+                    f"Expected the keys of `{key}` to be targets of the pruner, but got "
+                    f"{fq_name!r}; targets: {self.targets}."
+                )
+            if index[fq_name] in seen:
+                raise ValueError(
+                    f"Expected one value per target in `{key}`, but {seen[index[fq_name]]!r} and "
+                    f"{fq_name!r} name the same tied parameter."
+                )
+            seen[index[fq_name]] = fq_name
+            shape = tuple(self._parameter(*self._pairs[index[fq_name]]).shape)
+            if not isinstance(value, Tensor) or tuple(value.shape) != shape:
+                got = tuple(value.shape) if isinstance(value, Tensor) else repr(value)
+                raise ValueError(
+                    f"Expected `{key}[{fq_name!r}]` to be a tensor of shape {shape}, but got {got}."
+                )
+            found[index[fq_name]] = value
+        return found
+
+    def state_dict(self) -> dict[str, Any]:
+        """The pruner's state: plain data by name, and the rewind snapshot's tensors.
+
+        ``{"version": 2, "step", "last_pruned_step", "targets", "schedule", "method", "scope",
+        "min_density", "rewind", "rewind_step", "seed", "history", "permanent", "snapshot"}``.
+        ``"schedule"`` is its ``{"class_path", "init_args"}`` form, ``None`` when it cannot be
+        serialised (a lambda in a :class:`~tensorplay.ao.pruning.schedules.CallableSchedule`);
+        like the method, scope, minimum density and rewinding it is informative only: the
+        pruner's own configuration is kept on load. ``"snapshot"`` holds the values rewinding
+        restores, by target name (``None`` before it is taken or without rewinding).
 
         Example:
             >>> from torch import nn
             >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
-            >>> state = Pruner(nn.Linear(4, 2), OneShotSchedule(0.5)).state_dict()
-            >>> state["version"], state["targets"], state["schedule"]["type"], state["method"]
-            (1, ['weight'], 'one_shot', 'l1_unstructured')
+            >>> state = Pruner(nn.Linear(4, 2), OneShotSchedule(0.5), seed=3).state_dict()
+            >>> state["version"], state["targets"], state["method"], state["seed"]
+            (2, ['weight'], 'l1_unstructured', 3)
+            >>> state["schedule"]["class_path"], state["snapshot"]
+            ('tensorplay.ao.pruning.schedules.OneShotSchedule', None)
         """
         try:
             schedule: dict[str, Any] | None = self.schedule.to_dict()
-        except ValueError:
+        except (TypeError, ValueError):
             schedule = None
         return {
             "version": STATE_VERSION,
@@ -512,21 +647,33 @@ class Pruner:
             "method": method_name(self.method),
             "scope": self.scope,
             "min_density": self.min_density,
+            "rewind": self.config.rewind,
+            "rewind_step": self.config.rewind_step,
+            "seed": self.seed,
             "history": list(self.history),
             "permanent": self._permanent,
+            "snapshot": None if self._snapshot is None else dict(self._snapshot),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore counters and history from :meth:`state_dict`.
+        """Restore counters, history, seed and rewind snapshot from :meth:`state_dict`.
 
         Load the model's state_dict too (it holds the masks; see
         :func:`~tensorplay.ao.pruning.checkpoint.restore_pruning` for a fresh model). The
         pruner's own configuration is kept; a state saved with a different schedule, method,
-        scope or minimum density only warns.
+        scope, minimum density or rewinding only warns. The saved seed replaces the pruner's, so
+        a resumed run draws what an uninterrupted one would.
+
+        A version-1 state (saved by tensorplay 0.1, before the pruner rewound or seeded) is
+        accepted: it restores the counters and history and keeps the pruner's seed; it has no
+        snapshot (unless it carries the ``"seed"`` and ``"snapshot"`` that 0.1's callback kept
+        beside it), so a pruner that rewinds raises at its next step unless the snapshot's
+        step is still ahead.
 
         Raises:
-            ValueError: An unknown version, missing or unknown keys, other targets, or bad
-                counters.
+            TypeError: ``state`` or its snapshot is not a mapping.
+            ValueError: An unknown version, missing or unknown keys, other targets, bad
+                counters, a bad seed, or a snapshot of other names or shapes.
 
         Example:
             >>> from torch import nn
@@ -541,17 +688,22 @@ class Pruner:
         if not isinstance(state, Mapping):
             raise TypeError(f"Expected `state` to be a mapping, but got {state!r}.")
         version = state.get("version")
-        if version != STATE_VERSION:
+        if version not in (1, STATE_VERSION):
             raise ValueError(
-                f"Expected a pruner state of version {STATE_VERSION}, but got version {version!r}."
+                f"Expected a pruner state of version 1 or {STATE_VERSION}, but got version "
+                f"{version!r}."
             )
-        missing = [key for key in _STATE_KEYS if key not in state]
-        unknown = sorted(key for key in state if key not in _STATE_KEYS)
+        expected = _STATE_KEYS_V1 if version == 1 else _STATE_KEYS
+        optional = _V1_OPTIONAL if version == 1 else ()
+        missing = [key for key in expected if key not in state]
+        unknown = sorted(key for key in state if key not in expected + optional)
         if missing or unknown:
             raise ValueError(
-                f"Expected the pruner state to have keys {list(_STATE_KEYS)}, but {missing} are "
-                f"missing and {unknown} are unknown."
+                f"Expected a version-{version} pruner state to have keys {list(expected)}, but "
+                f"{missing} are missing and {unknown} are unknown."
             )
+        if version == 1:
+            state = self._upgrade_v1(state)
         # A state may name a tied target by another of its names (its first name in module
         # order is the pruner's); any name of it is the same target.
         canonical = {alias: group.name for group in self._groups for alias in group.names}
@@ -569,17 +721,40 @@ class Pruner:
         history = [_history_entry(entry) for entry in state["history"]]
         if not isinstance(state["permanent"], bool):
             raise ValueError(f"Expected `permanent` to be a bool, but got {state['permanent']!r}.")
+        seed = state["seed"]
+        if seed is not None:
+            check_int("seed", seed, 0)
+        snapshot = state["snapshot"]
+        if snapshot is not None:
+            found = self._check_values(snapshot, "snapshot")
+            snapshot = {self.targets[i]: value for i, value in found.items()}
         self._warn_on_config_change(state)
         self.last_step = step
         self.last_pruned_step = last_pruned
         self.history = history
         self._permanent = state["permanent"]
+        self.seed = seed
+        self._snapshot = snapshot if self.config.rewind != "none" else None
+
+    def _upgrade_v1(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """A version-1 state as version 2: the pruner's own rewinding, its seed and no snapshot
+        unless given; its schedule (in the old ``{"type"}`` form) is left out of the
+        comparison."""
+        return {
+            "seed": self.seed,
+            "snapshot": None,
+            **state,
+            "version": STATE_VERSION,
+            "schedule": None,
+            "rewind": self.config.rewind,
+            "rewind_step": self.config.rewind_step,
+        }
 
     def _warn_on_config_change(self, state: Mapping[str, Any]) -> None:
         mine = self.state_dict()
         changed = [
             key
-            for key in ("schedule", "method", "scope", "min_density")
+            for key in _CONFIG_KEYS
             if state[key] is not None and mine[key] is not None and state[key] != mine[key]
         ]
         if changed:
@@ -620,6 +795,9 @@ class Pruner:
 
     def _numels(self) -> list[int]:
         return [self._parameter(m, n).numel() for m, n in self._pairs]
+
+    def _parameters(self) -> list[nn.Parameter]:
+        return [self._parameter(m, n) for m, n in self._pairs]
 
     def _caps(self, pruned: list[int], numels: list[int]) -> list[int]:
         """How many more units each target may lose under ``min_density``."""
@@ -731,6 +909,24 @@ class _Target(NamedTuple):
     @property
     def name(self) -> str:
         return self.names[0]
+
+
+def _target_names(model: nn.Module, config: PrunerConfig) -> list[str]:
+    """The names ``config.parameters`` gives, or those its selection arguments select."""
+    if config.parameters is None:
+        return select_parameters(
+            model,
+            module_types=DEFAULT_MODULE_TYPES
+            if config.module_types is None
+            else config.module_types,
+            names=DEFAULT_NAMES if config.names is None else config.names,
+            include=config.include,
+            exclude=config.exclude,
+            keep_dense=config.keep_dense,
+        )
+    if isinstance(config.parameters, str):
+        return [config.parameters]
+    return list(config.parameters)
 
 
 def _tied_groups(model: nn.Module, names: list[str]) -> list[_Target]:

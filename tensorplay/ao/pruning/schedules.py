@@ -7,9 +7,10 @@ step, and after the window it is held at its final value, so the value never dep
 it is asked. Schedules speak in *cumulative* sparsity; the pruner turns a target into an exact
 count, ``round(target * total) - already_pruned``.
 
-Every schedule serialises to plain data with :meth:`Schedule.to_dict` and comes back with
-:func:`schedule_from_dict`, so it can live in a checkpoint or a YAML config. This module does not
-import torch.
+Every schedule serialises with :meth:`Schedule.to_dict` to the form jsonargparse and
+LightningCLI write, ``{"class_path": "<import path>", "init_args": {...}}``, and comes back with
+:func:`schedule_from_dict`, so one format serves checkpoints, the pruner's state and YAML
+configs. This module does not import torch.
 
 Example:
     >>> schedule = CubicSchedule(final_sparsity=0.9, end_step=10)
@@ -22,13 +23,14 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import importlib
+import inspect
 import math
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
+
+from tensorplay.ao.pruning.imports import import_object, import_path
 
 __all__ = [
     "CallableSchedule",
@@ -40,8 +42,6 @@ __all__ = [
     "Schedule",
     "schedule_from_dict",
 ]
-
-_REGISTRY: dict[str, type[Schedule]] = {}
 
 
 def _check_int(name: str, value: object, minimum: int) -> None:
@@ -87,8 +87,8 @@ class Schedule(ABC):
     """Base class of sparsity schedules.
 
     Subclasses are frozen dataclasses. They implement :meth:`__call__` and :meth:`should_prune`;
-    :meth:`to_dict` works for any subclass whose fields are plain data. A subclass defined outside
-    this module serialises under its import path, which :func:`schedule_from_dict` imports.
+    :meth:`to_dict` works for any subclass defined at the top level of an importable module whose
+    fields are plain data.
 
     Example:
         >>> from dataclasses import dataclass
@@ -102,14 +102,6 @@ class Schedule(ABC):
         (0.2, False)
     """
 
-    type_name: ClassVar[str | None] = None
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        name = cls.__dict__.get("type_name")
-        if name is not None:
-            _REGISTRY[name] = cls
-
     @abstractmethod
     def __call__(self, step: int) -> float:
         """The cumulative target sparsity, in [0, 1), once ``step`` is done."""
@@ -119,21 +111,42 @@ class Schedule(ABC):
         """Whether ``step`` is a pruning step."""
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data that :func:`schedule_from_dict` turns back into an equal schedule.
+        """``{"class_path", "init_args"}``, as jsonargparse writes it; see :func:`schedule_from_dict`.
+
+        Raises:
+            TypeError: The schedule is not a dataclass (override :meth:`init_args`).
+            ValueError: Its class has no import path (defined in ``__main__`` or in a function).
 
         Example:
             >>> OneShotSchedule(0.5, step=3).to_dict()
-            {'type': 'one_shot', 'sparsity': 0.5, 'step': 3}
-        """
+            {'class_path': 'tensorplay.ao.pruning.schedules.OneShotSchedule', 'init_args': {'sparsity': 0.5, 'step': 3}}
+        """  # noqa: E501
         cls = type(self)
+        path = import_path(cls)
+        if path is None:
+            raise ValueError(
+                f"Expected a schedule class with an import path to serialise, but got "
+                f"{cls.__qualname__} of module {cls.__module__!r}; define it at the top level of "
+                "an importable module."
+            )
+        return {"class_path": path, "init_args": self.init_args()}
+
+    def init_args(self) -> dict[str, Any]:
+        """The constructor arguments that rebuild this schedule, as plain data.
+
+        Raises:
+            TypeError: The schedule is not a dataclass; override this method then.
+
+        Example:
+            >>> LinearSchedule(0.5, end_step=4).init_args()
+            {'final_sparsity': 0.5, 'end_step': 4, 'start_step': 0, 'initial_sparsity': 0.0, 'frequency': 1}
+        """  # noqa: E501
         if not dataclasses.is_dataclass(self):
             raise TypeError(
-                f"Expected a dataclass schedule to serialise, but {cls.__name__} is not one; "
-                "decorate it with @dataclass(frozen=True) or override to_dict()."
+                f"Expected a dataclass schedule to serialise, but {type(self).__name__} is not "
+                "one; decorate it with @dataclass(frozen=True) or override init_args()."
             )
-        name = cls.type_name or f"{cls.__module__}.{cls.__qualname__}"
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
-        return {"type": name, **fields}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 @dataclass(frozen=True)
@@ -213,7 +226,6 @@ class CubicSchedule(_PolynomialSchedule):
         ([True, False, True, False], True)
     """
 
-    type_name: ClassVar[str | None] = "cubic"
     power: float = 3.0
 
     def __post_init__(self) -> None:
@@ -249,8 +261,6 @@ class LinearSchedule(_PolynomialSchedule):
         [0.0, 0.2, 0.4, 0.6, 0.8, 0.8]
     """
 
-    type_name: ClassVar[str | None] = "linear"
-
 
 @dataclass(frozen=True)
 class ConstantSchedule(Schedule):
@@ -271,7 +281,6 @@ class ConstantSchedule(Schedule):
         ([0.0, 0.0, 0.5, 0.5], False, True)
     """
 
-    type_name: ClassVar[str | None] = "constant"
     sparsity: float
     start_step: int = 0
     end_step: int | None = None
@@ -305,7 +314,6 @@ class OneShotSchedule(Schedule):
         (0.0, 0.7, True, False)
     """
 
-    type_name: ClassVar[str | None] = "one_shot"
     sparsity: float
     step: int = 0
 
@@ -346,7 +354,6 @@ class ExponentialSchedule(Schedule):
         (True, False)
     """
 
-    type_name: ClassVar[str | None] = "exponential"
     rate: float
     every: int
     start_step: int = 0
@@ -375,35 +382,6 @@ class ExponentialSchedule(Schedule):
         return self.rounds is None or (step - self.start_step) // self.every < self.rounds
 
 
-def _import_path(fn: Callable[..., Any]) -> str | None:
-    """``module.qualname`` if importing it gives back ``fn``, else ``None``."""
-    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
-    if not module or not qualname or "<" in qualname or module == "__main__":
-        return None
-    try:
-        found = _import_object(f"{module}.{qualname}")
-    except ValueError:
-        return None
-    return f"{module}.{qualname}" if found is fn else None
-
-
-def _import_object(path: str) -> Any:
-    """Import ``pkg.mod.Name`` (or ``pkg.mod.Class.attr``)."""
-    parts = path.split(".")
-    for split in range(len(parts) - 1, 0, -1):
-        try:
-            obj: Any = importlib.import_module(".".join(parts[:split]))
-        except ImportError:
-            continue
-        try:
-            for attr in parts[split:]:
-                obj = getattr(obj, attr)
-        except AttributeError:
-            break
-        return obj
-    raise ValueError(f"Expected an import path such as 'pkg.module.Name', but got {path!r}.")
-
-
 @dataclass(frozen=True)
 class CallableSchedule(Schedule):
     """Any function of the step, evaluated on pruning steps and held in between.
@@ -412,8 +390,8 @@ class CallableSchedule(Schedule):
     window), so the value is held between pruning steps and after ``end_step``. It must return a
     float in [0, 1). Before ``start_step`` the target is 0.
 
-    :meth:`to_dict` stores a module-level function by its import path; a lambda or a nested
-    function cannot be serialised.
+    :meth:`to_dict` stores a module-level function by its import path (as jsonargparse reads a
+    ``Callable`` from YAML); a lambda or a nested function cannot be serialised.
 
     Args:
         fn: ``step -> cumulative target sparsity``.
@@ -431,11 +409,10 @@ class CallableSchedule(Schedule):
         >>> schedule(25), schedule(1000)
         (0.2, 0.5)
         >>> import math
-        >>> CallableSchedule(math.sin, end_step=1).to_dict()["fn"]
+        >>> CallableSchedule(math.sin, end_step=1).to_dict()["init_args"]["fn"]
         'math.sin'
     """
 
-    type_name: ClassVar[str | None] = "callable"
     fn: Callable[[int], float]
     start_step: int = 0
     end_step: int | None = None
@@ -458,63 +435,78 @@ class CallableSchedule(Schedule):
     def should_prune(self, step: int) -> bool:
         return _in_window(step, self.start_step, self.end_step, self.frequency)
 
-    def to_dict(self) -> dict[str, Any]:
-        path = _import_path(self.fn)
+    def init_args(self) -> dict[str, Any]:
+        """The arguments with ``fn`` as its import path.
+
+        Raises:
+            ValueError: ``fn`` has no import path (a lambda, a nested function).
+        """
+        path = import_path(self.fn)
         if path is None:
             raise ValueError(
                 f"Expected `fn` to be a module-level function to serialise the schedule, but got "
                 f"{self.fn!r}; define it at the top level of an importable module."
             )
-        data = super().to_dict()
-        data["fn"] = path
-        return data
+        return {**super().init_args(), "fn": path}
 
 
 def schedule_from_dict(data: Mapping[str, Any]) -> Schedule:
-    """Rebuild a schedule from :meth:`Schedule.to_dict` output.
+    """Rebuild a schedule from ``{"class_path", "init_args"}`` (:meth:`Schedule.to_dict`).
 
-    ``data["type"]`` is a built-in name (``"cubic"``, ``"linear"``, ``"constant"``,
-    ``"one_shot"``, ``"exponential"``, ``"callable"``) or the import path of a
-    :class:`Schedule` subclass; the other keys are its constructor arguments.
+    ``class_path`` is the import path of a :class:`Schedule` subclass; ``init_args`` (optional)
+    holds its constructor arguments, a :class:`CallableSchedule`'s ``fn`` as an import path. This
+    is the form LightningCLI writes and reads in YAML.
 
     Raises:
-        ValueError: No ``"type"``, an unknown type, unknown keys, or arguments the schedule
-            rejects.
+        TypeError: ``data`` or ``init_args`` is not a mapping.
+        ValueError: Keys other than ``class_path`` and ``init_args``, a path that is not a
+            Schedule subclass, unknown or missing arguments, or arguments the schedule rejects.
 
     Example:
-        >>> schedule = schedule_from_dict({"type": "linear", "final_sparsity": 0.5, "end_step": 10})
+        >>> schedule = schedule_from_dict({
+        ...     "class_path": "tensorplay.ao.pruning.schedules.LinearSchedule",
+        ...     "init_args": {"final_sparsity": 0.5, "end_step": 10},
+        ... })
         >>> schedule == LinearSchedule(final_sparsity=0.5, end_step=10), schedule(5)
         (True, 0.25)
     """
     if not isinstance(data, Mapping):
         raise TypeError(f"Expected `data` to be a mapping, but got {data!r}.")
-    if "type" not in data:
-        raise ValueError(f"Expected `data` to have a 'type' key, but got keys {sorted(data)}.")
-    kind = data["type"]
-    cls = _REGISTRY.get(kind) if isinstance(kind, str) else None
-    if cls is None:
-        if not isinstance(kind, str) or "." not in kind:
-            raise ValueError(
-                f"Expected `type` to be one of {sorted(_REGISTRY)} or the import path of a "
-                f"Schedule subclass, but got {kind!r}."
-            )
-        found = _import_object(kind)
-        if not (isinstance(found, type) and issubclass(found, Schedule)):
-            raise ValueError(f"Expected `type` to name a Schedule subclass, but got {kind!r}.")
-        cls = found
-    kwargs = {key: value for key, value in data.items() if key != "type"}
-    names = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else None
-    unknown: list[str] = sorted(set(kwargs) - names) if names is not None else []
-    if unknown:
+    if "class_path" not in data or not set(data) <= {"class_path", "init_args"}:
         raise ValueError(
-            f"Expected the keys of a {kind!r} schedule to be among {sorted(names or ())}, "
-            f"but got unknown keys {unknown}."
+            "Expected `data` to have the keys 'class_path' and optionally 'init_args', but got "
+            f"keys {sorted(data)}."
         )
-    if cls is CallableSchedule and isinstance(kwargs.get("fn"), str):
-        kwargs["fn"] = _import_object(kwargs["fn"])
-    try:
-        return cls(**kwargs)
-    except TypeError as error:
-        if re.search(r"missing \d+ required", str(error)):
-            raise ValueError(f"Incomplete {kind!r} schedule {dict(data)!r}: {error}.") from error
-        raise
+    cls = _schedule_class(data["class_path"])
+    kwargs = data.get("init_args", {})
+    if not isinstance(kwargs, Mapping):
+        raise TypeError(f"Expected `init_args` to be a mapping, but got {kwargs!r}.")
+    _check_init_args(cls, kwargs)
+    kwargs = dict(kwargs)
+    if issubclass(cls, CallableSchedule) and isinstance(kwargs.get("fn"), str):
+        kwargs["fn"] = import_object(kwargs["fn"])
+    return cls(**kwargs)
+
+
+def _schedule_class(path: object) -> type[Schedule]:
+    found = import_object(path) if isinstance(path, str) else None
+    if not (isinstance(found, type) and issubclass(found, Schedule)):
+        raise ValueError(
+            f"Expected `class_path` to be the import path of a Schedule subclass, but got {path!r}."
+        )
+    return found
+
+
+def _check_init_args(cls: type[Schedule], kwargs: Mapping[str, Any]) -> None:
+    """Unknown and missing constructor arguments, read from the signature."""
+    params = inspect.signature(cls).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return
+    named = {p.name: p for p in params if p.kind is not inspect.Parameter.VAR_POSITIONAL}
+    unknown = sorted(set(kwargs) - set(named))
+    missing = [name for name, p in named.items() if p.default is p.empty and name not in kwargs]
+    if unknown or missing:
+        raise ValueError(
+            f"Expected the `init_args` of {cls.__name__} to be among {list(named)}, but "
+            f"{unknown} are unknown and {missing} are missing."
+        )

@@ -39,8 +39,8 @@ from torch import nn
 from tensorplay.ao.pruning import methods as _methods
 from tensorplay.ao.pruning.aliases import TiedParameter, alias_map, parameter_groups
 from tensorplay.ao.pruning.base import BasePruningMethod
+from tensorplay.ao.pruning.imports import import_object
 from tensorplay.ao.pruning.reparametrization import parameter_of
-from tensorplay.ao.pruning.schedules import _import_object
 
 __all__ = [
     "DEFAULT_MODULE_TYPES",
@@ -131,7 +131,7 @@ def _module_matcher(module_types: Sequence[ModuleType]) -> list[type | str]:
     matchers: list[type | str] = []
     for entry in _as_tuple("module_types", module_types):
         if isinstance(entry, str) and "." in entry:
-            entry = _import_object(entry)
+            entry = import_object(entry)
         if (isinstance(entry, type) and issubclass(entry, nn.Module)) or (
             isinstance(entry, str) and entry.isidentifier()
         ):
@@ -651,7 +651,7 @@ def resolve_method(method: str | type[BasePruningMethod]) -> type[BasePruningMet
         if method in builtins:
             cls = builtins[method]
         elif "." in method:
-            cls = _import_object(method)
+            cls = import_object(method)
         else:
             known = sorted(
                 name

@@ -1,0 +1,190 @@
+"""The pruner's configuration: every argument that needs no model, checked once.
+
+:class:`PrunerConfig` holds what :class:`~tensorplay.ao.pruning.pruner.Pruner` decides with, as
+plain data, and checks it when it is made, one validator per rule. The pruner builds one from its
+arguments and the Lightning callback builds one from its own, so a bad value fails with the same
+message in both, before any model is touched.
+
+Example:
+    >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+    >>> PrunerConfig(OneShotSchedule(0.5), rewind="init").rewind
+    'init'
+    >>> PrunerConfig(OneShotSchedule(0.5), min_density="0.1")
+    Traceback (most recent call last):
+    ...
+    TypeError: Expected `min_density` to be a float in [0, 1), but got '0.1'.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from functools import cached_property
+from typing import Any, Literal
+
+from tensorplay.ao.pruning.base import BasePruningMethod
+from tensorplay.ao.pruning.schedules import Schedule
+from tensorplay.ao.pruning.targets import (
+    KeepDense,
+    ModuleType,
+    check_selection_args,
+    resolve_method,
+)
+
+__all__ = ["PrunerConfig", "Rewind", "Scope", "counts_itself"]
+
+Scope = Literal["global", "layerwise"]
+Rewind = Literal["none", "init", "step"]
+
+_SCOPES: tuple[str, ...] = ("global", "layerwise")  # the message below names them
+_REWINDS: tuple[str, ...] = ("none", "init", "step")
+
+
+def counts_itself(method: type[BasePruningMethod]) -> bool:
+    """Whether ``method`` decides how many units it prunes: its constructor takes no ``amount``.
+
+    Such a method (an N:M method, say) is applied to each target on its own on the schedule's
+    pruning steps; the schedule then says *when* to prune and the method *how much*.
+
+    Example:
+        >>> from tensorplay.ao.pruning.methods import L1Unstructured
+        >>> class TwoOfFour(BasePruningMethod):
+        ...     PRUNING_TYPE = "unstructured"
+        ...     def compute_mask(self, t, default_mask):
+        ...         return default_mask
+        >>> counts_itself(L1Unstructured), counts_itself(TwoOfFour)
+        (False, True)
+    """
+    params = inspect.signature(method).parameters.values()
+    return not any(p.name == "amount" or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def check_int(name: str, value: object, minimum: int) -> int:
+    """``value`` if it is an int (not a bool) >= ``minimum``.
+
+    Raises:
+        TypeError: Not an int.
+        ValueError: Below ``minimum``.
+
+    Example:
+        >>> check_int("rewind_step", 3, 0)
+        3
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"Expected `{name}` to be an int, but got {value!r}.")
+    if value < minimum:
+        raise ValueError(f"Expected `{name}` to be an int >= {minimum}, but got {value}.")
+    return value
+
+
+def _check_schedule(schedule: object) -> None:
+    if not isinstance(schedule, Schedule):
+        raise TypeError(f"Expected `schedule` to be a Schedule, but got {schedule!r}.")
+
+
+def _check_parameters(parameters: object) -> None:
+    if parameters is not None and not isinstance(parameters, str) and len(parameters) == 0:  # type: ignore[arg-type]
+        raise ValueError(
+            "Expected `parameters` to name at least one tensor, but got an empty sequence."
+        )
+
+
+def _check_scope(scope: object) -> None:
+    if scope not in _SCOPES:
+        raise ValueError(f"Expected `scope` to be 'global' or 'layerwise', but got {scope!r}.")
+
+
+def _check_min_density(min_density: object) -> None:
+    if isinstance(min_density, bool) or not isinstance(min_density, (int, float)):
+        raise TypeError(f"Expected `min_density` to be a float in [0, 1), but got {min_density!r}.")
+    if not 0.0 <= min_density < 1.0:
+        raise ValueError(f"Expected `min_density` to be a float in [0, 1), but got {min_density}.")
+
+
+def _check_rewind(rewind: object) -> None:
+    if rewind not in _REWINDS:
+        raise ValueError(f"Expected `rewind` to be one of {_REWINDS}, but got {rewind!r}.")
+
+
+def _check_seed(seed: object) -> None:
+    if seed is not None:
+        check_int("seed", seed, 0)
+
+
+def _check_method_options(method: type[BasePruningMethod], min_density: float) -> None:
+    if min_density > 0 and counts_itself(method):
+        raise ValueError(
+            f"Expected `min_density` to be 0 with a method that decides its own count "
+            f"({method.__name__} takes no `amount`), but got {min_density}."
+        )
+
+
+@dataclass(frozen=True)
+class PrunerConfig:
+    """What a :class:`~tensorplay.ao.pruning.pruner.Pruner` decides with, checked on creation.
+
+    The arguments are the pruner's (see there); ``None`` selects the default. Sequences are kept
+    as given, so the configuration reads back as it was written (e.g. in YAML).
+
+    Raises:
+        TypeError: A value of the wrong type (``schedule``, ``min_density``, ``rewind_step``,
+            ``seed``, selection entries, ``method``).
+        ValueError: A value out of range, an unknown ``scope``, ``rewind``, ``method`` or
+            ``keep_dense`` entry, ``parameters`` together with a selection filter, or
+            ``min_density`` with a method that decides its own count.
+
+    Example:
+        >>> from tensorplay.ao.pruning.schedules import CubicSchedule
+        >>> config = PrunerConfig(CubicSchedule(0.8, end_step=100), method="random_unstructured")
+        >>> config.method_class.__name__, config.scope
+        ('RandomUnstructured', 'global')
+    """
+
+    schedule: Schedule
+    parameters: Sequence[str] | None = None
+    module_types: Sequence[ModuleType] | None = None
+    names: Sequence[str] | None = None
+    include: Sequence[str] | None = None
+    exclude: Sequence[str] | None = None
+    keep_dense: Sequence[KeepDense] = ()
+    method: str | type[BasePruningMethod] = "l1_unstructured"
+    scope: Scope = "global"
+    min_density: float = 0.0
+    rewind: Rewind = "none"
+    rewind_step: int = 0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_schedule(self.schedule)
+        _check_parameters(self.parameters)
+        check_selection_args(
+            self.parameters,
+            module_types=self.module_types,
+            names=self.names,
+            include=self.include,
+            exclude=self.exclude,
+            keep_dense=self.keep_dense,
+        )
+        _check_scope(self.scope)
+        _check_min_density(self.min_density)
+        _check_rewind(self.rewind)
+        check_int("rewind_step", self.rewind_step, 0)
+        _check_seed(self.seed)
+        _check_method_options(self.method_class, self.min_density)
+
+    def as_kwargs(self) -> dict[str, Any]:
+        """The fields by name: the keyword arguments of
+        :class:`~tensorplay.ao.pruning.pruner.Pruner` that made this configuration.
+
+        Example:
+            >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+            >>> sorted(PrunerConfig(OneShotSchedule(0.5)).as_kwargs())[:3]
+            ['exclude', 'include', 'keep_dense']
+        """
+        return {field.name: getattr(self, field.name) for field in fields(self)}
+
+    @cached_property
+    def method_class(self) -> type[BasePruningMethod]:
+        """The pruning method's class (``method`` resolved)."""
+        return resolve_method(self.method)
