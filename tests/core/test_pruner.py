@@ -7,6 +7,7 @@ import io
 import math
 import pickle
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 
 import pytest
 import torch
@@ -1054,3 +1055,20 @@ def test_a_rewinding_pruner_loading_a_version_1_state_needs_its_snapshot() -> No
     pruner.load_state_dict(version_1_state())
     with pytest.raises(RuntimeError, match="rewind snapshot of the initial values"):
         pruner.step()
+
+
+def test_make_permanent_leaves_positive_zeros_that_export_compactly(tmp_path: Path) -> None:
+    from tensorplay.ao.pruning import save_sparse
+
+    torch.manual_seed(0)
+    model = nn.Linear(64, 64, bias=False)
+    pruner = Pruner(model, OneShotSchedule(0.9))
+    pruner.step()
+    negative_zeros = (model.weight_orig < 0) & (model.weight_mask == 0)
+    assert int(negative_zeros.sum()) > 0  # remove alone would leave -0.0 there
+    pruner.make_permanent()
+    weight = model.weight.detach()
+    assert not bool(torch.signbit(weight[weight == 0]).any())
+    path = save_sparse(model, tmp_path / "w.safetensors")
+    # bitmask (1/32 of fp32) + the 10% kept values, plus a small header
+    assert path.stat().st_size < 0.16 * weight.numel() * 4 + 1024

@@ -473,8 +473,9 @@ class Pruner:
         """Remove the reparametrization of every target, keeping its zeros; pruning then ends.
 
         Every holder of a tied target gets the one parameter back (``a.weight is b.weight``),
-        holding the masked values its holders computed with, so outputs do not change.
-        :meth:`pruned_count` then counts the zeros of the targets.
+        holding the masked values its holders computed with, so outputs do not change; pruned
+        units hold ``+0.0`` (``remove`` alone leaves ``-0.0`` where a negative weight was pruned,
+        as torch does). :meth:`pruned_count` then counts the zeros of the targets.
 
         Example:
             >>> from torch import nn
@@ -492,6 +493,10 @@ class Pruner:
                     # The second holder of a tied parameter recomputes mask * (masked values):
                     # the same values, and the same Parameter object is registered again.
                     remove(module, name)
+            with torch.no_grad():
+                # mask * orig is -0.0 where a negative weight was pruned; +0.0 is the same value
+                # and lets a bit-exact sparse export (save_sparse) store every pruned unit as 0.
+                self._parameter(*group.pairs[0]).add_(0.0)
         self._permanent = True
         self._snapshot = None  # nothing is left to rewind
 
