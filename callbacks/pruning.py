@@ -227,12 +227,13 @@ class GradualPruning(Callback):
     def _log(self, pl_module: pl.LightningModule) -> None:
         # Masks are identical on every rank (same weights after DDP's all-reduce, same seed for
         # random methods), so these values need no reduction across ranks.
-        pruner = self.pruner
-        rows = pruner.report().rows if self.log_per_tensor else ()
+        # One report: the masks are read once per step (counts are exact, never cached).
+        report = self.pruner.report()
+        rows = report.rows if self.log_per_tensor else ()
         metrics = {f"pruning/sparsity/{row.name}": row.sparsity for row in rows}
-        metrics["pruning/sparsity"] = pruner.sparsity()
-        metrics["pruning/target_sparsity"] = pruner.target_sparsity()
-        metrics["pruning/pruned"] = float(pruner.pruned_count())
+        metrics["pruning/sparsity"] = report.sparsity
+        metrics["pruning/target_sparsity"] = self.pruner.target_sparsity()
+        metrics["pruning/pruned"] = float(report.pruned)
         for name, value in metrics.items():
             # float64: Lightning turns a Python number into float32, exact only up to 2**24 units.
             value64 = torch.tensor(value, dtype=torch.float64)
