@@ -21,6 +21,7 @@ from typing_extensions import override
 from tensorplay.ao.pruning.config import PrunerConfig, Rewind, Scope
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import Schedule
+from tensorplay.ao.pruning.stats import SparsityReport
 from tensorplay.ao.pruning.targets import KeepDense
 from tensorplay.callbacks._loading import pruner_state, schedule_key
 
@@ -102,6 +103,7 @@ class GradualPruning(Callback):
         self.verbose = verbose
         self._pruner: Pruner | None = None
         self._pending_state: dict[str, Any] | None = None
+        self._report: SparsityReport | None = None  # the last counts, re-read when they change
 
     @property
     @override
@@ -204,6 +206,7 @@ class GradualPruning(Callback):
 
     def _load_pending(self) -> None:
         state, self._pending_state = self._pending_state, None
+        self._report = None
         if state is not None:
             self.pruner.load_state_dict(state)
 
@@ -216,19 +219,22 @@ class GradualPruning(Callback):
     def _step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *, log: bool) -> None:
         step = trainer.global_step
         pruned = self.pruner.step(step)
+        # Counting reads every mask; the counts change on pruning steps only (or by hand), so
+        # between those they are re-read on the steps the loggers write, not on every step.
+        every = max(1, int(getattr(trainer, "log_every_n_steps", 1)))  # set by the Trainer
+        if pruned > 0 or self._report is None or step % every == 0:
+            self._report = self.pruner.report()
         if pruned > 0 and self.verbose:
             rank_zero_info(
                 f"GradualPruning: step {step}: pruned {pruned} more units, sparsity "
-                f"{self.pruner.sparsity():.4f} (target {self.pruner.target_sparsity(step):.4f})."
+                f"{self._report.sparsity:.4f} (target {self.pruner.target_sparsity(step):.4f})."
             )
         if log:
-            self._log(pl_module)
+            self._log(pl_module, self._report)
 
-    def _log(self, pl_module: pl.LightningModule) -> None:
+    def _log(self, pl_module: pl.LightningModule, report: SparsityReport) -> None:
         # Masks are identical on every rank (same weights after DDP's all-reduce, same seed for
         # random methods), so these values need no reduction across ranks.
-        # One report: the masks are read once per step (counts are exact, never cached).
-        report = self.pruner.report()
         rows = report.rows if self.log_per_tensor else ()
         metrics = {f"pruning/sparsity/{row.name}": row.sparsity for row in rows}
         metrics["pruning/sparsity"] = report.sparsity

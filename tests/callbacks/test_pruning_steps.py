@@ -152,3 +152,24 @@ def test_random_pruning_leaves_the_training_rng_alone(make_trainer):
     assert len(before.states) == len(after.states) == 4
     for state_before, state_after in zip(before.states, after.states, strict=True):
         assert torch.equal(state_before, state_after)
+
+
+class _UnpruneByHand(Callback):
+    """After optimizer step 5, sets the first layer's mask to ones through ``.data``."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == 5:
+            pl_module.net[0].weight_mask.data.fill_(1)
+
+
+def test_counts_are_read_again_on_every_logged_step(make_trainer, tmp_path):
+    callback = GradualPruning(LinearSchedule(0.5, end_step=4), verbose=False)
+    model = TinyModule()
+    trainer = make_trainer(max_steps=9, log_every_n_steps=3, callbacks=[callback, _UnpruneByHand()])
+    trainer.fit(model)
+
+    rows = _read_metrics(tmp_path / "logs" / "version_0")
+    assert [int(row["step"]) for row in rows] == [2, 5]  # after optimizer steps 3 and 6
+    left = int((model.net[2].weight_mask == 0).sum())  # the first layer was unpruned by hand
+    assert [float(row["pruning/pruned"]) for row in rows] == [72, left]
+    assert callback.pruner.pruned_count() == left

@@ -24,6 +24,7 @@ from tensorplay.ao.pruning import (
     random_unstructured,
     remove,
 )
+from tests.hf_models import tiny_gpt2
 
 
 def _conv_net(seed: int = 0) -> nn.Sequential:
@@ -187,14 +188,7 @@ def test_tie_masked_in_one_holder_only_warns_and_keeps_both_values() -> None:
 
 
 def _tiny_gpt2() -> nn.Module:
-    transformers = pytest.importorskip("transformers")
-    transformers.logging.set_verbosity_error()
-    config = transformers.GPT2Config(
-        n_layer=2, n_embd=32, n_head=2, vocab_size=97, n_positions=64, bos_token_id=0,
-        eos_token_id=0,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    return transformers.GPT2LMHeadModel(config).eval()
+    return tiny_gpt2()
 
 
 def _prune_gpt2(model: Any) -> list[str]:

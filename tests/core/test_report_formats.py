@@ -20,6 +20,7 @@ from tensorplay.ao.pruning import (
     save_sparse,
 )
 from tensorplay.report import all_zero_tensors, main, read_weights, state_dict_report
+from tests.hf_models import tiny_gpt2
 
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
@@ -160,14 +161,7 @@ def test_tied_tensors_are_counted_once(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def _gpt2_folder(folder: Path, **save: Any) -> dict[str, torch.Tensor]:
-    transformers = pytest.importorskip("transformers")
-    transformers.logging.set_verbosity_error()
-    config = transformers.GPT2Config(
-        n_layer=2, n_embd=32, n_head=2, vocab_size=97, n_positions=64, bos_token_id=0,
-        eos_token_id=0,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = transformers.GPT2LMHeadModel(config)
+    model = tiny_gpt2()
     pairs = [(m, "weight") for m in model.modules() if type(m).__name__ == "Conv1D"]
     global_unstructured(pairs, L1Unstructured, amount=0.9)
     state = permanent_state_dict(model)

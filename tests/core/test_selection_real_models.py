@@ -24,6 +24,7 @@ from tensorplay.ao.pruning.targets import (
     SelectionWarning,
     select_parameters,
 )
+from tests.hf_models import tiny_bert, tiny_gpt2
 
 transformers = pytest.importorskip("transformers")
 
@@ -38,20 +39,11 @@ def _quiet_transformers() -> Iterator[None]:
 
 
 def gpt2() -> nn.Module:
-    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=97, n_positions=64)
-    return transformers.GPT2LMHeadModel(config)
+    return tiny_gpt2()
 
 
 def bert() -> nn.Module:
-    config = transformers.BertConfig(
-        vocab_size=97,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-    )
-    return transformers.BertForMaskedLM(config)
+    return tiny_bert()
 
 
 def resnet() -> nn.Module:

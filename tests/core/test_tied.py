@@ -28,6 +28,7 @@ from tensorplay.ao.pruning.methods import (
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import LinearSchedule, OneShotSchedule
 from tensorplay.ao.pruning.stats import sparsity_report
+from tests.hf_models import tiny_bert, tiny_gpt2
 
 
 @dataclass
@@ -86,20 +87,7 @@ def embedding_head(seed: int = 0) -> Case:
 
 
 def gpt2(seed: int = 0) -> Case:
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(seed)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        config = transformers.GPT2Config(
-            n_layer=2,
-            n_embd=32,
-            n_head=2,
-            vocab_size=97,
-            n_positions=64,
-            bos_token_id=0,
-            eos_token_id=0,
-        )
-        model = transformers.GPT2LMHeadModel(config).eval()
+    model = tiny_gpt2(seed)
     ids = torch.randint(0, 97, (2, 12), generator=torch.Generator().manual_seed(1))
     targets = [
         "lm_head.weight",
@@ -110,19 +98,7 @@ def gpt2(seed: int = 0) -> Case:
 
 
 def bert(seed: int = 0) -> Case:
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(seed)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        config = transformers.BertConfig(
-            vocab_size=97,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            intermediate_size=37,
-            max_position_embeddings=64,
-        )
-        model = transformers.BertForMaskedLM(config).eval()
+    model = tiny_bert(seed)
     ids = torch.randint(0, 97, (2, 12), generator=torch.Generator().manual_seed(1))
     targets = ["cls.predictions.decoder.weight", "bert.encoder.layer.0.attention.self.query.weight"]
     return Case(
