@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import gc
 import itertools
-import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from tensorplay.ao.pruning.frames import user_stacklevel
 from tensorplay.ao.pruning.reparametrization import is_pruned_tensor
 
 __all__ = [
@@ -249,17 +249,5 @@ def warn_unmasked_holders(left: Sequence[tuple[Pair, Sequence[Pair]]]) -> None:
             "global_unstructured in one call, or prune with Pruner, which finds tied weights "
             "itself.",
             UserWarning,
-            stacklevel=_caller_level(),
+            stacklevel=user_stacklevel(),
         )
-
-
-def _caller_level() -> int:
-    """The ``stacklevel`` of the first frame outside tensorplay, for a warning issued by the
-    function that calls this one."""
-    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
-    frame = sys._getframe(2)  # level 1 is the function that warns; this is level 2
-    level = 2
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
-        frame = frame.f_back  # type: ignore[assignment]
-        level += 1
-    return level

@@ -27,11 +27,9 @@ Example:
 from __future__ import annotations
 
 import re
-import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
 from torch import nn
@@ -39,6 +37,7 @@ from torch import nn
 from tensorplay.ao.pruning import methods as _methods
 from tensorplay.ao.pruning.aliases import TiedParameter, alias_map, parameter_groups
 from tensorplay.ao.pruning.base import BasePruningMethod
+from tensorplay.ao.pruning.frames import user_stacklevel
 from tensorplay.ao.pruning.imports import import_object
 from tensorplay.ao.pruning.reparametrization import parameter_of
 
@@ -528,27 +527,8 @@ def _warn_if_suspicious(
         f"{classes}. Pass `module_types`/`names` (or `parameters`) to choose, or "
         "silence this with warnings.filterwarnings('ignore', category=SelectionWarning).",
         SelectionWarning,
-        stacklevel=_caller_stacklevel(),
+        stacklevel=user_stacklevel(),
     )
-
-
-# tensorplay/ and, in a checkout, callbacks/ beside it (installed, it is tensorplay/callbacks/).
-_OWN_ROOT = Path(__file__).resolve().parents[3]
-_OWN_PREFIXES = tuple(f"{_OWN_ROOT / package}/" for package in ("tensorplay", "callbacks"))
-
-
-def _caller_stacklevel() -> int:
-    """The ``stacklevel`` of the first frame outside tensorplay: the user's call."""
-    frame = sys._getframe(1)
-    level = 1
-    while frame.f_back is not None and _is_own(frame.f_code.co_filename):
-        frame = frame.f_back
-        level += 1
-    return level
-
-
-def _is_own(filename: str) -> bool:
-    return str(Path(filename).resolve()).startswith(_OWN_PREFIXES)
 
 
 def _deliberate(group: TiedParameter, selection: _Selection) -> bool:
