@@ -29,9 +29,7 @@ SCHEDULE = CubicSchedule(0.8, end_step=12, frequency=3)
 
 def make_mlp(seed: int = 0) -> nn.Sequential:
     torch.manual_seed(seed)
-    return nn.Sequential(
-        nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 3)
-    )
+    return nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 3))
 
 
 def batch(step: int) -> tuple[Tensor, Tensor]:
@@ -111,7 +109,8 @@ def _tied_equal_model() -> nn.Module:
         pytest.param(_tied_equal_model, {"min_density": 0.25}, id="ties-min-density"),
         pytest.param(make_mlp, {"method": "random_unstructured", "seed": 4}, id="random-seeded"),
         pytest.param(
-            make_mlp, {"method": "random_unstructured", "scope": "layerwise", "seed": 1},
+            make_mlp,
+            {"method": "random_unstructured", "scope": "layerwise", "seed": 1},
             id="random-layerwise",
         ),
     ],
@@ -149,7 +148,8 @@ def test_tied_weights_share_one_mask() -> None:
     assert lean_model[0].weight_mask is lean_model[2].weight_mask
     assert lean_model[0].weight is lean_model[2].weight
     targets = ["0.weight", "4.weight"]
-    for got, expected in zip(masks_of(lean_model, targets), masks_of(reparam_model, targets)):
+    lean_masks, reparam_masks = masks_of(lean_model, targets), masks_of(reparam_model, targets)
+    for got, expected in zip(lean_masks, reparam_masks, strict=True):
         assert torch.equal(got, expected)
     lean.make_permanent()
     assert lean_model[0].weight is lean_model[2].weight
@@ -224,9 +224,7 @@ def test_pruned_weights_stay_exactly_zero(
     pruner.attach(optimizer)
     passes = []
     original = inplace.apply_masks
-    monkeypatch.setattr(
-        inplace, "apply_masks", lambda *a: (passes.append(1), original(*a))[1]
-    )
+    monkeypatch.setattr(inplace, "apply_masks", lambda *a: (passes.append(1), original(*a))[1])
     for step in range(40):
         optimizer.zero_grad()
         loss_of(model, step).backward()
@@ -298,8 +296,9 @@ def test_training_equals_the_reparametrization_bit_for_bit(
     lean_model, reparam_model = make_mlp(), make_mlp()
     lean = Pruner(lean_model, SCHEDULE, masking="inplace", rewind="init")
     reparam = Pruner(reparam_model, SCHEDULE, rewind="init")
-    lean_opt, reparam_opt = make_optimizer(lean_model.parameters()), make_optimizer(
-        reparam_model.parameters()
+    lean_opt, reparam_opt = (
+        make_optimizer(lean_model.parameters()),
+        make_optimizer(reparam_model.parameters()),
     )
     lean.attach(lean_opt)
     lean.reparametrize()
@@ -319,7 +318,9 @@ def test_training_equals_the_reparametrization_bit_for_bit(
 # -- resume, checkpoints, export --------------------------------------------------------------
 
 
-def _train(model: nn.Module, pruner: Pruner, optimizer: torch.optim.Optimizer, steps: range) -> None:
+def _train(
+    model: nn.Module, pruner: Pruner, optimizer: torch.optim.Optimizer, steps: range
+) -> None:
     for step in steps:
         optimizer.zero_grad()
         loss_of(model, step).backward()
@@ -351,8 +352,11 @@ def test_resume_mid_schedule_is_bit_for_bit(stop_after: int) -> None:
     first_pruner.attach(first_opt)
     _train(first, first_pruner, first_opt, range(stop_after + 1))
     saved = _round_trip(
-        {"model": first.state_dict(), "pruner": first_pruner.state_dict(),
-         "optimizer": first_opt.state_dict()}
+        {
+            "model": first.state_dict(),
+            "pruner": first_pruner.state_dict(),
+            "optimizer": first_opt.state_dict(),
+        }
     )
 
     resumed = make_mlp(seed=7)
@@ -462,7 +466,7 @@ def test_bad_attach_calls() -> None:
     before = _snapshot(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     other = torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1)
-    with pytest.raises(TypeError, match="torch.optim.Optimizer, but got Linear at position 1"):
+    with pytest.raises(TypeError, match=r"torch\.optim\.Optimizer, but got Linear at position 1"):
         pruner.attach(optimizer, nn.Linear(2, 2))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"SGD at position 1 holds none of \['0.weight'"):
         pruner.attach(optimizer, other)
@@ -530,9 +534,7 @@ def test_restore_pruning_lean_checks_before_changing() -> None:
 
 
 def _ddp_worker(rank: int, port: int, out: str) -> None:
-    dist.init_process_group(
-        "gloo", rank=rank, world_size=2, init_method=f"tcp://127.0.0.1:{port}"
-    )
+    dist.init_process_group("gloo", rank=rank, world_size=2, init_method=f"tcp://127.0.0.1:{port}")
     try:
         model = make_mlp()
         pruner = Pruner(model, SCHEDULE, masking="inplace", method="random_unstructured", seed=3)

@@ -136,7 +136,8 @@ def lean_names(state_dict: Mapping[str, object]) -> list[str]:
         if not key.endswith(MASK_SUFFIX) or not isinstance(value, Tensor):
             continue
         fq_name = key[: -len(MASK_SUFFIX)]
-        if value.dtype == torch.bool and fq_name in state_dict and fq_name + "_orig" not in state_dict:
+        lean = value.dtype == torch.bool and fq_name + "_orig" not in state_dict
+        if lean and fq_name in state_dict:
             names.append(fq_name)
     return names
 
@@ -219,9 +220,7 @@ def apply_masks(params: Sequence[Tensor], masks: Sequence[Tensor]) -> None:
         [1.0, 0.0, 1.0]
     """
     with torch.no_grad():
-        _multiply(
-            [local_tensor(p.detach()) for p in params], [local_tensor(m) for m in masks]
-        )
+        _multiply([local_tensor(p.detach()) for p in params], [local_tensor(m) for m in masks])
 
 
 def mask_gradients(params: Sequence[Tensor], masks: Sequence[Tensor]) -> None:

@@ -59,7 +59,6 @@ from tensorplay.ao.pruning.inplace import (
     mask_like,
     remove_mask,
     select_in_place,
-    zero_state,
 )
 from tensorplay.ao.pruning.inplace import mask_gradients as mask_grads
 from tensorplay.ao.pruning.methods import remove
@@ -907,12 +906,12 @@ class Pruner:
         scope, minimum density or rewinding only warns. The saved seed replaces the pruner's, so
         a resumed run draws what an uninterrupted one would.
 
-        A version-2 state (saved before the lean mode existed) loads as one with
-        ``"masking": "reparametrize"``. A version-1 state (saved by tensorplay 0.1, before the pruner rewound or seeded) is
-        accepted: it restores the counters and history and keeps the pruner's seed; it has no
-        snapshot (unless it carries the ``"seed"`` and ``"snapshot"`` that 0.1's callback kept
-        beside it), so a pruner that rewinds raises at its next step unless the snapshot's
-        step is still ahead.
+        A version-2 state (saved before the lean mode existed) loads as one with ``"masking":
+        "reparametrize"``. A version-1 state (saved by tensorplay 0.1, before the pruner rewound or
+        seeded) is accepted: it restores the counters and history and keeps the pruner's seed; it
+        has no snapshot (unless it carries the ``"seed"`` and ``"snapshot"`` that 0.1's callback
+        kept beside it), so a pruner that rewinds raises at its next step unless the snapshot's step
+        is still ahead.
 
         Raises:
             TypeError: ``state`` or its snapshot is not a mapping.

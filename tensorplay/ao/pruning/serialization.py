@@ -47,11 +47,10 @@ def permanent_state_dict(model: nn.Module) -> dict[str, Tensor]:
 
     Every pruned tensor ``<name>`` is saved as ``mask * orig`` in the parameter's dtype (what the
     model computes with; a lean tensor of ``masking="inplace"`` as its values, its bool
-    ``<name>_mask`` dropped), its zeros all ``+0.0`` (the product is ``-0.0`` where a negative weight
-    is pruned: equal, but it would cost :func:`~tensorplay.ao.pruning.save_sparse` space), and its
-    ``<name>_orig`` and ``<name>_mask`` keys are dropped. Everything
-    else is what ``model.state_dict()`` returns: tensors that share memory with the model, like
-    any state_dict.
+    ``<name>_mask`` dropped), its zeros all ``+0.0`` (the product is ``-0.0`` where a negative
+    weight is pruned: equal, but it would cost :func:`~tensorplay.ao.pruning.save_sparse` space),
+    and its ``<name>_orig`` and ``<name>_mask`` keys are dropped. Everything else is what
+    ``model.state_dict()`` returns: tensors that share memory with the model, like any state_dict.
 
     * **Key order** is that of the unpruned model: pruning moves ``<name>_orig`` to the end of its
       module's parameters, so a pruned tensor is put back before the module's first remaining
