@@ -169,6 +169,12 @@ class Pruner:
         optimizers: Optimizers whose per-parameter state (momentum, Adam moments) is cleared
             after each pruning step that pruned something, so training resumes as if fresh; kept
             in :attr:`optimizers`, which may be replaced (e.g. once a framework has made them).
+        masking: ``"reparametrize"`` (torch's ``<name>_orig``/float ``<name>_mask``/forward
+            hook; state_dicts move to and from ``torch.nn.utils.prune``) or ``"inplace"``: lean
+            masks, a bool ``<name>_mask`` buffer per target and the pruned weights zeroed in
+            place (:mod:`~tensorplay.ao.pruning.inplace`); call :meth:`attach` with the
+            optimizers to keep them zero. Pruned values are then gone once pruned; rewinding
+            restores from its own snapshot. See :ref:`lean-masks`.
 
     Raises:
         TypeError: ``schedule`` is not a :class:`~tensorplay.ao.pruning.schedules.Schedule`,
