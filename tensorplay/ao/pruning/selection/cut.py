@@ -31,10 +31,6 @@ from tensorplay.ao.pruning.selection.threads import run_chunks
 
 __all__ = ["count_cut", "find_cut", "local_stops", "lowest", "resolve", "tie_cut", "write_cut"]
 
-# Candidates gathered on every rank once the counting collectives have narrowed them: 16 bytes
-# each (value and order), so a gather receives at most 64 KiB per rank.
-GATHER = 1 << 12
-
 
 def bases(selection: Selection) -> list[int]:
     """Per source, the order of its full tensor's first unit (the units of earlier sources)."""
@@ -117,14 +113,14 @@ def resolve(
 def _narrow_candidates(
     comm: Collectives, values: Tensor, order: Tensor, wanted: int, low: float, high: float
 ) -> tuple[Tensor, Tensor, int]:
-    """Keep the candidates of an interval that holds the ``wanted``-th and at most ``GATHER``.
+    """The candidates of an interval holding the ``wanted``-th and at most ``tuning.GATHER``.
 
     Each round counts the candidates below 31 split points over all ranks (one collective):
     first of the keys' bit patterns, then, within one tied key, of the order.
     """
     total = comm.sum([values.numel()])[0]
     first, last = 0, 1 << 62
-    while total > GATHER:
+    while total > tuning.GATHER:
         tied = next_up(low, values.dtype) >= high
         if tied:
             field: Tensor = order

@@ -32,6 +32,7 @@ from tensorplay.ao.pruning.selection.sharding import (
     SelectionCost,
     ShardLayout,
     local_part,
+    mesh_group,
     shard_layout,
 )
 from tensorplay.ao.pruning.selection.threads import own_threads, run_on_own_thread
@@ -70,7 +71,8 @@ def clear_lowest(
         labels: names of the sources for error messages (default: ``source <index>``).
         shards: where each local piece sits in its full source (default: from each score,
             :func:`~.sharding.shard_layout`).
-        group: the process group the sources are sharded over, or ``None`` (one process).
+        group: the process group the sources are sharded over; ``None``: the group of the
+            ``DTensor`` scores' device mesh, if any, else one process.
         n_eligible: the eligible units over all ranks, if the caller has counted them.
 
     Returns:
@@ -139,7 +141,8 @@ def clear_lowest_capped(
         caps: per source, the most units it may give (at most its eligible units; global).
         labels: names of the sources for error messages.
         shards: where each local piece sits in its full source.
-        group: the process group the sources are sharded over, or ``None``.
+        group: the process group the sources are sharded over (default as
+            :func:`clear_lowest`).
 
     Returns:
         What the call cost.
@@ -231,6 +234,8 @@ def _selection(
                 f"Expected the local piece of {name} ({score.numel()} units) to lie inside its "
                 f"full source, but got {layout}."
             )
+    if group is None and shards is None:
+        group = mesh_group(scores)
     return Selection(pieces, masks, keys, [], names, layouts, Collectives(group))
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -23,6 +24,7 @@ __all__ = [
     "ShardLayout",
     "global_counts",
     "local_part",
+    "mesh_group",
     "shard_layout",
 ]
 
@@ -126,6 +128,31 @@ def local_part(tensor: Tensor) -> Tensor:
     if _is_dtensor(tensor):
         return tensor.to_local()  # type: ignore[attr-defined,no-any-return]
     return tensor
+
+
+def mesh_group(tensors: Sequence[Tensor]) -> ProcessGroup | None:
+    """The process group of the ``DTensor``\\ s' 1-D device mesh (``None`` if there are none).
+
+    Raises:
+        ValueError: if the ``DTensor``\\ s lie on different meshes.
+
+    Example:
+        >>> mesh_group([torch.ones(2)]) is None
+        True
+    """
+    meshes: list[Any] = []
+    for tensor in tensors:
+        mesh = getattr(tensor, "device_mesh", None)
+        if mesh is not None and all(mesh != seen for seen in meshes):
+            meshes.append(mesh)
+    if not meshes:
+        return None
+    if len(meshes) > 1:
+        raise ValueError(
+            f"Expected every DTensor on one device mesh, but got {len(meshes)} meshes: pass "
+            "`group` and `shards` explicitly."
+        )
+    return meshes[0].get_group()  # type: ignore[no-any-return]
 
 
 def global_counts(local_counts: Sequence[int], group: ProcessGroup | None) -> list[int]:
