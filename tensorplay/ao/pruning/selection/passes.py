@@ -117,7 +117,9 @@ def _write_keep(
     # chunk of one float output is written in place, any other goes through scratch.
     i, start, stop = chunk[0]
     direct = outs is not None and len(chunk) == 1 and outs[i].is_floating_point()
-    keep = outs[i][start:stop] if direct else worker.scratch(key.device)[: key.numel()]
+    keep = worker.scratch(key.device)[: key.numel()]
+    if outs is not None and direct:
+        keep = outs[i][start:stop]
     torch.ge(key, lo, out=keep)
     if outs is not None and not direct:
         worker.write(chunk, keep, outs)

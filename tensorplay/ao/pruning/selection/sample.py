@@ -67,7 +67,9 @@ def sample_keys(selection: Selection) -> Tensor:
     parts = []
     for i, layout in enumerate(selection.layouts):
         start = int(bases[i]) + layout.offset
-        lo, hi = torch.searchsorted(positions, torch.tensor([start, start + selection.sizes[i]]))
+        lo, hi = torch.searchsorted(
+            positions, torch.tensor([start, start + selection.sizes[i]])
+        ).tolist()
         if hi == lo:
             continue
         scores = selection.scores[i]
