@@ -17,6 +17,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 import torch.multiprocessing as mp
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.strategies import ModelParallelStrategy
 from torch import Tensor, nn
 from torch.distributed.fsdp import fully_shard
@@ -26,6 +27,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 __all__ = [
     "SHARDED_TOTAL",
+    "ShardRecorder",
     "ShardedTiny",
     "full_state",
     "model_parallel_trainer",
@@ -86,6 +88,23 @@ class ShardedTiny(pl.LightningModule):
 
     def val_dataloader(self) -> DataLoader[tuple[Tensor, ...]]:
         return self.train_dataloader()
+
+
+class ShardRecorder(Callback):
+    """Gather the full weights and masks after the optimizer step ``step`` (a collective: every
+    rank records). Placed before ``GradualPruning`` it sees them before that step's pruning,
+    after it, after.
+    """
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+        self.state: dict[str, Tensor] = {}
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any
+    ) -> None:
+        if trainer.global_step == self.step:
+            self.state = full_state(pl_module)
 
 
 def model_parallel_trainer(world_size: int, **kwargs: Any) -> pl.Trainer:
