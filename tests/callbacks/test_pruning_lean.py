@@ -19,7 +19,15 @@ from torch import Tensor
 from tensorplay.ao.pruning.schedules import CubicSchedule
 from tensorplay.callbacks import GradualPruning
 from tests.callbacks.fsdp_helpers import ShardedTiny
-from tests.callbacks.lit_helpers import TOTAL, PrunableTiny, RankMaskWriter, TinyModule, masks_of
+from tests.callbacks.lit_helpers import (
+    CLI_TRAINER,
+    TOTAL,
+    PrunableTiny,
+    RankMaskWriter,
+    TinyModule,
+    lightning_cli,
+    masks_of,
+)
 
 # 8 optimizer steps per epoch; pruning every 2 steps until step 12, so epoch 1 ends mid-schedule.
 SCHEDULE = CubicSchedule(0.75, end_step=12, frequency=2)
@@ -36,6 +44,13 @@ def _pruning_rows(path: Path) -> list[dict[str, str]]:
     return [
         {k: v for k, v in row.items() if k.startswith("pruning/") or k == "step"} for row in rows
     ]
+
+
+def _effective_weight(module: torch.nn.Module) -> Tensor:
+    # The reparametrization's `weight` is recomputed at the next forward: read `_orig * _mask`.
+    if hasattr(module, "weight_orig"):
+        return (module.weight_orig * module.weight_mask).detach()
+    return module.weight.detach().clone()
 
 
 def _assert_lean(module: TinyModule) -> None:
@@ -66,7 +81,7 @@ def test_lean_fit_prunes_logs_and_trains_as_the_reparametrization(make_trainer, 
         )
         trainer.fit(model)
         assert callback.pruner.pruned_count() == round(0.75 * TOTAL)
-        weights = {name: model.get_submodule(name).weight.detach().clone() for name in WEIGHTS}
+        weights = {name: _effective_weight(model.get_submodule(name)) for name in WEIGHTS}
         runs[masking] = (model, weights, _pruning_rows(logger_dir))
 
     lean_model, lean_weights, lean_rows = runs["inplace"]
@@ -197,6 +212,12 @@ def test_lean_masks_are_identical_across_two_ddp_ranks(make_trainer, tmp_path):
         assert int((weights[~rank0["masks"][f"{name}.weight_mask"]] != 0).sum()) == 0, name
 
 
+class _CpuFSDPStrategy(FSDPStrategy):
+    """Lightning refuses ``FSDPStrategy`` itself on CPU when the Trainer is made (an exact type
+    check), and torch's FSDP1 needs an accelerator; a subclass reaches set-up on CPU, where the
+    callback must refuse it before FSDP1 wraps anything."""
+
+
 @pytest.fixture
 def process_group_cleanup() -> Iterator[None]:
     """Undo what a one-process distributed strategy leaves behind: the default process group
@@ -216,7 +237,7 @@ def process_group_cleanup() -> Iterator[None]:
     ("strategy", "kwargs", "match"),
     [
         pytest.param(
-            lambda: FSDPStrategy(use_orig_params=True),
+            lambda: _CpuFSDPStrategy(use_orig_params=True),
             {"masking": "inplace"},
             r"got Lightning's `FSDPStrategy` \(FSDP1\)",
             id="fsdp1",
@@ -249,3 +270,29 @@ def test_unsupported_strategy_fails_at_setup_and_leaves_the_model(
     assert callback._pruner is None
     _assert_same_state(model.state_dict(), before)
     assert masks_of(model) == {}
+
+
+LEAN_CONFIG = (
+    CLI_TRAINER.format(max_steps=4)
+    + """        schedule:
+          class_path: tensorplay.ao.pruning.schedules.LinearSchedule
+          init_args:
+            final_sparsity: 0.5
+            end_step: 4
+        masking: inplace
+        verbose: false
+"""
+)
+
+
+@pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
+def test_lightning_cli_builds_a_lean_callback_from_yaml(tmp_path):
+    cli = lightning_cli(tmp_path, LEAN_CONFIG)
+    (callback,) = [c for c in cli.trainer.callbacks if isinstance(c, GradualPruning)]
+    assert callback.config.masking == "inplace"
+
+    cli.trainer.fit(cli.model)
+
+    assert callback.pruner.masking == "inplace"
+    assert callback.pruner.pruned_count() == TOTAL // 2
+    _assert_lean(cli.model)
