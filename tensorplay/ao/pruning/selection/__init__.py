@@ -42,8 +42,16 @@ it may run in several threads at once.
 
 from tensorplay.ao.pruning.selection.capped import SubsetKeys, capped_keep_masks, settle_caps
 from tensorplay.ao.pruning.selection.checks import check_finite_scores, count_eligible
+from tensorplay.ao.pruning.selection.inplace import clear_lowest, clear_lowest_capped
 from tensorplay.ao.pruning.selection.keys import AbsKeys, KeySpec, UniformKeys
 from tensorplay.ao.pruning.selection.masks import keep_masks, multiply_in_place
+from tensorplay.ao.pruning.selection.sharding import (
+    SelectionCost,
+    ShardLayout,
+    global_counts,
+    local_part,
+    shard_layout,
+)
 
 __all__ = [
     # keys: the order in which units are pruned
@@ -53,6 +61,15 @@ __all__ = [
     # the selection, and applying its keep factors
     "keep_masks",
     "multiply_in_place",
+    # in place: clearing bits of bool keep masks, also across the ranks of a process group
+    "clear_lowest",
+    "clear_lowest_capped",
+    "SelectionCost",
+    # sources sharded across ranks (FSDP2 DTensors)
+    "ShardLayout",
+    "shard_layout",
+    "local_part",
+    "global_counts",
     # under per-source caps (min_density)
     "capped_keep_masks",
     "settle_caps",

@@ -135,6 +135,7 @@ def run_chunks(selection: Selection, work: Callable[[Worker, list[Chunk]], R]) -
         [[[(0, 0, 3), (1, 0, 2)]]]
     """
     chunks = selection.chunks()
+    selection.passes += 1
     if selection.threads <= 1:
         return [work(Worker(selection), chunks)]
     lengths = [chunk_length(c) if selection.device(c).type == "cpu" else 0 for c in chunks]
