@@ -29,6 +29,8 @@ class PrunableMixin(CheckpointHooks):
     ``LightningModule.load_from_checkpoint`` and in ``Trainer.fit/validate/test(ckpt_path=...)``;
     this mixin puts the reparametrization in place there, so loading stays strict. Put it first
     among the bases; a subclass that overrides ``on_load_checkpoint`` calls ``super()``.
+    Under ``ModelParallelStrategy`` the strategy loads a distributed checkpoint's weights before
+    this hook, into the tensors the model has: the pruned weights (zero) load, the masks do not.
 
     Example:
         >>> import lightning.pytorch as pl
@@ -60,7 +62,8 @@ class PrunableMixin(CheckpointHooks):
             raise TypeError(
                 f"Expected `PrunableMixin` on a torch.nn.Module, but got {type(self).__name__}."
             )
-        restore_pruning(self, checkpoint["state_dict"])
+        if "state_dict" in checkpoint:  # absent from a distributed checkpoint's metadata
+            restore_pruning(self, checkpoint["state_dict"])
         super().on_load_checkpoint(checkpoint)
 
 

@@ -4,6 +4,13 @@ Every pruning decision belongs to :class:`~tensorplay.ao.pruning.pruner.Pruner`;
 builds it, hands it rank zero's seed and the trainer's optimizers, steps it with
 ``trainer.global_step`` (0 before the first optimizer step, ``k`` right after the ``k``-th), logs,
 and carries its state in checkpoints.
+
+When the pruner is built depends on when Lightning restores a checkpoint: the masks must exist
+by then so the load is strict, and the model must be final (sharded in ``configure_model``). DDP
+and single-device strategies restore before ``on_fit_start``, so the pruner is built in
+``setup``; ``ModelParallelStrategy`` (``restore_checkpoint_after_setup``) runs ``configure_model``
+after ``setup`` and restores after ``on_fit_start``, so it is built there, on the DTensor
+parameters, and its bool masks are DTensors sharded like them.
 """
 
 from __future__ import annotations
@@ -15,10 +22,12 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
-from tensorplay.ao.pruning.config import PrunerConfig, Rewind, Scope
+from tensorplay.ao.pruning.config import Masking, PrunerConfig, Rewind, Scope
+from tensorplay.ao.pruning.inplace import OptimizerAttachment
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.stats import SparsityReport
@@ -38,17 +47,28 @@ class GradualPruning(Callback):
     batch that just ended): ``pruning/sparsity``, ``pruning/target_sparsity``, ``pruning/pruned``
     (cumulative units) and, with ``log_per_tensor``, ``pruning/sparsity/<module>.<name>``.
 
-    Every selected tensor is reparametrized in :meth:`setup`, before any checkpoint is restored,
-    so ``Trainer.fit(ckpt_path=...)`` loads strictly and resumes mid-schedule exactly. To load a
-    pruned checkpoint into a fresh model, give the module
-    :class:`~tensorplay.callbacks.PrunableMixin`. See :doc:`/callback` for YAML, several
-    callbacks on one model, and resuming.
+    Every selected tensor gets its mask before any checkpoint is restored (in :meth:`setup`, or
+    in :meth:`on_fit_start` under ``ModelParallelStrategy``), so ``Trainer.fit(ckpt_path=...)``
+    loads strictly and resumes mid-schedule exactly. To load a pruned checkpoint into a fresh
+    model, give the module :class:`~tensorplay.callbacks.PrunableMixin`. See :doc:`/callback` for
+    YAML, several callbacks on one model, and resuming.
+
+    With ``masking="inplace"`` (lean) the weights stay plain parameters with a bool
+    ``<name>_mask`` beside them; the callback attaches the trainer's optimizers to the pruner
+    (pruned weights stay zero after every step) and masks the gradients in
+    :meth:`on_before_optimizer_step`, before Lightning clips them. It is the mode that works
+    under ``ModelParallelStrategy`` (FSDP2, the model sharded with ``fully_shard`` in
+    ``configure_model``): selection is exact over all shards, masks are sharded like the
+    weights and saved in the distributed checkpoint. Lightning's ``FSDPStrategy`` (FSDP1) is
+    refused at set-up: it flattens the parameters into per-rank slices of a ``FlatParameter``
+    that carry no layout of their own and shards no buffers, so a mask could be neither
+    placed nor saved sharded.
 
     Args:
         schedule: The pruner's, as are ``method`` (by name or import path in YAML),
             ``parameters``, ``module_types``, ``names``, ``include``, ``exclude``,
             ``keep_dense``, ``scope``, ``min_density``, ``rewind`` (``"init"`` restores the
-            weights training starts from) and ``rewind_step``.
+            weights training starts from), ``rewind_step`` and ``masking``.
         seed: The pruner's; by default rank zero's ``torch.initial_seed()`` (set by
             ``seed_everything``), the same on every rank.
         log_per_tensor: Also log ``pruning/sparsity/<module>.<name>``.
@@ -60,7 +80,9 @@ class GradualPruning(Callback):
 
     Raises:
         TypeError: As :class:`~tensorplay.ao.pruning.config.PrunerConfig`.
-        ValueError: As :class:`~tensorplay.ao.pruning.config.PrunerConfig`.
+        ValueError: As :class:`~tensorplay.ao.pruning.config.PrunerConfig`; at set-up, under
+            ``FSDPStrategy``, or under ``ModelParallelStrategy`` without ``masking="inplace"``
+            or with rewinding.
 
     Example:
         >>> from tensorplay.ao.pruning.schedules import CubicSchedule
@@ -91,17 +113,19 @@ class GradualPruning(Callback):
         reset_optimizer_state: bool = False,
         seed: int | None = None,
         verbose: bool = True,
+        masking: Masking = "reparametrize",
     ) -> None:
         # In the order of PrunerConfig's fields; a test checks every argument reaches its check.
         self.config = PrunerConfig(
             *(schedule, parameters, module_types, names, include, exclude, keep_dense),
-            *(method, scope, min_density, rewind, rewind_step, seed),
+            *(method, scope, min_density, rewind, rewind_step, seed, masking),
         )
         self.log_per_tensor = log_per_tensor
         self.make_permanent = make_permanent
         self.reset_optimizer_state = reset_optimizer_state
         self.verbose = verbose
         self._pruner: Pruner | None = None
+        self._attachment: OptimizerAttachment | None = None
         self._pending_state: dict[str, Any] | None = None
         self._report: SparsityReport | None = None  # the last counts, re-read when they change
 
@@ -136,17 +160,29 @@ class GradualPruning(Callback):
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        """Build the pruner and reparametrize its tensors, before any checkpoint is restored."""
-        if stage != "fit" or (self._pruner is not None and self._pruner.model is pl_module):
+        """Check the strategy; build the pruner and mask its tensors unless the strategy
+        restores checkpoints after set-up (then :meth:`on_fit_start` does)."""
+        if stage != "fit" or self._built_for(pl_module):
             return
-        self._build(trainer, pl_module)
+        _check_strategy(trainer.strategy, self.config)
+        if not trainer.strategy.restore_checkpoint_after_setup:
+            self._build(trainer, pl_module)
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """Hand the pruner what exists only now: the optimizers, the weights DDP synchronised."""
-        if self._pruner is None:
-            return
+        """Build the pruner if :meth:`setup` left it to now (the model sharded in
+        ``configure_model``), and hand it the optimizers and the weights DDP synchronised."""
+        if not self._built_for(pl_module):
+            self._build(trainer, pl_module)
         self._start(trainer)
+
+    @override
+    def on_before_optimizer_step(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        """Lean mode: zero the gradients of pruned weights before clipping and the step."""
+        if self._attachment is not None:
+            self.pruner.mask_gradients()
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -193,6 +229,9 @@ class GradualPruning(Callback):
     def _should_skip(self, trainer: pl.Trainer) -> bool:
         return trainer.sanity_checking or not trainer.training
 
+    def _built_for(self, pl_module: pl.LightningModule) -> bool:
+        return self._pruner is not None and self._pruner.model is pl_module
+
     def _build(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         seed = torch.initial_seed() if self.config.seed is None else self.config.seed
         # Rank zero's seed on every rank: random methods then draw the same masks everywhere.
@@ -211,6 +250,10 @@ class GradualPruning(Callback):
             self.pruner.load_state_dict(state)
 
     def _start(self, trainer: pl.Trainer) -> None:
+        self._detach()  # the optimizers of an earlier fit
+        if self.config.masking == "inplace" and not self.pruner.permanent:
+            # Lightning masks the gradients in on_before_optimizer_step, before clipping.
+            self._attachment = self.pruner.attach(*trainer.optimizers, mask_gradients=False)
         if self.reset_optimizer_state:
             self.pruner.optimizers = list(trainer.optimizers)
         if self.config.rewind == "init" and self.pruner.last_step < 0:
@@ -247,7 +290,13 @@ class GradualPruning(Callback):
                 name, value64, on_step=True, on_epoch=False, prog_bar=name == "pruning/sparsity"
             )
 
+    def _detach(self) -> None:
+        if self._attachment is not None:
+            self._attachment.remove()
+            self._attachment = None
+
     def _finish(self) -> None:
+        self._detach()
         if self.verbose:
             rank_zero_info(f"GradualPruning: final sparsity\n{self.pruner.report()}")
         if self.make_permanent:
@@ -259,6 +308,31 @@ _KEY_FIELDS = ("parameters", "module_types", "include", "exclude")
 
 def _listed(value: Sequence[Any] | None) -> list[Any] | None:
     return None if value is None else list(value)
+
+
+def _check_strategy(strategy: object, config: PrunerConfig) -> None:
+    """Refuse the strategies whose parameters the pruner cannot mask."""
+    if isinstance(strategy, FSDPStrategy):
+        raise ValueError(
+            "Expected a strategy whose parameters keep their shape, but got Lightning's "
+            "`FSDPStrategy` (FSDP1): it flattens them into one `FlatParameter` per unit and "
+            "gives each rank an unshaped slice, and it shards no buffers, so a mask can be "
+            "neither placed nor saved sharded. Use `ModelParallelStrategy` with `fully_shard` "
+            "in `configure_model` (FSDP2) and `masking='inplace'`, or DDP."
+        )
+    if not isinstance(strategy, ModelParallelStrategy):
+        return
+    if config.masking != "inplace":
+        raise ValueError(
+            "Expected `masking='inplace'` under `ModelParallelStrategy` (the "
+            "reparametrization cannot hold DTensor parameters), but got "
+            f"masking={config.masking!r}."
+        )
+    if config.rewind != "none":
+        raise ValueError(
+            "Expected `rewind='none'` under `ModelParallelStrategy` (the snapshot of sharded "
+            f"weights is not saved in distributed checkpoints), but got rewind={config.rewind!r}."
+        )
 
 
 def _check_disjoint(trainer: pl.Trainer, callback: GradualPruning, pruner: Pruner) -> None:

@@ -39,6 +39,7 @@ BAD_ARGUMENTS = [
     ("rewind_step", 1.5),
     ("seed", -1),
     ("seed", "7"),
+    ("masking", "lean"),
 ]
 
 
