@@ -55,9 +55,9 @@ from tensorplay.ao.pruning.selection import (
     AbsKeys,
     KeySpec,
     UniformKeys,
-    capped_keep_masks,
     check_finite_scores,
-    keep_masks,
+    clear_lowest,
+    clear_lowest_capped,
     settle_caps,
 )
 
@@ -66,8 +66,6 @@ __all__ = [
     "OptimizerAttachment",
     "OptimizerHooks",
     "apply_masks",
-    "clear_lowest",
-    "clear_lowest_capped",
     "install_mask",
     "is_lean_tensor",
     "keeps_zeros",
@@ -426,69 +424,6 @@ class OptimizerAttachment:
 
 
 # -- selection on bool masks, in place ---------------------------------------------------------
-# Adapters with the signatures of ``selection.inplace.clear_lowest`` and
-# ``clear_lowest_capped``; until those land they allocate the new keep masks and AND them in.
-
-
-def clear_lowest(
-    scores: Sequence[Tensor],
-    keep: Sequence[Tensor],
-    k: int,
-    keys: Any,
-    *,
-    labels: Sequence[str] | None = None,
-    shards: Sequence[Any] | None = None,
-    group: Any = None,
-    n_eligible: int | None = None,
-) -> None:
-    """Set to ``False`` the ``k`` units of lowest key among those whose ``keep`` is ``True``,
-    across all sources (tie rule of :mod:`tensorplay.ao.pruning.selection`).
-
-    Example:
-        >>> import torch
-        >>> from tensorplay.ao.pruning.selection import AbsKeys
-        >>> keep = [torch.tensor([True, True, False]), torch.tensor([True])]
-        >>> clear_lowest([torch.tensor([0.3, 0.1, 0.0]), torch.tensor([0.2])], keep, 2, AbsKeys())
-        >>> [mask.tolist() for mask in keep]
-        [[True, False, False], [False]]
-    """
-    if shards is not None or group is not None:
-        raise NotImplementedError("Expected no `shards` or `group`: sharded selection is not here.")
-    new = keep_masks(
-        scores, list(keep), k, keys, [torch.bool] * len(keep), labels=labels, n_eligible=n_eligible
-    )
-    for mask, kept in zip(keep, new, strict=True):
-        mask.logical_and_(kept)
-
-
-def clear_lowest_capped(
-    scores: Sequence[Tensor],
-    keep: Sequence[Tensor],
-    k: int,
-    keys: Any,
-    caps: Sequence[int],
-    *,
-    labels: Sequence[str] | None = None,
-    shards: Sequence[Any] | None = None,
-    group: Any = None,
-) -> None:
-    """:func:`clear_lowest` with at most ``caps[i]`` units cleared in source ``i`` (the greedy
-    rule of :mod:`tensorplay.ao.pruning.selection.capped`).
-
-    Example:
-        >>> import torch
-        >>> from tensorplay.ao.pruning.selection import AbsKeys
-        >>> keep = [torch.tensor([True, True]), torch.tensor([True, True])]
-        >>> scores = [torch.tensor([0.1, 0.2]), torch.tensor([0.3, 0.4])]
-        >>> clear_lowest_capped(scores, keep, 3, AbsKeys(), caps=[1, 2])
-        >>> [mask.tolist() for mask in keep]
-        [[False, True], [False, False]]
-    """
-    if shards is not None or group is not None:
-        raise NotImplementedError("Expected no `shards` or `group`: sharded selection is not here.")
-    new = capped_keep_masks(scores, list(keep), k, caps, keys, labels=labels)
-    for mask, kept in zip(keep, new, strict=True):
-        mask.logical_and_(kept.bool())
 
 
 def select_in_place(
