@@ -15,8 +15,9 @@ console script ``tensorplay-report``.
 
 Which tensors are reported:
 
-* a *pruned* state_dict (``<name>_orig`` and ``<name>_mask`` keys): every pruned tensor, a unit
-  counting as pruned where its mask is 0;
+* a *pruned* state_dict (``<name>_orig`` and ``<name>_mask`` keys, or the lean mode's
+  ``<name>`` and bool ``<name>_mask``): every pruned tensor, a unit counting as pruned where its
+  mask is 0 (``False``);
 * a *permanent* or dense one (no masks): every floating-point ``weight`` with two or more
   dimensions (the weights of ``Linear`` and convolution layers, the default pruning targets),
   a unit counting as pruned where it is 0.
@@ -49,6 +50,7 @@ import torch
 from torch import Tensor
 
 from tensorplay.ao.pruning.checkpoint import pruned_names
+from tensorplay.ao.pruning.inplace import lean_names
 from tensorplay.ao.pruning.serialization import share_storage
 from tensorplay.ao.pruning.stats import SparsityReport, TensorSparsity
 
@@ -279,7 +281,7 @@ def _classify(
 ) -> tuple[list[TensorSparsity], list[TensorSparsity], dict[str, str]]:
     """``(counted rows, all-zero weights without a mask, {later name: first name})``."""
     state = share_storage(state_dict)  # tied entries become one object
-    names = pruned_names(state)
+    names = pruned_names(state) + lean_names(state)
     weights = [(key, value) for key, value in state.items() if _is_weight(key, value)]
     tensors = [(name, state[name + "_mask"]) for name in names] if names else weights
     if not tensors:

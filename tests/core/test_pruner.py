@@ -388,7 +388,7 @@ def test_state_dict_round_trip() -> None:
     second.load_state_dict(state)
     assert second.state_dict() == first.state_dict()
     assert state == {
-        "version": 2,
+        "version": 3,
         "step": 7,
         "last_pruned_step": 6,
         "targets": TARGETS,
@@ -402,6 +402,7 @@ def test_state_dict_round_trip() -> None:
         "history": [(3, schedule(3), 48), (6, schedule(6), 24)],
         "permanent": False,
         "snapshot": None,
+        "masking": "reparametrize",
     }
 
 
@@ -486,9 +487,9 @@ def _state(**changes: object) -> dict[str, object]:
     ("state", "error", "match"),
     [
         pytest.param(
-            _state(version=3),
+            _state(version=4),
             ValueError,
-            "Expected a pruner state of version 1 or 2, but got version 3.",
+            "Expected a pruner state of version 1, 2 or 3, but got version 4.",
             id="version",
         ),
         pytest.param(
@@ -1047,7 +1048,22 @@ def test_a_version_1_state_loads_without_warning(recwarn: pytest.WarningsRecorde
     pruner.load_state_dict(version_1_state())
     assert (pruner.last_step, pruner.last_pruned_step, pruner.seed) == (7, 6, 5)
     assert pruner.history == [(3, 0.1, 48), (6, 0.2, 24)]
-    assert pruner.state_dict()["version"] == 2 and len(recwarn) == 0
+    assert pruner.state_dict()["version"] == 3 and len(recwarn) == 0
+
+
+def test_a_version_2_state_loads_as_reparametrized(recwarn: pytest.WarningsRecorder) -> None:
+    schedule = CubicSchedule(0.8, end_step=12, frequency=3)
+    first = Pruner(make_mlp(), schedule, seed=5)
+    for _ in range(8):
+        first.step()
+    state = {k: v for k, v in first.state_dict().items() if k != "masking"}
+    state["version"] = 2
+    second = Pruner(make_mlp(), schedule)
+    second.load_state_dict(state)
+    assert second.state_dict() == first.state_dict() and len(recwarn) == 0
+    lean = Pruner(make_mlp(), schedule, masking="inplace")
+    with pytest.warns(UserWarning, match="masking: 'reparametrize' -> 'inplace'"):
+        lean.load_state_dict(state)
 
 
 def test_a_rewinding_pruner_loading_a_version_1_state_needs_its_snapshot() -> None:

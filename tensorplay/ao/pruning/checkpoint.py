@@ -29,6 +29,7 @@ from torch import Tensor, nn
 
 from tensorplay.ao.pruning.aliases import TiedParameter, alias_map
 from tensorplay.ao.pruning.global_pruning import share_mask
+from tensorplay.ao.pruning.inplace import install_mask, lean_mask, lean_names, mask_like
 from tensorplay.ao.pruning.reparametrization import is_pruned_tensor, parameter_of
 from tensorplay.ao.pruning.targets import owner
 
@@ -70,6 +71,10 @@ def restore_pruning(model: nn.Module, state_dict: Mapping[str, Tensor]) -> list[
     ``model.load_state_dict(state_dict, strict=True)`` works. The values of ``<name>_orig`` are
     left to that load. Everything is checked before ``model`` is changed.
 
+    A tensor saved in the lean mode of ``Pruner(..., masking="inplace")`` (a bool ``<name>_mask``
+    next to ``<name>``, no ``<name>_orig``) gets an all-``True`` bool ``<name>_mask`` buffer
+    (its values are left to the load, like the weights').
+
     Tied weights: all the modules holding one parameter of ``model`` get one shared mask. The
     state_dict may hold the parameter under several names (a torch state_dict has every alias,
     and their masks must be equal) or under fewer: Hugging Face's ``save_pretrained`` keeps one
@@ -102,8 +107,12 @@ def restore_pruning(model: nn.Module, state_dict: Mapping[str, Tensor]) -> list[
         (['weight'], tensor([[1., 0.],
                 [0., 1.]]))
     """  # noqa: E501
+    lean = _plan_lean(model, state_dict)
     plan = _plan(model, state_dict)
     restored: list[str] = []
+    for group in lean:
+        install_mask(group.pairs, mask_like(group.parameter))
+        restored.extend(group.names)
     for group, mask in plan:
         unpruned = [(m, n) for m, n in group.pairs if not is_pruned_tensor(m, n)]
         pruned = [(m, n) for m, n in group.pairs if is_pruned_tensor(m, n)]
@@ -133,8 +142,11 @@ def _plan(model: nn.Module, state_dict: Mapping[str, Tensor]) -> list[tuple[Tied
         _check_shapes(state_dict, fq_name, ("_orig", "_mask"), group)
         first = saved.setdefault(id(group.parameter), (group, fq_name))[1]
         _check_same(state_dict, first, fq_name, ("_orig", "_mask"))
+    lean = set(lean_names(state_dict))
     for key in state_dict:
         if not key.endswith("_mask") or key[: -len("_mask")] + "_orig" in state_dict:
+            continue
+        if key[: -len("_mask")] in lean:
             continue
         fq_name = key[: -len("_mask")]
         group = aliases.get(fq_name)
@@ -160,6 +172,32 @@ def _plan(model: nn.Module, state_dict: Mapping[str, Tensor]) -> list[tuple[Tied
         if any(not is_pruned_tensor(m, n) for m, n in group.pairs):
             plan.append((group, state_dict[first + "_mask"]))
     return plan
+
+
+def _plan_lean(model: nn.Module, state_dict: Mapping[str, Tensor]) -> list[TiedParameter]:
+    """Check every lean key (a bool ``<name>_mask`` next to ``<name>``) and return the groups
+    of the model without a lean mask yet; nothing is changed."""
+    aliases = alias_map(model)
+    plan: dict[int, TiedParameter] = {}
+    for fq_name in lean_names(state_dict):
+        group = aliases.get(fq_name)
+        if group is None:
+            _owner_parameter(model, fq_name, fq_name)  # raises, naming what is wrong
+            raise ValueError(
+                f"Expected the key {fq_name!r} to name a tensor of the model, but it names "
+                "the parameter of a pruned tensor."
+            )
+        module, name = group.pairs[0]
+        if is_pruned_tensor(module, name):
+            raise ValueError(
+                f"Expected ({type(module).__name__}, {name!r}) ({fq_name!r}), saved with a lean "
+                "bool mask, not to be pruned by the reparametrization in the model, but it has "
+                f"`{name}_orig`."
+            )
+        _check_shapes(state_dict, fq_name, ("", "_mask"), group)
+        if lean_mask(module, name) is None:
+            plan.setdefault(id(group.parameter), group)
+    return list(plan.values())
 
 
 def _owner_parameter(model: nn.Module, fq_name: str, key: str) -> None:

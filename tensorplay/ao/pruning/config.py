@@ -32,13 +32,15 @@ from tensorplay.ao.pruning.targets import (
     resolve_method,
 )
 
-__all__ = ["PrunerConfig", "Rewind", "Scope", "counts_itself"]
+__all__ = ["Masking", "PrunerConfig", "Rewind", "Scope", "counts_itself"]
 
 Scope = Literal["global", "layerwise"]
 Rewind = Literal["none", "init", "step"]
+Masking = Literal["reparametrize", "inplace"]
 
 _SCOPES: tuple[str, ...] = ("global", "layerwise")  # the message below names them
 _REWINDS: tuple[str, ...] = ("none", "init", "step")
+_MASKINGS: tuple[str, ...] = ("reparametrize", "inplace")
 
 
 def counts_itself(method: type[BasePruningMethod]) -> bool:
@@ -107,6 +109,11 @@ def _check_rewind(rewind: object) -> None:
         raise ValueError(f"Expected `rewind` to be one of {_REWINDS}, but got {rewind!r}.")
 
 
+def _check_masking(masking: object) -> None:
+    if masking not in _MASKINGS:
+        raise ValueError(f"Expected `masking` to be one of {_MASKINGS}, but got {masking!r}.")
+
+
 def _check_seed(seed: object) -> None:
     if seed is not None:
         check_int("seed", seed, 0)
@@ -130,8 +137,8 @@ class PrunerConfig:
     Raises:
         TypeError: A value of the wrong type (``schedule``, ``min_density``, ``rewind_step``,
             ``seed``, selection entries, ``method``).
-        ValueError: A value out of range, an unknown ``scope``, ``rewind``, ``method`` or
-            ``keep_dense`` entry, ``parameters`` together with a selection filter, or
+        ValueError: A value out of range, an unknown ``scope``, ``rewind``, ``masking``,
+            ``method`` or ``keep_dense`` entry, ``parameters`` together with a selection filter, or
             ``min_density`` with a method that decides its own count.
 
     Example:
@@ -154,6 +161,7 @@ class PrunerConfig:
     rewind: Rewind = "none"
     rewind_step: int = 0
     seed: int | None = None
+    masking: Masking = "reparametrize"
 
     def __post_init__(self) -> None:
         _check_schedule(self.schedule)
@@ -171,6 +179,7 @@ class PrunerConfig:
         _check_rewind(self.rewind)
         check_int("rewind_step", self.rewind_step, 0)
         _check_seed(self.seed)
+        _check_masking(self.masking)
         _check_method_options(self.method_class, self.min_density)
 
     def as_kwargs(self) -> dict[str, Any]:

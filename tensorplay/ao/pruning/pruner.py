@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -39,8 +40,27 @@ from torch.optim import Optimizer
 from tensorplay.ao.pruning.aliases import TiedParameter, alias_map
 from tensorplay.ao.pruning.amount import compute_nparams_to_prune
 from tensorplay.ao.pruning.base import BasePruningMethod
-from tensorplay.ao.pruning.config import PrunerConfig, Rewind, Scope, check_int, counts_itself
+from tensorplay.ao.pruning.config import (
+    Masking,
+    PrunerConfig,
+    Rewind,
+    Scope,
+    check_int,
+    counts_itself,
+)
 from tensorplay.ao.pruning.global_pruning import global_unstructured, prune_globally, share_mask
+from tensorplay.ao.pruning.inplace import (
+    OptimizerAttachment,
+    OptimizerHooks,
+    apply_masks,
+    install_mask,
+    is_lean_tensor,
+    lean_mask,
+    mask_like,
+    remove_mask,
+    select_in_place,
+)
+from tensorplay.ao.pruning.inplace import mask_gradients as mask_grads
 from tensorplay.ao.pruning.methods import remove
 from tensorplay.ao.pruning.reparametrization import (
     count_zeros,
@@ -62,7 +82,7 @@ from tensorplay.ao.pruning.targets import (
 
 __all__ = ["Pruner"]
 
-STATE_VERSION = 2
+STATE_VERSION = 3
 _STATE_KEYS_V1 = (
     "version",
     "step",
@@ -75,10 +95,11 @@ _STATE_KEYS_V1 = (
     "history",
     "permanent",
 )
-_STATE_KEYS = (*_STATE_KEYS_V1, "rewind", "rewind_step", "seed", "snapshot")
+_STATE_KEYS_V2 = (*_STATE_KEYS_V1, "rewind", "rewind_step", "seed", "snapshot")
+_STATE_KEYS = (*_STATE_KEYS_V2, "masking")
 # A version-1 state may carry the seed and snapshot that the 0.1 callback kept beside it.
 _V1_OPTIONAL = ("seed", "snapshot")
-_CONFIG_KEYS = ("schedule", "method", "scope", "min_density", "rewind", "rewind_step")
+_CONFIG_KEYS = ("schedule", "method", "scope", "min_density", "rewind", "rewind_step", "masking")
 
 ImportanceFn = Callable[[nn.Module, str], Tensor]
 
@@ -187,6 +208,7 @@ class Pruner:
         rewind_step: int = 0,
         seed: int | None = None,
         optimizers: Sequence[Optimizer] = (),
+        masking: Masking = "reparametrize",
     ) -> None:
         config = PrunerConfig(
             schedule,
@@ -202,12 +224,14 @@ class Pruner:
             rewind=rewind,
             rewind_step=rewind_step,
             seed=seed,
+            masking=masking,
         )
         if importance_fn is not None and not callable(importance_fn):
             raise TypeError(
                 f"Expected `importance_fn` to be callable or None, but got {importance_fn!r}."
             )
         groups = _tied_groups(model, _target_names(model, config))
+        _check_masking_of(groups, config.masking)
         self.config = config
         self.model = model
         self.schedule = schedule
@@ -224,6 +248,9 @@ class Pruner:
         self._groups = groups
         self._pairs = [group.pairs[0] for group in groups]
         self._permanent = False
+        self.masking: Masking = config.masking
+        self._hooks: list[OptimizerHooks] = []
+        self._grads_masked = 0  # counts mask_gradients() calls: the hooks skip a second pass
         # The values rewinding restores; for "init", those of the model as it is now.
         self._snapshot: dict[str, Tensor] | None = None
         if rewind == "init":
@@ -275,6 +302,151 @@ class Pruner:
     def permanent(self) -> bool:
         """Whether :meth:`make_permanent` has been called."""
         return self._permanent
+
+    def attach(self, *optimizers: Optimizer, mask_gradients: bool = True) -> OptimizerAttachment:
+        """Keep the pruned weights zero through every step of ``optimizers`` (lean mode).
+
+        Each optimizer gets a step pre-hook that masks the gradients of the targets it holds
+        (if ``mask_gradients``; skipped when :meth:`mask_gradients` ran since its last step) and
+        a step post-hook that zeroes the pruned weights again, skipped for the optimizers
+        whose step provably keeps them zero
+        (:func:`~tensorplay.ao.pruning.inplace.keeps_zeros`: SGD, Adam, AdamW). For that, each
+        pruning step also zeroes the pruned entries of their per-parameter state (momentum,
+        Adam moments), as does loading their state_dict. Pruned weights are invisible to the
+        forward of the reparametrization mode, so this changes nothing it would compute, only
+        the optimizer's state_dict.
+
+        Args:
+            *optimizers: ``torch.optim.Optimizer`` instances, each holding at least one target.
+            mask_gradients: Whether the pre-step hook masks the gradients; ``False`` when the
+                loop calls :meth:`mask_gradients` itself before every step (e.g. before
+                gradient clipping, as the Lightning callback does).
+
+        Returns:
+            A handle whose ``remove()`` takes the hooks off again.
+
+        Raises:
+            ValueError: The pruner's masking is not ``"inplace"``, no optimizer is given, one
+                holds no target, or is attached already.
+            TypeError: An argument that is not an optimizer, or a ``mask_gradients`` that is not
+                a bool.
+            RuntimeError: After :meth:`make_permanent`.
+
+        Example:
+            >>> import torch
+            >>> from torch import nn
+            >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+            >>> model = nn.Linear(8, 8)
+            >>> pruner = Pruner(model, OneShotSchedule(0.5), masking="inplace")
+            >>> optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+            >>> handle = pruner.attach(optimizer)
+            >>> _ = pruner.step()
+            >>> model(torch.randn(4, 8)).sum().backward()
+            >>> optimizer.step()
+            >>> int((model.weight == 0).sum())
+            32
+            >>> handle.remove()
+        """
+        if self.masking != "inplace":
+            raise ValueError(
+                "Expected a pruner with masking='inplace' to attach optimizers to, but got "
+                f"masking={self.masking!r}: the reparametrization masks through autograd and "
+                "needs no optimizer hooks."
+            )
+        self._check_not_permanent()
+        if not isinstance(mask_gradients, bool):
+            raise TypeError(f"Expected `mask_gradients` to be a bool, but got {mask_gradients!r}.")
+        if not optimizers:
+            raise ValueError("Expected at least one optimizer to attach, but got none.")
+        attached = {id(hooks.optimizer) for hooks in self._attached()}
+        held_pairs = []
+        for position, optimizer in enumerate(optimizers):
+            if not isinstance(optimizer, Optimizer):
+                raise TypeError(
+                    "Expected each optimizer to be a torch.optim.Optimizer, but got "
+                    f"{type(optimizer).__name__} at position {position}."
+                )
+            if id(optimizer) in attached:
+                raise ValueError(
+                    f"Expected each optimizer to be attached once, but {type(optimizer).__name__} "
+                    f"at position {position} is attached already."
+                )
+            attached.add(id(optimizer))
+            held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+            pairs = [pair for pair in self._pairs if id(self._parameter(*pair)) in held]
+            if not pairs:
+                raise ValueError(
+                    f"Expected each optimizer to hold at least one target, but "
+                    f"{type(optimizer).__name__} at position {position} holds none of "
+                    f"{self.targets}."
+                )
+            held_pairs.append(pairs)
+        made = []
+        for optimizer, pairs in zip(optimizers, held_pairs, strict=True):
+            hooks = OptimizerHooks(
+                optimizer,
+                functools.partial(self._lean_targets, pairs),
+                mask_gradients,
+                lambda: self._grads_masked,
+            )
+            hooks.zero_state()
+            made.append(hooks)
+        self._hooks.extend(made)
+        return OptimizerAttachment(made)
+
+    def mask_gradients(self) -> None:
+        """Zero the pruned entries of the targets' gradients now (lean mode: one fused pass).
+
+        Call it after the backward pass and before gradient clipping or grad-norm logging in a
+        hand-written loop; the pre-step hook of :meth:`attach` then skips its own pass. With
+        ``masking="reparametrize"`` (autograd masks the gradients already) or before any
+        pruning it does nothing.
+
+        Example:
+            >>> import torch
+            >>> from torch import nn
+            >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+            >>> model = nn.Linear(4, 4)
+            >>> pruner = Pruner(model, OneShotSchedule(0.5), masking="inplace")
+            >>> _ = pruner.step()
+            >>> model(torch.randn(2, 4)).sum().backward()
+            >>> pruner.mask_gradients()
+            >>> bool((model.weight.grad[~model.weight_mask] == 0).all())
+            True
+        """
+        if self.masking == "inplace":
+            mask_grads(*self._lean_targets())
+            self._grads_masked += 1
+
+    def apply_masks(self) -> None:
+        """Zero the pruned entries of the targets' weights now (lean mode; one fused pass).
+
+        For loops without :meth:`attach`, or after the weights were changed by other means (a
+        dense state_dict loaded, an EMA copied in). Does nothing with
+        ``masking="reparametrize"``, whose forward applies the masks.
+
+        Example:
+            >>> import torch
+            >>> from torch import nn
+            >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+            >>> model = nn.Linear(4, 4)
+            >>> pruner = Pruner(model, OneShotSchedule(0.5), masking="inplace")
+            >>> _ = pruner.step()
+            >>> with torch.no_grad():
+            ...     _ = model.weight.add_(1.0)
+            >>> pruner.apply_masks()
+            >>> int((model.weight == 0).sum())
+            8
+        """
+        if self.masking == "inplace":
+            apply_masks(*self._lean_targets())
+
+    def _check_not_permanent(self) -> None:
+        if self._permanent:
+            raise RuntimeError(
+                "Expected a pruner whose pruning is not permanent, but make_permanent() was "
+                "called: the masks are gone."
+            )
 
     def step(self, step: int | None = None) -> int:
         """Advance to ``step`` and prune if it is a pruning step not pruned before.
@@ -355,6 +527,8 @@ class Pruner:
             self.rewind(self._snapshot)
         for optimizer in self.optimizers:
             optimizer.state.clear()
+        for hooks in self._attached():
+            hooks.zero_state()
 
     def _prune_own_count(self) -> int:
         """Apply a method that decides its own count to each target on its own; the units
@@ -362,6 +536,9 @@ class Pruner:
         before = sum(self._pruned_counts())
         scores = self._scores()
         method = self.method()
+        if self.masking == "inplace":
+            self._lean_own_count(method, scores)
+            return sum(self._pruned_counts()) - before
         new_masks: list[Tensor] = []
         for fq_name, pair in zip(self.targets, self._pairs, strict=True):
             param = self._parameter(*pair)
@@ -378,6 +555,27 @@ class Pruner:
         for group, new_mask in zip(self._groups, new_masks, strict=True):
             share_mask(group.pairs, new_mask.to(dtype=self._parameter(*group.pairs[0]).dtype))
         return sum(self._pruned_counts()) - before
+
+    def _lean_own_count(
+        self, method: BasePruningMethod, scores: Mapping[tuple[nn.Module, str], Tensor]
+    ) -> None:
+        """:meth:`_prune_own_count` on lean masks: every new mask is computed, then each is
+        ANDed into the target's mask."""
+        current = [self._lean_keep(index) for index in range(len(self._groups))]
+        keeps: list[Tensor] = []
+        for keep, fq_name, pair in zip(current, self.targets, self._pairs, strict=True):
+            param = self._parameter(*pair)
+            new_mask = method.compute_mask(scores[pair], default_mask=keep.to(param.dtype))
+            if not isinstance(new_mask, Tensor) or new_mask.shape != keep.shape:
+                got = tuple(new_mask.shape) if isinstance(new_mask, Tensor) else repr(new_mask)
+                raise ValueError(
+                    f"Expected {self.method.__name__}.compute_mask to return a mask of shape "
+                    f"{tuple(keep.shape)} for {fq_name!r}, but got {got}."
+                )
+            keeps.append(new_mask.detach() != 0)
+        for mask, keep in zip(current, keeps, strict=True):
+            mask.logical_and_(keep)
+        self._install_lean(range(len(self._groups)), current)
 
     def target_sparsity(self, step: int | None = None) -> float:
         """The schedule's target at ``step`` (default: the last step taken).
@@ -455,6 +653,9 @@ class Pruner:
         run resumed at any step loads its checkpoint strictly. Every holder of a tied target
         gets the same mask buffer.
 
+        With ``masking="inplace"``, every target without a mask gets an all-``True`` bool
+        ``<name>_mask`` buffer instead (the parameter stays as it is).
+
         Example:
             >>> from torch import nn
             >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
@@ -462,7 +663,16 @@ class Pruner:
             >>> Pruner(model, OneShotSchedule(0.5, step=100)).reparametrize()
             >>> sorted(model.state_dict())
             ['bias', 'weight_mask', 'weight_orig']
+            >>> lean = nn.Linear(4, 2)
+            >>> Pruner(lean, OneShotSchedule(0.5, step=100), masking="inplace").reparametrize()
+            >>> sorted(lean.state_dict()), lean.weight_mask.dtype
+            (['bias', 'weight', 'weight_mask'], torch.bool)
         """
+        if self.masking == "inplace":
+            for index, group in enumerate(self._groups):
+                if lean_mask(*group.pairs[0]) is None:
+                    install_mask(group.pairs, self._lean_keep(index))
+            return
         for group in self._groups:
             if not any(is_pruned_tensor(module, name) for module, name in group.pairs):
                 param = self._parameter(*group.pairs[0])
@@ -486,7 +696,13 @@ class Pruner:
             >>> pruner.make_permanent()
             >>> sorted(model.state_dict()), int((model.weight == 0).sum())
             (['bias', 'weight'], 2)
+
+        With ``masking="inplace"`` the mask buffers are dropped (the weights are zero already)
+        and the hooks of :meth:`attach` are taken off.
         """
+        if self.masking == "inplace":
+            self._lean_permanent()
+            return
         for group in self._groups:
             for module, name in group.pairs:
                 if is_pruned_tensor(module, name):
@@ -499,6 +715,18 @@ class Pruner:
                 self._parameter(*group.pairs[0]).add_(0.0)
         self._permanent = True
         self._snapshot = None  # nothing is left to rewind
+
+    def _lean_permanent(self) -> None:
+        apply_masks(*self._lean_targets())
+        for hooks in self._attached():
+            hooks.remove()
+        self._hooks = []
+        with torch.no_grad():
+            for group in self._groups:
+                remove_mask(group.pairs)
+                self._parameter(*group.pairs[0]).add_(0.0)  # -0.0 -> +0.0, as above
+        self._permanent = True
+        self._snapshot = None
 
     def snapshot(self) -> dict[str, Tensor]:
         """Clones of the targets' unpruned values (``<name>_orig`` if pruned), by target name
@@ -542,6 +770,10 @@ class Pruner:
     def rewind(self, state: Mapping[str, Tensor]) -> None:
         """Copy ``state`` into the targets' unpruned values, keeping the masks (lottery tickets).
 
+        With ``masking="inplace"`` the values are copied into the parameters and their pruned
+        entries zeroed again: the pruned values are gone, ``state`` (e.g. the rewind snapshot)
+        is the only copy of them.
+
         Args:
             state: Values by target name (or any alias of it), e.g. from :meth:`snapshot` at
                 initialisation; targets not in ``state`` are left alone.
@@ -576,6 +808,9 @@ class Pruner:
             group = self._groups[index]
             with torch.no_grad():
                 self._parameter(*group.pairs[0]).copy_(value)
+            if self.masking == "inplace":
+                apply_masks(*self._lean_targets([group.pairs[0]]))
+                continue
             for module, name in group.pairs:
                 if is_pruned_tensor(module, name):
                     # What the forward pre-hook would compute, so `module.<name>` is not stale.
@@ -622,8 +857,9 @@ class Pruner:
     def state_dict(self) -> dict[str, Any]:
         """The pruner's state: plain data by name, and the rewind snapshot's tensors.
 
-        ``{"version": 2, "step", "last_pruned_step", "targets", "schedule", "method", "scope",
-        "min_density", "rewind", "rewind_step", "seed", "history", "permanent", "snapshot"}``.
+        ``{"version": 3, "step", "last_pruned_step", "targets", "schedule", "method", "scope",
+        "min_density", "rewind", "rewind_step", "seed", "history", "permanent", "snapshot",
+        "masking"}``.
         ``"schedule"`` is its ``{"class_path", "init_args"}`` form, ``None`` when it cannot be
         serialised (a lambda in a :class:`~tensorplay.ao.pruning.schedules.CallableSchedule`);
         like the method, scope, minimum density and rewinding it is informative only: the
@@ -635,7 +871,7 @@ class Pruner:
             >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
             >>> state = Pruner(nn.Linear(4, 2), OneShotSchedule(0.5), seed=3).state_dict()
             >>> state["version"], state["targets"], state["method"], state["seed"]
-            (2, ['weight'], 'l1_unstructured', 3)
+            (3, ['weight'], 'l1_unstructured', 3)
             >>> state["schedule"]["class_path"], state["snapshot"]
             ('tensorplay.ao.pruning.schedules.OneShotSchedule', None)
         """
@@ -658,6 +894,7 @@ class Pruner:
             "history": list(self.history),
             "permanent": self._permanent,
             "snapshot": None if self._snapshot is None else dict(self._snapshot),
+            "masking": self.masking,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -669,11 +906,12 @@ class Pruner:
         scope, minimum density or rewinding only warns. The saved seed replaces the pruner's, so
         a resumed run draws what an uninterrupted one would.
 
-        A version-1 state (saved by tensorplay 0.1, before the pruner rewound or seeded) is
-        accepted: it restores the counters and history and keeps the pruner's seed; it has no
-        snapshot (unless it carries the ``"seed"`` and ``"snapshot"`` that 0.1's callback kept
-        beside it), so a pruner that rewinds raises at its next step unless the snapshot's
-        step is still ahead.
+        A version-2 state (saved before the lean mode existed) loads as one with ``"masking":
+        "reparametrize"``. A version-1 state (saved by tensorplay 0.1, before the pruner rewound or
+        seeded) is accepted: it restores the counters and history and keeps the pruner's seed; it
+        has no snapshot (unless it carries the ``"seed"`` and ``"snapshot"`` that 0.1's callback
+        kept beside it), so a pruner that rewinds raises at its next step unless the snapshot's step
+        is still ahead.
 
         Raises:
             TypeError: ``state`` or its snapshot is not a mapping.
@@ -693,12 +931,12 @@ class Pruner:
         if not isinstance(state, Mapping):
             raise TypeError(f"Expected `state` to be a mapping, but got {state!r}.")
         version = state.get("version")
-        if version not in (1, STATE_VERSION):
+        if version not in (1, 2, STATE_VERSION):
             raise ValueError(
-                f"Expected a pruner state of version 1 or {STATE_VERSION}, but got version "
+                f"Expected a pruner state of version 1, 2 or {STATE_VERSION}, but got version "
                 f"{version!r}."
             )
-        expected = _STATE_KEYS_V1 if version == 1 else _STATE_KEYS
+        expected = {1: _STATE_KEYS_V1, 2: _STATE_KEYS_V2}.get(version, _STATE_KEYS)
         optional = _V1_OPTIONAL if version == 1 else ()
         missing = [key for key in expected if key not in state]
         unknown = sorted(key for key in state if key not in expected + optional)
@@ -709,6 +947,8 @@ class Pruner:
             )
         if version == 1:
             state = self._upgrade_v1(state)
+        elif version == 2:  # saved before the lean mode existed: reparametrized
+            state = {**state, "version": STATE_VERSION, "masking": "reparametrize"}
         # A state may name a tied target by another of its names (its first name in module
         # order is the pruner's); any name of it is the same target.
         canonical = {alias: group.name for group in self._groups for alias in group.names}
@@ -753,6 +993,7 @@ class Pruner:
             "schedule": None,
             "rewind": self.config.rewind,
             "rewind_step": self.config.rewind_step,
+            "masking": None,
         }
 
     def _warn_on_config_change(self, state: Mapping[str, Any]) -> None:
@@ -796,6 +1037,9 @@ class Pruner:
         parts = pruned_parts(module, name)
         if parts is not None:
             return parts.mask
+        mask = lean_mask(module, name)
+        if mask is not None:
+            return mask
         return module._parameters.get(name) if self._permanent else None
 
     def _numels(self) -> list[int]:
@@ -869,6 +1113,9 @@ class Pruner:
     ) -> None:
         """``global_unstructured`` over every pair of the targets ``indices``; the pairs of a
         tied target share its canonical pair's scores (one tensor), so they share one mask."""
+        if self.masking == "inplace":
+            self._lean_prune(list(indices), scores, method, count)
+            return
         pairs: list[tuple[nn.Module, str]] = []
         shared: dict[tuple[nn.Module, str], Tensor] = {}
         for index in indices:
@@ -884,6 +1131,9 @@ class Pruner:
         """Global selection of ``count`` units with at most ``caps[i]`` from target ``i``: the
         units lowest score first, skipping those of a target that has reached its cap (the
         selection's per-tensor caps, exact)."""
+        if self.masking == "inplace":
+            self._lean_prune(list(range(len(self._groups))), scores, self.method, count, caps)
+            return
         pairs: list[tuple[nn.Module, str]] = []
         shared: dict[tuple[nn.Module, str], Tensor] = {}
         for index, group in enumerate(self._groups):
@@ -892,6 +1142,59 @@ class Pruner:
                 shared[pair] = scores[self._pairs[index]]
         limits = dict(zip(self._pairs, caps, strict=True))
         prune_globally(pairs, self.method, shared, {"amount": count}, caps=limits)
+
+    # -- lean masks ------------------------------------------------------------------------
+
+    def _lean_keep(self, index: int) -> Tensor:
+        """Target ``index``'s lean mask, or a new all-True one (not installed yet)."""
+        mask = lean_mask(*self._pairs[index])
+        return mask_like(self._parameter(*self._pairs[index])) if mask is None else mask
+
+    def _lean_prune(
+        self,
+        indices: list[int],
+        scores: Mapping[tuple[nn.Module, str], Tensor],
+        method: type[BasePruningMethod],
+        count: int,
+        caps: list[int] | None = None,
+    ) -> None:
+        """Clear ``count`` more units of the lean masks of the targets ``indices`` (the units
+        ``global_unstructured`` would prune), then zero them in the weights."""
+        keeps = [self._lean_keep(index) for index in indices]
+        params = [self._parameter(*self._pairs[index]) for index in indices]
+        sources = [
+            scores[self._pairs[index]].to(param.device)
+            for index, param in zip(indices, params, strict=True)
+        ]
+        labels = [f"({type(m).__name__}, {n!r})" for m, n in (self._pairs[i] for i in indices)]
+        select_in_place(method, count, sources, keeps, labels, caps)
+        self._install_lean(indices, keeps)
+
+    def _install_lean(self, indices: Iterable[int], keeps: Sequence[Tensor]) -> None:
+        """Make ``keeps`` the masks of the targets ``indices`` (every holder of a tied one
+        shares it) and zero the pruned weights."""
+        indices = list(indices)
+        for index, keep in zip(indices, keeps, strict=True):
+            install_mask(self._groups[index].pairs, keep)
+        apply_masks([self._parameter(*self._pairs[index]) for index in indices], keeps)
+
+    def _lean_targets(
+        self, pairs: Sequence[tuple[nn.Module, str]] | None = None
+    ) -> tuple[list[Tensor], list[Tensor]]:
+        """The parameters and lean masks of the targets (of ``pairs``, default all) that have
+        one, read now."""
+        params: list[Tensor] = []
+        masks: list[Tensor] = []
+        for module, name in self._pairs if pairs is None else pairs:
+            mask = lean_mask(module, name)
+            if mask is not None:
+                params.append(self._parameter(module, name))
+                masks.append(mask)
+        return params, masks
+
+    def _attached(self) -> list[OptimizerHooks]:
+        self._hooks = [hooks for hooks in self._hooks if hooks.active]
+        return self._hooks
 
 
 def _history_entry(entry: object) -> tuple[int, float, int]:
@@ -957,10 +1260,33 @@ def _tied_groups(model: nn.Module, names: list[str]) -> list[_Target]:
     return [_Target(group.names, group.pairs) for group in groups.values()]
 
 
+def _check_masking_of(groups: Sequence[_Target], masking: str) -> None:
+    """No target may be pruned the other way than ``masking`` says.
+
+    Raises:
+        ValueError: naming the tensor and the way it is pruned.
+    """
+    for group in groups:
+        for (module, name), fq_name in zip(group.pairs, group.names, strict=False):
+            label = f"({type(module).__name__}, {name!r}) ({fq_name!r})"
+            if masking == "inplace" and is_pruned_tensor(module, name):
+                raise ValueError(
+                    f"Expected {label} not to be pruned by the reparametrization, since the "
+                    f"pruner has masking='inplace', but it has `{name}_orig`: make its pruning "
+                    "permanent first (remove()), or use masking='reparametrize'."
+                )
+            if masking == "reparametrize" and is_lean_tensor(module, name):
+                raise ValueError(
+                    f"Expected {label} not to carry a lean bool mask, since the pruner has "
+                    f"masking='reparametrize', but it has the bool buffer `{name}_mask`: use "
+                    "masking='inplace'."
+                )
+
+
 def _check_pruned_alike(group: TiedParameter) -> None:
     """The holders of a tied parameter must all be unpruned, or pruned with equal masks."""
     masks = [
-        None if (parts := pruned_parts(module, name)) is None else parts.mask
+        parts.mask if (parts := pruned_parts(module, name)) is not None else lean_mask(module, name)
         for module, name in group.pairs
     ]
     first = masks[0]

@@ -35,6 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning.aliases import parameter_groups, tensor_name
+from tensorplay.ao.pruning.inplace import MASK_SUFFIX, lean_mask
 from tensorplay.ao.pruning.reparametrization import pruned_parts, pruned_tensor_names
 
 __all__ = ["masked_tensor", "permanent_state_dict", "share_storage", "view_identity"]
@@ -45,11 +46,11 @@ def permanent_state_dict(model: nn.Module) -> dict[str, Tensor]:
     left exactly as it is (parameters, masks, hooks, gradients).
 
     Every pruned tensor ``<name>`` is saved as ``mask * orig`` in the parameter's dtype (what the
-    model computes with), its zeros all ``+0.0`` (the product is ``-0.0`` where a negative weight
-    is pruned: equal, but it would cost :func:`~tensorplay.ao.pruning.save_sparse` space), and its
-    ``<name>_orig`` and ``<name>_mask`` keys are dropped. Everything
-    else is what ``model.state_dict()`` returns: tensors that share memory with the model, like
-    any state_dict.
+    model computes with; a lean tensor of ``masking="inplace"`` as its values, its bool
+    ``<name>_mask`` dropped), its zeros all ``+0.0`` (the product is ``-0.0`` where a negative
+    weight is pruned: equal, but it would cost :func:`~tensorplay.ao.pruning.save_sparse` space),
+    and its ``<name>_orig`` and ``<name>_mask`` keys are dropped. Everything else is what
+    ``model.state_dict()`` returns: tensors that share memory with the model, like any state_dict.
 
     * **Key order** is that of the unpruned model: pruning moves ``<name>_orig`` to the end of its
       module's parameters, so a pruned tensor is put back before the module's first remaining
@@ -90,7 +91,11 @@ def permanent_state_dict(model: nn.Module) -> dict[str, Tensor]:
         prefix, _, local = key.rpartition(".")
         module = modules.get(prefix)
         pruned = _pruned_names(module) if module is not None else []
-        if module is None or not pruned:
+        if module is not None and (mask := lean_mask(module, local)) is not None:
+            out[key] = _lean_tensor(module, local, mask, masked)
+        elif module is not None and _is_lean_mask(module, local):
+            continue
+        elif module is None or not pruned:
             out[key] = value
         elif local in module._parameters:
             if prefix not in emitted:  # the module's whole parameter block, in dense order
@@ -201,6 +206,23 @@ def _permanent_tensor(
     key = (id(parts.orig), id(parts.mask))
     if key not in masked:
         masked[key] = masked_tensor(parts.orig, parts.mask)
+    return masked[key]
+
+
+def _is_lean_mask(module: nn.Module, key: str) -> bool:
+    return key.endswith(MASK_SUFFIX) and lean_mask(module, key[: -len(MASK_SUFFIX)]) is not None
+
+
+def _lean_tensor(
+    module: nn.Module, name: str, mask: Tensor, masked: dict[tuple[int, int], Tensor]
+) -> Tensor:
+    """A lean tensor's permanent value: its values, every pruned unit ``+0.0`` (the in-place
+    zeroing leaves ``-0.0`` where a negative weight was pruned)."""
+    param = module._parameters[name]
+    assert param is not None  # for mypy: lean_mask found it
+    key = (id(param), id(mask))
+    if key not in masked:
+        masked[key] = masked_tensor(param, mask)
     return masked[key]
 
 

@@ -50,6 +50,7 @@ import torch
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning.checkpoint import pruned_names
+from tensorplay.ao.pruning.inplace import lean_names
 from tensorplay.ao.pruning.serialization import (
     masked_tensor,
     permanent_state_dict,
@@ -71,7 +72,8 @@ def save_sparse(model_or_state_dict: nn.Module | Mapping[str, Tensor], path: str
     Args:
         model_or_state_dict: A model (under pruning or not: its
             :func:`~tensorplay.ao.pruning.serialization.permanent_state_dict` is written), a
-            pruned state_dict (``<name>_orig``/``<name>_mask`` keys, made permanent first) or a
+            pruned state_dict (``<name>_orig``/``<name>_mask`` keys, or a lean ``<name>`` with a
+            bool ``<name>_mask``; made permanent first) or a
             plain one.
         path: The file to write (conventionally ``*.safetensors``).
 
@@ -296,6 +298,7 @@ def _permanent(obj: nn.Module | Mapping[str, Tensor]) -> dict[str, Tensor]:
             )
     state = share_storage(obj)
     pruned = set(pruned_names(state))
+    lean = set(lean_names(state))
     masked: dict[tuple[object, ...], Tensor] = {}
     out: dict[str, Tensor] = {}
     for key, value in state.items():
@@ -306,7 +309,13 @@ def _permanent(obj: nn.Module | Mapping[str, Tensor]) -> dict[str, Tensor]:
             if identity not in masked:
                 masked[identity] = masked_tensor(orig, mask)
             out[base] = masked[identity]
-        elif not (key.endswith("_mask") and key[: -len("_mask")] in pruned):
+        elif key in lean:  # a lean tensor: zero already, but maybe -0.0
+            mask = state[key + "_mask"]
+            identity = (view_identity(value) or id(value), view_identity(mask) or id(mask))
+            if identity not in masked:
+                masked[identity] = masked_tensor(value, mask)
+            out[key] = masked[identity]
+        elif not (key.endswith("_mask") and key[: -len("_mask")] in pruned | lean):
             out[key] = value
     return out
 

@@ -1,0 +1,566 @@
+"""Lean masks: one ``torch.bool`` buffer per pruned tensor, pruned weights zeroed in place.
+
+The lean way to hold pruning (``Pruner(..., masking="inplace")``): the parameter
+``module.<name>`` stays the same :class:`~torch.nn.Parameter`, its mask is a buffer
+``module.<name>_mask`` of dtype ``torch.bool`` (``True``: kept), and the pruned entries of the
+parameter are zero. There is no ``<name>_orig`` and no forward pre-hook, so nothing is
+recomputed per forward and the only extra state is one byte per unit; that is also how a lean
+tensor is told apart from a reparametrized one (which has ``<name>_orig``). Holders of one tied
+parameter register the same mask tensor.
+
+The invariant ``param[~mask] == 0`` holds right after pruning and after every step of an
+optimizer attached with :func:`attach`. It costs one pass over the weights' gradients per
+optimizer step and nothing else for the optimizers whose update provably keeps a zero weight
+zero (:func:`keeps_zeros`): their gradients are masked before the step (one fused multiply over
+all targets), and the pruned entries of their per-parameter state (momentum, Adam moments) are
+zeroed once at each pruning event (:func:`zero_state`), so the step maps zero gradient, zero
+state and zero weight to zero weight. Every other optimizer gets one more pass after its step
+that zeroes the pruned weights again.
+
+The values of pruned weights are gone once pruned: there is no ``<name>_orig`` to recover them
+from. Rewinding keeps its own snapshot.
+
+Two functions are the only places that know how a mask is made and how a tensor's local values
+are reached (:func:`mask_like`, :func:`local_tensor`), so sharded (``DTensor``) parameters can be
+plugged in there.
+
+Example:
+    >>> import torch
+    >>> from torch import nn
+    >>> layer = nn.Linear(3, 2)
+    >>> mask = torch.tensor([[True, False, True], [False, True, True]])
+    >>> install_mask([(layer, "weight")], mask)
+    >>> apply_masks([layer.weight], [layer.weight_mask])
+    >>> int((layer.weight == 0).sum()), sorted(layer.state_dict())
+    (2, ['bias', 'weight', 'weight_mask'])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.optim import Optimizer
+from torch.utils.hooks import RemovableHandle
+
+from tensorplay.ao.pruning.base import BasePruningMethod, PruningContainer
+from tensorplay.ao.pruning.global_pruning import (
+    _L1_COMPUTE_MASK,
+    _RANDOM_COMPUTE_MASK,
+    _key_dtype,
+)
+from tensorplay.ao.pruning.selection import (
+    AbsKeys,
+    KeySpec,
+    UniformKeys,
+    capped_keep_masks,
+    check_finite_scores,
+    keep_masks,
+    settle_caps,
+)
+
+__all__ = [
+    "MASK_SUFFIX",
+    "OptimizerAttachment",
+    "OptimizerHooks",
+    "apply_masks",
+    "clear_lowest",
+    "clear_lowest_capped",
+    "install_mask",
+    "is_lean_tensor",
+    "keeps_zeros",
+    "lean_mask",
+    "lean_names",
+    "local_tensor",
+    "mask_gradients",
+    "mask_like",
+    "remove_mask",
+    "select_in_place",
+    "zero_state",
+]
+
+MASK_SUFFIX = "_mask"
+Pair = tuple[nn.Module, str]
+
+
+# -- where a lean mask lives -------------------------------------------------------------------
+
+
+def lean_mask(module: nn.Module, name: str) -> Tensor | None:
+    """The lean mask of ``module.<name>``: the bool buffer ``<name>_mask`` next to the parameter
+    ``<name>`` (no ``<name>_orig``), else ``None``.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> layer = nn.Linear(2, 2)
+        >>> lean_mask(layer, "weight") is None
+        True
+        >>> install_mask([(layer, "weight")], torch.ones(2, 2, dtype=torch.bool))
+        >>> lean_mask(layer, "weight") is layer.weight_mask
+        True
+    """
+    mask = module._buffers.get(name + MASK_SUFFIX)
+    if mask is None or mask.dtype != torch.bool:
+        return None
+    if name not in module._parameters or name + "_orig" in module._parameters:
+        return None
+    return mask
+
+
+def is_lean_tensor(module: nn.Module, name: str) -> bool:
+    """Whether ``module.<name>`` carries a lean mask (see :func:`lean_mask`).
+
+    Example:
+        >>> from torch import nn
+        >>> is_lean_tensor(nn.Linear(2, 2), "weight")
+        False
+    """
+    return lean_mask(module, name) is not None
+
+
+def lean_names(state_dict: Mapping[str, object]) -> list[str]:
+    """The names saved with a lean mask in ``state_dict``: a bool ``<name>_mask`` next to
+    ``<name>`` and no ``<name>_orig``, in key order.
+
+    Example:
+        >>> import torch
+        >>> state = {"fc.weight": torch.zeros(2), "fc.weight_mask": torch.ones(2, dtype=torch.bool)}
+        >>> lean_names(state), lean_names({"w_orig": 0, "w_mask": torch.ones(1)})
+        (['fc.weight'], [])
+    """
+    names = []
+    for key, value in state_dict.items():
+        if not key.endswith(MASK_SUFFIX) or not isinstance(value, Tensor):
+            continue
+        fq_name = key[: -len(MASK_SUFFIX)]
+        lean = value.dtype == torch.bool and fq_name + "_orig" not in state_dict
+        if lean and fq_name in state_dict:
+            names.append(fq_name)
+    return names
+
+
+def mask_like(param: Tensor) -> Tensor:
+    """An all-``True`` bool mask of ``param``'s shape and device (the one place a mask is made,
+    so a sharded parameter can get a mask sharded like it).
+
+    Example:
+        >>> import torch
+        >>> mask_like(torch.zeros(2, 3)).dtype, mask_like(torch.zeros(2, 3)).shape
+        (torch.bool, torch.Size([2, 3]))
+    """
+    return torch.ones(param.shape, dtype=torch.bool, device=param.device)
+
+
+def local_tensor(tensor: Tensor) -> Tensor:
+    """The values this process holds of ``tensor``: the tensor itself for a plain tensor (the
+    one place to reach a shard's local values).
+
+    Example:
+        >>> import torch
+        >>> t = torch.zeros(2)
+        >>> local_tensor(t) is t
+        True
+    """
+    return tensor
+
+
+def install_mask(pairs: Iterable[Pair], mask: Tensor) -> None:
+    """Register ``mask`` (bool, the parameter's shape) as the buffer ``<name>_mask`` of every
+    pair of one parameter: one tensor shared by all holders. The parameter is not changed.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> a, b = nn.Linear(2, 2), nn.Linear(2, 2)
+        >>> b.weight = a.weight
+        >>> install_mask([(a, "weight"), (b, "weight")], torch.ones(2, 2, dtype=torch.bool))
+        >>> a.weight_mask is b.weight_mask
+        True
+    """
+    for module, name in pairs:
+        module.register_buffer(name + MASK_SUFFIX, mask)
+
+
+def remove_mask(pairs: Iterable[Pair]) -> None:
+    """Drop the buffer ``<name>_mask`` of every pair; the (zeroed) parameter stays.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> layer = nn.Linear(2, 2)
+        >>> install_mask([(layer, "weight")], torch.ones(2, 2, dtype=torch.bool))
+        >>> remove_mask([(layer, "weight")])
+        >>> sorted(layer.state_dict())
+        ['bias', 'weight']
+    """
+    for module, name in pairs:
+        module._buffers.pop(name + MASK_SUFFIX, None)
+
+
+# -- the passes --------------------------------------------------------------------------------
+
+
+def _multiply(tensors: list[Tensor], masks: list[Tensor]) -> None:
+    """``tensor *= mask`` for every pair, fused over all of them where torch can."""
+    if tensors:
+        torch._foreach_mul_(tensors, masks)
+
+
+def apply_masks(params: Sequence[Tensor], masks: Sequence[Tensor]) -> None:
+    """Zero the pruned entries of every parameter in place (one pass over each).
+
+    Example:
+        >>> import torch
+        >>> weight = torch.nn.Parameter(torch.ones(3))
+        >>> apply_masks([weight], [torch.tensor([True, False, True])])
+        >>> weight.detach().tolist()
+        [1.0, 0.0, 1.0]
+    """
+    with torch.no_grad():
+        _multiply([local_tensor(p.detach()) for p in params], [local_tensor(m) for m in masks])
+
+
+def mask_gradients(params: Sequence[Tensor], masks: Sequence[Tensor]) -> None:
+    """Zero the pruned entries of every parameter's ``.grad`` in place; parameters without a
+    gradient are skipped.
+
+    Example:
+        >>> import torch
+        >>> weight = torch.nn.Parameter(torch.ones(2))
+        >>> weight.grad = torch.ones(2)
+        >>> mask_gradients([weight], [torch.tensor([False, True])])
+        >>> weight.grad.tolist()
+        [0.0, 1.0]
+    """
+    grads, kept = [], []
+    for param, mask in zip(params, masks, strict=True):
+        if param.grad is not None:
+            grads.append(local_tensor(param.grad))
+            kept.append(local_tensor(mask))
+    with torch.no_grad():
+        _multiply(grads, kept)
+
+
+def zero_state(optimizer: Optimizer, params: Sequence[Tensor], masks: Sequence[Tensor]) -> None:
+    """Zero the pruned entries of ``optimizer``'s per-parameter state tensors of the parameter's
+    shape (``momentum_buffer``, ``exp_avg``, ``exp_avg_sq``, ...); scalars such as ``step``
+    are left alone.
+
+    Example:
+        >>> import torch
+        >>> weight = torch.nn.Parameter(torch.ones(2))
+        >>> optimizer = torch.optim.SGD([weight], lr=0.1, momentum=0.9)
+        >>> weight.grad = torch.ones(2)
+        >>> optimizer.step()
+        >>> zero_state(optimizer, [weight], [torch.tensor([False, True])])
+        >>> optimizer.state[weight]["momentum_buffer"].tolist()
+        [0.0, 1.0]
+    """
+    tensors, kept = [], []
+    for param, mask in zip(params, masks, strict=True):
+        for value in optimizer.state.get(param, {}).values():
+            if isinstance(value, Tensor) and value.shape == param.shape:
+                tensors.append(local_tensor(value))
+                kept.append(local_tensor(mask))
+    with torch.no_grad():
+        _multiply(tensors, kept)
+
+
+# The optimizers whose step maps (zero gradient, zero state entries, zero weight) to a zero
+# weight, by exact class (a subclass may change the update):
+# * SGD: d = g + wd * p = 0; buf = mu * buf + (1 - dampening) * d = 0; nesterov d + mu * buf = 0;
+#   p -= lr * d leaves 0 (with or without momentum, maximize, foreach or fused).
+# * Adam, AdamW: g + wd * p = 0 (L2) or p *= 1 - lr * wd (decoupled) leave 0; m = lerp(m, g) = 0,
+#   v = b2 * v + (1 - b2) * g^2 = 0, max(v_max, v) = 0 (amsgrad); p -= lr * m / (sqrt(v) + eps)
+#   is 0 when eps > 0 (eps = 0 would divide 0 by 0).
+_KEEP_ZEROS: dict[type[Optimizer], bool] = {
+    torch.optim.SGD: False,
+    torch.optim.Adam: True,
+    torch.optim.AdamW: True,
+}
+
+
+def keeps_zeros(optimizer: Optimizer) -> bool:
+    """Whether a step of ``optimizer`` provably keeps a weight zero when its gradient and its
+    state entries are zero (so no pass over the weights is needed after the step).
+
+    ``torch.optim.SGD`` (momentum, nesterov, weight decay, dampening, maximize), ``Adam`` and
+    ``AdamW`` (weight decay, amsgrad) with ``eps > 0`` in every group; by exact class.
+
+    Example:
+        >>> import torch
+        >>> weight = torch.nn.Parameter(torch.ones(2))
+        >>> keeps_zeros(torch.optim.SGD([weight], lr=0.1, momentum=0.9, nesterov=True))
+        True
+        >>> keeps_zeros(torch.optim.Adagrad([weight]))
+        False
+    """
+    needs_eps = _KEEP_ZEROS.get(type(optimizer))
+    if needs_eps is None:
+        return False
+    return not needs_eps or all(float(group["eps"]) > 0 for group in optimizer.param_groups)
+
+
+# -- optimizer hooks ---------------------------------------------------------------------------
+
+
+class OptimizerHooks:
+    """The hooks that keep pruned weights zero through the steps of one optimizer; made by a
+    pruner's ``attach``. :meth:`remove` takes them off.
+
+    Before each step, unless the gradients were masked since the last step (a call of the
+    owner's ``mask_gradients`` before clipping), the gradients of the targets the optimizer
+    holds are masked (``mask_gradients=True``). After the step, the pruned weights are zeroed
+    again unless :func:`keeps_zeros` proves the step kept them zero; a step that ran on
+    unmasked gradients also gets its state entries zeroed, so the next steps need no weight
+    pass again. After ``optimizer.load_state_dict`` the pruned entries of the loaded state are
+    zeroed.
+
+    Args:
+        optimizer: The optimizer.
+        targets: ``() -> (params, masks)`` of the pruned targets the optimizer holds, read at
+            each call (masks may be replaced, e.g. by ``model.to()``).
+        mask_gradients: Whether the pre-step hook masks the gradients.
+        generation: ``() -> int`` that changes each time the owner masked all gradients.
+
+    Example:
+        >>> import torch
+        >>> weight = torch.nn.Parameter(torch.ones(2))
+        >>> mask = torch.tensor([False, True])
+        >>> optimizer = torch.optim.SGD([weight], lr=0.5, momentum=0.9)
+        >>> hooks = OptimizerHooks(optimizer, lambda: ([weight], [mask]), True, lambda: 0)
+        >>> weight.grad = torch.ones(2)
+        >>> optimizer.step()
+        >>> weight.detach().tolist()
+        [1.0, 0.5]
+        >>> hooks.remove()
+    """
+
+    def __init__(
+        self,
+        optimizer: Optimizer,
+        targets: Callable[[], tuple[list[Tensor], list[Tensor]]],
+        mask_gradients: bool,
+        generation: Callable[[], int],
+    ) -> None:
+        self.optimizer = optimizer
+        self._targets = targets
+        self._mask_gradients = mask_gradients
+        self._generation = generation
+        self._seen = generation()
+        self._unmasked = False
+        self._handles: list[RemovableHandle] = [
+            optimizer.register_step_pre_hook(self._before_step),
+            optimizer.register_step_post_hook(self._after_step),
+            optimizer.register_load_state_dict_post_hook(self._after_load),
+        ]
+
+    def held(self) -> tuple[list[Tensor], list[Tensor]]:
+        """The parameters and masks of the pruned targets the optimizer holds."""
+        return self._targets()
+
+    def _before_step(self, optimizer: Optimizer, args: Any, kwargs: Any) -> None:
+        generation = self._generation()
+        masked_already = generation != self._seen
+        self._seen = generation
+        if masked_already:
+            self._unmasked = False
+        elif self._mask_gradients:
+            mask_gradients(*self.held())
+            self._unmasked = False
+        else:
+            self._unmasked = True
+
+    def _after_step(self, optimizer: Optimizer, args: Any, kwargs: Any) -> None:
+        if self._unmasked:
+            params, masks = self.held()
+            zero_state(optimizer, params, masks)
+            apply_masks(params, masks)
+        elif not keeps_zeros(optimizer):
+            apply_masks(*self.held())
+        self._unmasked = False
+
+    def _after_load(self, optimizer: Optimizer) -> None:
+        zero_state(optimizer, *self.held())
+
+    def zero_state(self) -> None:
+        """Zero the pruned entries of the optimizer's state (after a pruning event)."""
+        zero_state(self.optimizer, *self.held())
+
+    def remove(self) -> None:
+        """Take the hooks off the optimizer."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    @property
+    def active(self) -> bool:
+        """Whether the hooks are on the optimizer."""
+        return bool(self._handles)
+
+
+class OptimizerAttachment:
+    """The hooks of one ``Pruner.attach`` call; :meth:`remove` takes them all off.
+
+    Example:
+        >>> import torch
+        >>> weight = torch.nn.Parameter(torch.ones(2))
+        >>> optimizer = torch.optim.SGD([weight], lr=0.1)
+        >>> hooks = OptimizerHooks(optimizer, lambda: ([], []), True, lambda: 0)
+        >>> attachment = OptimizerAttachment([hooks])
+        >>> attachment.remove()
+        >>> hooks.active
+        False
+    """
+
+    def __init__(self, hooks: Sequence[OptimizerHooks]) -> None:
+        self.hooks = list(hooks)
+
+    def remove(self) -> None:
+        """Take every hook off its optimizer."""
+        for hooks in self.hooks:
+            hooks.remove()
+
+
+# -- selection on bool masks, in place ---------------------------------------------------------
+# Adapters with the signatures of ``selection.inplace.clear_lowest`` and
+# ``clear_lowest_capped``; until those land they allocate the new keep masks and AND them in.
+
+
+def clear_lowest(
+    scores: Sequence[Tensor],
+    keep: Sequence[Tensor],
+    k: int,
+    keys: Any,
+    *,
+    labels: Sequence[str] | None = None,
+    shards: Sequence[Any] | None = None,
+    group: Any = None,
+    n_eligible: int | None = None,
+) -> None:
+    """Set to ``False`` the ``k`` units of lowest key among those whose ``keep`` is ``True``,
+    across all sources (tie rule of :mod:`tensorplay.ao.pruning.selection`).
+
+    Example:
+        >>> import torch
+        >>> from tensorplay.ao.pruning.selection import AbsKeys
+        >>> keep = [torch.tensor([True, True, False]), torch.tensor([True])]
+        >>> clear_lowest([torch.tensor([0.3, 0.1, 0.0]), torch.tensor([0.2])], keep, 2, AbsKeys())
+        >>> [mask.tolist() for mask in keep]
+        [[True, False, False], [False]]
+    """
+    if shards is not None or group is not None:
+        raise NotImplementedError("Expected no `shards` or `group`: sharded selection is not here.")
+    new = keep_masks(
+        scores, list(keep), k, keys, [torch.bool] * len(keep), labels=labels, n_eligible=n_eligible
+    )
+    for mask, kept in zip(keep, new, strict=True):
+        mask.logical_and_(kept)
+
+
+def clear_lowest_capped(
+    scores: Sequence[Tensor],
+    keep: Sequence[Tensor],
+    k: int,
+    keys: Any,
+    caps: Sequence[int],
+    *,
+    labels: Sequence[str] | None = None,
+    shards: Sequence[Any] | None = None,
+    group: Any = None,
+) -> None:
+    """:func:`clear_lowest` with at most ``caps[i]`` units cleared in source ``i`` (the greedy
+    rule of :mod:`tensorplay.ao.pruning.selection.capped`).
+
+    Example:
+        >>> import torch
+        >>> from tensorplay.ao.pruning.selection import AbsKeys
+        >>> keep = [torch.tensor([True, True]), torch.tensor([True, True])]
+        >>> scores = [torch.tensor([0.1, 0.2]), torch.tensor([0.3, 0.4])]
+        >>> clear_lowest_capped(scores, keep, 3, AbsKeys(), caps=[1, 2])
+        >>> [mask.tolist() for mask in keep]
+        [[False, True], [False, False]]
+    """
+    if shards is not None or group is not None:
+        raise NotImplementedError("Expected no `shards` or `group`: sharded selection is not here.")
+    new = capped_keep_masks(scores, list(keep), k, caps, keys, labels=labels)
+    for mask, kept in zip(keep, new, strict=True):
+        mask.logical_and_(kept.bool())
+
+
+def select_in_place(
+    method: type[BasePruningMethod],
+    count: int,
+    scores: Sequence[Tensor],
+    keep: Sequence[Tensor],
+    labels: Sequence[str],
+    caps: Sequence[int] | None = None,
+) -> None:
+    """Clear ``count`` more units of the bool masks ``keep``, chosen by ``method`` over all
+    sources together, as ``global_unstructured(..., amount=count)`` chooses them (the same
+    units bit for bit, the same draw from the global RNG for random methods); with ``caps``, at
+    most ``caps[i]`` from source ``i``.
+
+    L1 and random methods use the streaming selection; any other unstructured method gets the
+    concatenated scores and its own ``compute_mask``, as in ``global_unstructured``.
+
+    Example:
+        >>> import torch
+        >>> from tensorplay.ao.pruning import L1Unstructured
+        >>> keep = [torch.ones(3, dtype=torch.bool)]
+        >>> select_in_place(L1Unstructured, 2, [torch.tensor([0.5, -0.1, 0.2])], keep, ["w"])
+        >>> keep[0].tolist()
+        [True, False, False]
+    """
+    keys = _keys(method, [s.dtype for s in scores])
+    if keys is not None and caps is None:
+        clear_lowest(scores, keep, count, keys, labels=labels)
+    elif keys is not None:
+        assert caps is not None  # for mypy
+        clear_lowest_capped(scores, keep, count, keys, caps, labels=labels)
+    elif caps is None:
+        _clear_by_method(method, count, scores, keep, labels)
+    else:
+
+        def select(indices: list[int], k: int) -> list[Tensor]:
+            trial = [keep[i].clone() for i in indices]
+            picked = [scores[i] for i in indices]
+            _clear_by_method(method, k, picked, trial, [labels[i] for i in indices])
+            return [(t | ~keep[i]).to(torch.uint8) for t, i in zip(trial, indices, strict=True)]
+
+        for index, kept in settle_caps(select, count, caps).items():
+            keep[index].logical_and_(kept.bool())
+
+
+def _keys(method: type[BasePruningMethod], dtypes: list[torch.dtype]) -> KeySpec | None:
+    """The keys of ``global_unstructured``'s streaming selection for ``method`` (the same draw
+    from the global RNG for random methods), or None for other methods."""
+    compute_mask = method.compute_mask
+    if compute_mask is _L1_COMPUTE_MASK:
+        return AbsKeys(_key_dtype(dtypes))
+    if compute_mask is _RANDOM_COMPUTE_MASK:
+        return UniformKeys(int(torch.randint(0, 2**62, (1,)).item()))
+    return None
+
+
+def _clear_by_method(
+    method: type[BasePruningMethod],
+    count: int,
+    scores: Sequence[Tensor],
+    keep: Sequence[Tensor],
+    labels: Sequence[str],
+) -> None:
+    """The reference path: concatenate, apply the method's ``compute_mask``, AND the result in."""
+    check_finite_scores(list(scores), list(keep), list(labels))
+    device = keep[0].device
+    flat = torch.cat([s.detach().reshape(-1).to(device) for s in scores])
+    default = torch.cat([k.reshape(-1).to(device=device, dtype=flat.dtype) for k in keep])
+    instance = method(amount=count)  # type: ignore[call-arg]
+    instance._tensor_name = "global"
+    final = PruningContainer(instance).compute_mask(flat, default)
+    parts = torch.split(final, [k.numel() for k in keep])
+    for mask, part in zip(keep, parts, strict=True):
+        mask.logical_and_(part.reshape(mask.shape).to(mask.device) != 0)
