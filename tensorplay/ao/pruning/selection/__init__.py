@@ -33,8 +33,26 @@ Memory: the keep masks (which the caller needs anyway), three buffers of one chu
 and thread (keys, flags, scratch; ``buffers.py``), and the candidates (a small fraction of the
 units). Counts are kept on the device and read once per pass.
 
+In place (``inplace.py``, :func:`clear_lowest`): the caller's bool keep masks are the
+eligibility and the output. The cut (the ``k``-th key and, for its ties, the last position in
+the tie-rule order) is found first by the same passes writing nothing (``cut.py``: the fused
+pass counts below the band and gathers the candidates, the fallbacks count), then one pass per
+chunk clears ``key < cut`` and the tied units up to the cut's position. No mask-sized temporary:
+memory beyond the masks is the chunk buffers and the candidates.
+
+Sharded (``sharding.py``): with a process group each rank passes its local pieces (FSDP2
+``DTensor`` shards: ``Shard(0)`` on a 1-D mesh, uneven or empty) and their
+:class:`ShardLayout`. The sample is drawn over the full sources and gathered (every rank gets
+the band one process would), every count is summed with one ``all_reduce`` of a small vector,
+the candidates stay on their ranks and are narrowed by counting collectives until a few
+thousand are left, which are gathered; a ``k``-th key too tied to gather is resolved from every
+rank's per-source tie counts. Each rank writes only its pieces; the masks are bit-identical to
+one process on the full tensors (ties by the *global* flat index; random keys follow it too).
+:class:`SelectionCost` reports the bytes and collectives.
+
 Caps (``capped.py``): :func:`capped_keep_masks` gives no source more than its cap of units (the
-greedy result: lowest key first, skipping sources at their cap), with a few uncapped selections.
+greedy result: lowest key first, skipping sources at their cap), with a few uncapped selections;
+:func:`clear_lowest_capped` the same in place (a few uncapped cuts, one writing pass).
 
 Threads: the selection never changes a thread setting of the process (see ``threads.py``), so
 it may run in several threads at once.
@@ -42,8 +60,16 @@ it may run in several threads at once.
 
 from tensorplay.ao.pruning.selection.capped import SubsetKeys, capped_keep_masks, settle_caps
 from tensorplay.ao.pruning.selection.checks import check_finite_scores, count_eligible
+from tensorplay.ao.pruning.selection.inplace import clear_lowest, clear_lowest_capped
 from tensorplay.ao.pruning.selection.keys import AbsKeys, KeySpec, UniformKeys
 from tensorplay.ao.pruning.selection.masks import keep_masks, multiply_in_place
+from tensorplay.ao.pruning.selection.sharding import (
+    SelectionCost,
+    ShardLayout,
+    global_counts,
+    local_part,
+    shard_layout,
+)
 
 __all__ = [
     # keys: the order in which units are pruned
@@ -53,6 +79,15 @@ __all__ = [
     # the selection, and applying its keep factors
     "keep_masks",
     "multiply_in_place",
+    # in place: clearing bits of bool keep masks, also across the ranks of a process group
+    "clear_lowest",
+    "clear_lowest_capped",
+    "SelectionCost",
+    # sources sharded across ranks (FSDP2 DTensors)
+    "ShardLayout",
+    "shard_layout",
+    "local_part",
+    "global_counts",
     # under per-source caps (min_density)
     "capped_keep_masks",
     "settle_caps",

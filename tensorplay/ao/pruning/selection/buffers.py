@@ -82,20 +82,22 @@ class Worker:
 
     def chunk_keys(self, chunk: Chunk, sums: Sums | None = None) -> Tensor:
         """The keys of a chunk, ``inf`` for units not eligible; ``sums`` collects a finite check."""
-        key = self._keys(chunk, sums)
+        key = self.raw_keys(chunk, sums)
         if all(self.selection.eligible[i] is None for i, _, _ in chunk):
             return key
         return self._exclude_ineligible(chunk, key)
 
-    def _keys(self, chunk: Chunk, sums: Sums | None) -> Tensor:
-        """The keys of every unit of a chunk, in the keys buffer."""
+    def raw_keys(self, chunk: Chunk, sums: Sums | None = None) -> Tensor:
+        """The keys of every unit of a chunk (eligible or not), in the keys buffer."""
         selection = self.selection
         key = self.buffers(selection.device(chunk))[0][: chunk_length(chunk)]
         offset = 0
         for i, start, stop in chunk:
             part = key[offset : offset + stop - start]
             scores = selection.scores[i][start:stop]
-            written = selection.keys.chunk_keys(i, start, scores, part)
+            # Keys are a function of the global flat index (random keys), not the local one.
+            offset_in_source = selection.layouts[i].offset
+            written = selection.keys.chunk_keys(i, offset_in_source + start, scores, part)
             if written.data_ptr() != part.data_ptr():
                 part.copy_(written)
             if sums is not None and not selection.keys.reads_scores:
@@ -112,18 +114,25 @@ class Worker:
         # key + (1 / (mask == 1) - 1): + 0 where eligible, + inf elsewhere; a few float ops,
         # several times faster than masked_fill with a bool mask. A NaN score (of a pruned
         # unit: eligible ones fail the finite check) must not survive the sum.
-        penalty = self.scratch(key.device)[: key.numel()]
+        penalty = self.eligible_flags(chunk, self.scratch(key.device)[: key.numel()])
+        torch.nan_to_num(key, nan=0.0, posinf=math.inf, neginf=-math.inf, out=key)
+        return key.add_(torch.reciprocal(penalty, out=penalty).sub_(1))
+
+    def eligible_flags(self, chunk: Chunk, out: Tensor) -> Tensor:
+        """Write ``1`` for the chunk's eligible units, ``0`` for the others, into ``out``."""
         offset = 0
         for i, start, stop in chunk:
             eligible = self.selection.eligible[i]
-            part = penalty[offset : offset + stop - start]
+            part = out[offset : offset + stop - start]
             if eligible is None:
                 part.fill_(1)
+            elif eligible.dtype == torch.bool:
+                # Read as bytes: bool to float is not vectorised, uint8 to float is (5x).
+                part.copy_(eligible[start:stop].view(torch.uint8))
             else:
                 torch.eq(eligible[start:stop], 1, out=part)
             offset += stop - start
-        torch.nan_to_num(key, nan=0.0, posinf=math.inf, neginf=-math.inf, out=key)
-        return key.add_(torch.reciprocal(penalty, out=penalty).sub_(1))
+        return out
 
     def write(self, chunk: Chunk, values: Tensor, outs: list[Tensor]) -> None:
         """Copy a chunk's ``values`` into the pieces of ``outs`` they belong to."""

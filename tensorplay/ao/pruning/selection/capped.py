@@ -16,6 +16,7 @@ Each round settles at least one source, so there are at most as many rounds as s
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import torch
 from torch import Tensor
@@ -25,8 +26,9 @@ from tensorplay.ao.pruning.selection.masks import keep_masks
 
 __all__ = ["SubsetKeys", "capped_keep_masks", "settle_caps"]
 
+R = TypeVar("R")
 #: ``(sources, k) -> keep factors`` of those sources: ``0`` for the ``k`` selected units.
-SelectFn = Callable[[list[int], int], list[Tensor]]
+SelectFn = Callable[[list[int], int], list[R]]
 
 
 class SubsetKeys(KeySpec):
@@ -63,15 +65,21 @@ class SubsetKeys(KeySpec):
         return self.keys.sample_keys(scores, index)
 
 
-def settle_caps(select: SelectFn, k: int, caps: Sequence[int]) -> dict[int, Tensor]:
+def settle_caps(
+    select: SelectFn[R],
+    k: int,
+    caps: Sequence[int],
+    given: Callable[[R], int] | None = None,
+) -> dict[int, R]:
     """The keep factors of a capped selection of ``k`` units, by source (rounds in the module
     docstring); a source absent from the result gives no unit.
 
     Args:
-        select: the uncapped selection among some sources.
+        select: the uncapped selection among some sources: one result per source.
         k: how many units to select, at most the sum of the caps (each cap at most the source's
             eligible units).
         caps: the most units each source may give.
+        given: how many units a source's result selects (default: the zeros of a keep factor).
 
     Raises:
         ValueError: ``k`` is negative or over the sum of the caps.
@@ -90,13 +98,13 @@ def settle_caps(select: SelectFn, k: int, caps: Sequence[int]) -> dict[int, Tens
         raise ValueError(
             f"Expected `k` to be between 0 and the sum of the caps, {sum(caps)}, but got {k}."
         )
-    settled: dict[int, Tensor] = {}
+    count: Callable[[R], int] = given if given is not None else _zeros  # type: ignore[assignment]
+    settled: dict[int, R] = {}
     active = [i for i, cap in enumerate(caps) if cap > 0]
     remaining = k
     while remaining > 0:
         trial = select(active, remaining)
-        given = [_zeros(keep) for keep in trial]
-        over = [i for i, n in zip(active, given, strict=True) if n > caps[i]]
+        over = [i for i, result in zip(active, trial, strict=True) if count(result) > caps[i]]
         if not over:
             settled.update(zip(active, trial, strict=True))
             break
@@ -156,4 +164,5 @@ def capped_keep_masks(
 
 
 def _zeros(keep: Tensor) -> int:
+    """The units a keep factor selects (its zeros)."""
     return keep.numel() - int(torch.count_nonzero(keep))

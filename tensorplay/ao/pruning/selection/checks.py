@@ -48,6 +48,9 @@ def _count_ones(parts: list[Tensor]) -> int:
     for part in parts:
         if part.device not in buffers:
             buffers[part.device] = torch.empty(size, dtype=torch.float32, device=part.device)
+        if part.dtype == torch.bool:  # no float copy of a bool mask: count its set bytes
+            counts.append(torch.count_nonzero(part))
+            continue
         counts.append(torch.eq(part, 1, out=buffers[part.device][: part.numel()]).sum())
     return sum(round(float(count)) for count in counts)
 

@@ -2,7 +2,7 @@
 
 A :class:`KeySpec` turns a chunk of scores into keys (non-negative, not NaN); the ``k`` eligible
 units of lowest key are pruned. :class:`AbsKeys` gives the L1 order, :class:`UniformKeys` the
-random one (generated per chunk, so the global RNG is never touched).
+random one (generated per block of the source, so the global RNG is never touched).
 """
 
 from __future__ import annotations
@@ -87,8 +87,11 @@ class AbsKeys(KeySpec):
 class UniformKeys(KeySpec):
     """Keys drawn uniformly from ``[0, 1)`` (the :class:`RandomUnstructured` order).
 
-    Each chunk draws from its own generator seeded from ``seed``, the source and the chunk, so
-    every pass over a chunk sees the same keys and the global RNG is never touched.
+    A unit's key is a function of ``seed``, its source and its global flat index only: the
+    units of a source are cut into fixed blocks of :attr:`BLOCK`, each drawn in full from its
+    own generator seeded from ``(seed, source, block)``. A chunk draws the blocks it overlaps
+    and keeps its part, so neither the chunk size nor how a source is sharded across ranks
+    changes a key, and the global RNG is never touched.
 
     Args:
         seed: the base seed (``global_unstructured`` draws it once from the global RNG, so
@@ -96,18 +99,34 @@ class UniformKeys(KeySpec):
 
     Example:
         >>> keys = UniformKeys(seed=1)
-        >>> a = keys.chunk_keys(0, 0, torch.zeros(3), torch.empty(3))
-        >>> bool(torch.equal(a, keys.chunk_keys(0, 0, torch.zeros(3), torch.empty(3))))
+        >>> whole = keys.chunk_keys(0, 0, torch.zeros(6), torch.empty(6))
+        >>> tail = keys.chunk_keys(0, 4, torch.zeros(2), torch.empty(2))
+        >>> bool(torch.equal(whole[4:], tail))
         True
     """
 
     reads_scores = False
+    #: Units per block: large enough that seeding a generator costs nothing per unit.
+    BLOCK = 1 << 16
 
     def __init__(self, seed: int) -> None:
         self.seed = int(seed)
 
     def chunk_keys(self, source: int, start: int, scores: Tensor, out: Tensor) -> Tensor:
-        """Draw the chunk's keys into ``out`` (see :meth:`KeySpec.chunk_keys`)."""
+        """Draw the keys of global units ``[start, start + out.numel())`` into ``out``
+        (see :meth:`KeySpec.chunk_keys`)."""
+        block = self.BLOCK
+        stop = start + out.numel()
         generator = torch.Generator(device=out.device)
-        generator.manual_seed(hash((self.seed, source, start)) & ((1 << 63) - 1))
-        return torch.rand(out.shape, generator=generator, out=out)
+        spare: Tensor | None = None
+        for first in range(start - start % block, stop, block):
+            generator.manual_seed(hash((self.seed, source, first // block)) & ((1 << 63) - 1))
+            a, b = max(start, first), min(stop, first + block)
+            if a == first and b == first + block:  # the whole block: straight into out
+                torch.rand(block, generator=generator, out=out[a - start : b - start])
+                continue
+            if spare is None:
+                spare = torch.empty(block, dtype=out.dtype, device=out.device)
+            torch.rand(block, generator=generator, out=spare)
+            out[a - start : b - start].copy_(spare[a - first : b - first])
+        return out

@@ -62,7 +62,7 @@ def fused_pass(
     selection: Selection,
     lo: float,
     hi: float,
-    outs: list[Tensor],
+    outs: list[Tensor] | None,
     *,
     check: bool,
     bounded: bool = True,
@@ -76,7 +76,7 @@ def fused_pass(
         selection: the selection.
         lo: the band's lower key; units below it are pruned.
         hi: the band's upper key (``hi < lo``: gather nothing).
-        outs: the flat keep masks, written in full.
+        outs: the flat keep masks, written in full; ``None``: count and gather only.
         check: whether to check that every eligible score is finite.
         bounded: whether a worker stops gathering past its share of the cap (an overflow);
             ``False`` when the band is known to hold at most the cap, however it is spread.
@@ -109,15 +109,19 @@ def fused_pass(
     return band
 
 
-def _write_keep(worker: Worker, chunk: Chunk, key: Tensor, lo: float, outs: list[Tensor]) -> Tensor:
-    """Write a chunk's keep mask ``key >= lo`` into ``outs``; return it (key dtype or output)."""
+def _write_keep(
+    worker: Worker, chunk: Chunk, key: Tensor, lo: float, outs: list[Tensor] | None
+) -> Tensor:
+    """Write a chunk's keep mask ``key >= lo`` into ``outs`` (if any); return it."""
     # Comparisons into a float buffer are vectorised; into bool or uint8 they are not: a
     # chunk of one float output is written in place, any other goes through scratch.
     i, start, stop = chunk[0]
-    direct = len(chunk) == 1 and outs[i].is_floating_point()
-    keep = outs[i][start:stop] if direct else worker.scratch(key.device)[: key.numel()]
+    direct = outs is not None and len(chunk) == 1 and outs[i].is_floating_point()
+    keep = worker.scratch(key.device)[: key.numel()]
+    if outs is not None and direct:
+        keep = outs[i][start:stop]
     torch.ge(key, lo, out=keep)
-    if not direct:
+    if outs is not None and not direct:
         worker.write(chunk, keep, outs)
     return keep
 
@@ -222,9 +226,25 @@ def count_below(selection: Selection, thresholds: list[float], *, check: bool) -
 
 
 def _check_sums(selection: Selection, sums: list[Sums]) -> None:
-    """Raise the exact check's error if a chunk sum is not finite (maybe a harmless overflow)."""
+    """Raise the exact check's error if a chunk sum is not finite (maybe a harmless overflow).
+
+    Sharded, every rank raises if any does (one collective), so none waits for the others.
+    """
+    error: ValueError | None = None
     if not all(math.isfinite(total) for part in sums for total in part.items()):
-        check_finite_scores(selection.scores, selection.eligible, selection.labels)
+        try:
+            check_finite_scores(selection.scores, selection.eligible, selection.labels)
+        except ValueError as found:
+            error = found
+    if selection.comm.group is None:
+        if error is not None:
+            raise error
+        return
+    if selection.comm.sum([error is not None])[0]:
+        raise error or ValueError(
+            "Expected finite importance scores on every rank, but another rank of the process "
+            "group has a NaN or infinite one."
+        )
 
 
 def tied_pass(selection: Selection, k: int, value: float, below: int, outs: list[Tensor]) -> Band:
@@ -245,6 +265,7 @@ def tied_pass(selection: Selection, k: int, value: float, below: int, outs: list
     """
     ties = k - below
     worker = Worker(selection)
+    selection.passes += 1
     for chunk in selection.chunks():  # in order, in this thread: the running count decides
         key = worker.chunk_keys(chunk)
         keep = worker.scratch(key.device)[: key.numel()]

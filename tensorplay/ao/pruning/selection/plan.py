@@ -9,6 +9,7 @@ from torch import Tensor
 
 from tensorplay.ao.pruning.selection import tuning
 from tensorplay.ao.pruning.selection.keys import KeySpec
+from tensorplay.ao.pruning.selection.sharding import Collectives, ShardLayout
 
 __all__ = ["Chunk", "Selection", "chunk_length", "chunk_size"]
 
@@ -39,12 +40,17 @@ def chunk_length(chunk: Chunk) -> int:
 class Selection:
     """One selection: the sources (flat scores), their eligibility, the keys and the output dtypes.
 
+    Sharded (``layouts`` and ``comm`` given), the scores are this rank's local pieces; counts
+    that decide anything are summed over the ranks, and :attr:`units` counts the full sources.
+
     Args:
         scores: the sources' scores, any shapes.
         eligible: per source, its earlier mask or ``None``.
         keys: how keys follow from scores.
         out_dtypes: the dtype of each source's keep mask.
         labels: names of the sources for error messages (default: ``source <index>``).
+        layouts: where each local piece sits in its full source (default: it is the source).
+        comm: the collectives over the ranks (default: one process).
 
     Example:
         >>> from tensorplay.ao.pruning.selection.keys import AbsKeys
@@ -60,6 +66,8 @@ class Selection:
         keys: KeySpec,
         out_dtypes: Sequence[torch.dtype],
         labels: Sequence[str] | None = None,
+        layouts: Sequence[ShardLayout] | None = None,
+        comm: Collectives | None = None,
     ) -> None:
         self.labels = list(labels) if labels else [f"source {i}" for i in range(len(scores))]
         self.scores = [s.detach().reshape(-1) for s in scores]
@@ -68,13 +76,19 @@ class Selection:
         self.out_dtypes = list(out_dtypes)
         self.sizes = [s.numel() for s in self.scores]
         self.total = sum(self.sizes)
+        self.layouts = list(layouts) if layouts else [ShardLayout(n, 0) for n in self.sizes]
+        self.comm = comm if comm is not None else Collectives(None)
+        # The units of the full sources, over all ranks: every rank decides alike from them.
+        self.units = sum(layout.numel for layout in self.layouts)
         # Threads of its own each pass runs on (0: the calling thread); set by the caller.
         self.threads = 0
+        # Passes over the units so far (each pass counts one).
+        self.passes = 0
 
     @property
     def cap(self) -> int:
         """The most candidates one pass may gather (:func:`~.tuning.band_cap` of the units)."""
-        return tuning.band_cap(self.total)
+        return tuning.band_cap(self.units)
 
     @property
     def cpu_units(self) -> int:

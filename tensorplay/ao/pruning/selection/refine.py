@@ -19,7 +19,7 @@ from tensorplay.ao.pruning.selection.passes import Band, count_below, fused_pass
 from tensorplay.ao.pruning.selection.plan import Selection
 from tensorplay.ao.pruning.selection.sample import sample_keys
 
-__all__ = ["bounds_after", "refine", "split_points"]
+__all__ = ["bounds_after", "narrow", "refine", "split_points"]
 
 
 def bounds_after(
@@ -70,22 +70,49 @@ def refine(
     Returns:
         The band of the last pass, for :func:`~.passes.clear_selected`.
     """
+    low, high, below, inside = narrow(selection, k, low, high, check=check)
+    if inside > selection.cap:
+        return tied_pass(selection, k, low, below, outs)
+    return fused_pass(
+        selection, low, next_down(high, selection.keys.dtype), outs, check=False, bounded=False
+    )
+
+
+def narrow(
+    selection: Selection, k: int, low: float, high: float, *, check: bool = False
+) -> tuple[float, float, int, int]:
+    """Narrow ``[low, high)`` by counting passes until it holds at most the cap of eligible
+    units, or is one value held by more.
+
+    Sharded, the counts are summed over the ranks (one small collective per pass), so every
+    rank narrows alike.
+
+    Args:
+        selection: the selection.
+        k: how many eligible units are pruned.
+        low: a key with fewer than ``k`` eligible keys below it.
+        high: a key with at least ``k`` eligible keys below it.
+        check: whether the first counting pass checks that every eligible score is finite.
+
+    Returns:
+        ``(low, high, below, inside)``: the interval, the eligible units below ``low`` and
+        inside the interval. Either
+        ``[low, high)`` holds at most the cap (gather it: at most the cap in all, but maybe
+        all in one thread's share), or ``high`` is ``low``'s successor: the ``k``-th key is
+        ``low``, held by more than the cap.
+    """
     dtype = selection.keys.dtype
     sample = sample_keys(selection) if selection.keys.reads_scores else None
     while True:
         thresholds = [low, *split_points(low, high, dtype, sample), high]
-        counts = count_below(selection, thresholds, check=check)
+        counts = selection.comm.sum(count_below(selection, thresholds, check=check))
         check, sample = False, None
         j = next((j for j in range(len(counts) - 1) if counts[j] < k <= counts[j + 1]), None)
         if j is None:
             raise RuntimeError(f"Lost the k-th key between {low} and {high}: please report.")
         low, high = thresholds[j], thresholds[j + 1]
-        if counts[j + 1] - counts[j] <= selection.cap:
-            # At most the cap in all, but maybe all in one thread's share: gather them all.
-            hi = next_down(high, dtype)
-            return fused_pass(selection, low, hi, outs, check=False, bounded=False)
-        if next_up(low, dtype) == high:
-            return tied_pass(selection, k, low, counts[j], outs)
+        if counts[j + 1] - counts[j] <= selection.cap or next_up(low, dtype) == high:
+            return low, high, counts[j], counts[j + 1] - counts[j]
 
 
 def split_points(low: float, high: float, dtype: torch.dtype, sample: Tensor | None) -> list[float]:

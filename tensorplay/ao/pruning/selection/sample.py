@@ -52,28 +52,35 @@ def guess_band(selection: Selection, k: int, n_eligible: int) -> tuple[float, fl
 def sample_keys(selection: Selection) -> Tensor:
     """Keys of eligible units at seeded uniform positions (on the CPU, a few thousand).
 
+    The positions are drawn among the units of the full sources; sharded, each rank reads the
+    keys at the positions of its local pieces and the pieces are gathered, so every rank gets
+    the sample one process would (in another order).
+
     Args:
         selection: the selection.
 
     Returns:
         The sampled keys, of the keys' dtype, on the CPU.
     """
-    positions = _sample_positions(selection.total)
-    offsets = torch.tensor([0, *selection.sizes]).cumsum(0)
-    which = torch.searchsorted(offsets, positions, right=True) - 1
-    counts = torch.bincount(which, minlength=len(selection.sizes)).tolist()
+    positions = _sample_positions(selection.units)
+    bases = torch.tensor([0, *(layout.numel for layout in selection.layouts)]).cumsum(0)
     parts = []
-    for i, part in enumerate(torch.split(positions, counts)):
-        if part.numel() == 0:
+    for i, layout in enumerate(selection.layouts):
+        start = int(bases[i]) + layout.offset
+        lo, hi = torch.searchsorted(
+            positions, torch.tensor([start, start + selection.sizes[i]])
+        ).tolist()
+        if hi == lo:
             continue
         scores = selection.scores[i]
-        index = (part - offsets[i]).to(scores.device)
+        index = (positions[lo:hi] - start).to(scores.device)
         key = selection.keys.sample_keys(scores, index)
         eligible = selection.eligible[i]
         if eligible is not None:
             key = key[eligible[index] == 1]
         parts.append(key.cpu())
-    return torch.cat(parts) if parts else torch.empty(0, dtype=selection.keys.dtype)
+    local = torch.cat(parts) if parts else torch.empty(0, dtype=selection.keys.dtype)
+    return selection.comm.gather(local)
 
 
 def _sample_positions(total: int) -> Tensor:

@@ -113,7 +113,7 @@ def map_shares(
         >>> map_shares([1, 2, 3], [1, 1, 1], sum, threads=2)
         [3, 3]
     """
-    if threads == 0:
+    if threads == 0 or not items:
         return [work(list(items))]
     shares = [list(items[share]) for share in split_in_order(lengths, threads)]
     return run_in_own_threads(shares, work)
@@ -135,7 +135,8 @@ def run_chunks(selection: Selection, work: Callable[[Worker, list[Chunk]], R]) -
         [[[(0, 0, 3), (1, 0, 2)]]]
     """
     chunks = selection.chunks()
-    if selection.threads <= 1:
+    selection.passes += 1
+    if selection.threads <= 1 or not chunks:
         return [work(Worker(selection), chunks)]
     lengths = [chunk_length(c) if selection.device(c).type == "cpu" else 0 for c in chunks]
     workers = len(split_in_order(lengths, selection.threads))

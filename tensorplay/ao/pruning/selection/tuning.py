@@ -11,6 +11,7 @@ __all__ = [
     "CHUNKS_PER_THREAD",
     "CPU_CHUNK",
     "DEVICE_CHUNK",
+    "GATHER",
     "MAX_BAND_FRACTION",
     "MIN_BAND",
     "SAMPLE",
@@ -43,6 +44,9 @@ MAX_BAND_FRACTION = 1 / 48
 MIN_BAND = 1 << 19
 # Thresholds counted per refining pass: the interval narrows 32-fold per pass.
 THRESHOLDS_PER_PASS = 31
+# Sharded: candidates gathered on every rank once counting collectives have narrowed them
+# (16 bytes each, value and order: a gather receives at most 64 KiB per rank).
+GATHER = 1 << 12
 # Units per block when extracting candidate positions: only blocks holding one are scanned.
 BLOCK = 16
 

@@ -1,0 +1,245 @@
+"""Sources split across the ranks of a process group: where each local piece sits, and the
+few small collectives a sharded selection needs (counts, the band's sample and candidates).
+
+A rank holds of every source one contiguous range of the full tensor's flat (row-major) units:
+a :class:`ShardLayout`. That is how FSDP2 (``fully_shard``) shards a parameter: a ``DTensor``
+on a 1-D device mesh with the placement ``Shard(0)``, whose local tensor is a block of rows.
+Every collective goes through a :class:`Collectives`, which counts what it sends in a
+:class:`SelectionCost`; without a process group it is the identity and costs nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+__all__ = [
+    "Collectives",
+    "SelectionCost",
+    "ShardLayout",
+    "global_counts",
+    "local_part",
+    "mesh_group",
+    "shard_layout",
+]
+
+ProcessGroup = dist.ProcessGroup
+
+
+@dataclass(frozen=True)
+class ShardLayout:
+    """Where a rank's local piece of a source sits in the full source.
+
+    Attributes:
+        numel: the units of the full (global) tensor.
+        offset: the global flat (row-major) index of the local piece's first unit; the local
+            piece is the contiguous global range ``[offset, offset + local.numel())``.
+
+    Example:
+        >>> ShardLayout(numel=12, offset=8)
+        ShardLayout(numel=12, offset=8)
+    """
+
+    numel: int
+    offset: int
+
+
+@dataclass
+class SelectionCost:
+    """What one selection cost: bytes received by this rank's collectives, their number, and
+    the passes over the local units.
+
+    Example:
+        >>> SelectionCost(bytes_communicated=0, collectives=0, passes=2)
+        SelectionCost(bytes_communicated=0, collectives=0, passes=2)
+    """
+
+    bytes_communicated: int = 0
+    collectives: int = 0
+    passes: int = 0
+
+
+def _is_dtensor(tensor: Tensor) -> bool:
+    """Whether ``tensor`` is a ``DTensor`` (imported lazily: plain tensors need no import)."""
+    if not hasattr(tensor, "device_mesh"):
+        return False
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(tensor, DTensor)
+
+
+def shard_layout(tensor: Tensor) -> ShardLayout:
+    """The layout of this rank's local piece of ``tensor``.
+
+    Args:
+        tensor: a plain tensor (the whole source: ``(numel, 0)``), or a ``DTensor`` on a 1-D
+            device mesh placed ``Shard(0)`` (FSDP2's parameters; uneven and empty shards
+            included) or ``Replicate()``.
+
+    Returns:
+        The full tensor's units and the global flat index of the local piece's first unit.
+
+    Raises:
+        ValueError: for another placement or a mesh of more than one dimension.
+
+    Example:
+        >>> shard_layout(torch.zeros(3, 4))
+        ShardLayout(numel=12, offset=0)
+    """
+    if not _is_dtensor(tensor):
+        return ShardLayout(tensor.numel(), 0)
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    placements = tuple(tensor.placements)  # type: ignore[attr-defined]
+    if (
+        len(placements) != 1
+        or not isinstance(placements[0], Shard | Replicate)
+        or (isinstance(placements[0], Shard) and placements[0].dim != 0)
+    ):
+        raise ValueError(
+            "Expected a DTensor on a 1-D device mesh placed Shard(0) or Replicate(), but got "
+            f"placements {placements}."
+        )
+    if isinstance(placements[0], Replicate):
+        return ShardLayout(tensor.numel(), 0)
+    _, offset = compute_local_shape_and_global_offset(
+        tensor.shape,
+        tensor.device_mesh,  # type: ignore[attr-defined]
+        placements,
+    )
+    row = tensor.numel() // tensor.shape[0] if tensor.shape[0] else 0
+    return ShardLayout(tensor.numel(), offset[0] * row if offset else 0)
+
+
+def local_part(tensor: Tensor) -> Tensor:
+    """A ``DTensor``'s local tensor; any other tensor itself.
+
+    Example:
+        >>> t = torch.ones(2)
+        >>> local_part(t) is t
+        True
+    """
+    if _is_dtensor(tensor):
+        return tensor.to_local()  # type: ignore[attr-defined,no-any-return]
+    return tensor
+
+
+def mesh_group(tensors: Sequence[Tensor]) -> ProcessGroup | None:
+    """The process group of the ``DTensor``\\ s' 1-D device mesh (``None`` if there are none).
+
+    Raises:
+        ValueError: if the ``DTensor``\\ s lie on different meshes.
+
+    Example:
+        >>> mesh_group([torch.ones(2)]) is None
+        True
+    """
+    meshes: list[Any] = []
+    for tensor in tensors:
+        mesh = getattr(tensor, "device_mesh", None)
+        if mesh is not None and all(mesh != seen for seen in meshes):
+            meshes.append(mesh)
+    if not meshes:
+        return None
+    if len(meshes) > 1:
+        raise ValueError(
+            f"Expected every DTensor on one device mesh, but got {len(meshes)} meshes: pass "
+            "`group` and `shards` explicitly."
+        )
+    return meshes[0].get_group()  # type: ignore[no-any-return]
+
+
+def global_counts(local_counts: Sequence[int], group: ProcessGroup | None) -> list[int]:
+    """The sums over the ranks of ``group`` of each rank's ``local_counts``.
+
+    One ``all_reduce`` of a small ``int64`` vector; the identity when ``group`` is ``None``.
+
+    Args:
+        local_counts: this rank's counts (every rank passes as many).
+        group: the process group, or ``None`` (one process).
+
+    Example:
+        >>> global_counts([3, 4], None)
+        [3, 4]
+    """
+    return Collectives(group).sum(local_counts)
+
+
+class Collectives:
+    """The collectives of one sharded selection over ``group``, and their cost.
+
+    Without a group every method is the identity on this rank's values and costs nothing.
+
+    Args:
+        group: the process group, or ``None``.
+
+    Example:
+        >>> comm = Collectives(None)
+        >>> comm.sum([1, 2]), comm.gather(torch.arange(3)), comm.cost.collectives
+        ([1, 2], tensor([0, 1, 2]), 0)
+    """
+
+    def __init__(self, group: ProcessGroup | None) -> None:
+        self.group = group
+        self.cost = SelectionCost()
+        self.world = 1 if group is None else dist.get_world_size(group)
+        self.rank = 0 if group is None else dist.get_rank(group)
+        self.device = torch.device("cpu")
+        if group is not None and dist.get_backend(group) == "nccl":
+            self.device = torch.device("cuda", torch.cuda.current_device())
+
+    def _count(self, tensor: Tensor, copies: int = 1) -> None:
+        """Count one collective that leaves ``copies`` of ``tensor`` on this rank."""
+        self.cost.collectives += 1
+        self.cost.bytes_communicated += copies * tensor.numel() * tensor.element_size()
+
+    def sum(self, values: Sequence[int]) -> list[int]:
+        """Each value summed over the ranks (one ``all_reduce`` of ``int64``)."""
+        if self.group is None:
+            return [int(v) for v in values]
+        tensor = torch.tensor([int(v) for v in values], dtype=torch.int64, device=self.device)
+        dist.all_reduce(tensor, group=self.group)
+        self._count(tensor)
+        return [int(v) for v in tensor.tolist()]
+
+    def maximum(self, value: int) -> int:
+        """The largest of the ranks' ``value`` (one ``all_reduce``)."""
+        if self.group is None:
+            return value
+        tensor = torch.tensor([value], dtype=torch.int64, device=self.device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self.group)
+        self._count(tensor)
+        return int(tensor[0])
+
+    def rows(self, values: Sequence[int]) -> list[list[int]]:
+        """Every rank's ``values`` (one ``all_gather`` of a small ``int64`` vector)."""
+        if self.group is None:
+            return [[int(v) for v in values]]
+        tensor = torch.tensor([int(v) for v in values], dtype=torch.int64, device=self.device)
+        out = [torch.empty_like(tensor) for _ in range(self.world)]
+        dist.all_gather(out, tensor, group=self.group)
+        self._count(tensor, self.world)
+        return [row.tolist() for row in out]
+
+    def gather(self, tensor: Tensor) -> Tensor:
+        """Every rank's ``tensor`` (any first dimension), concatenated in rank order.
+
+        Two collectives: the sizes, then the pieces padded to the largest.
+        """
+        if self.group is None:
+            return tensor
+        sizes = [row[0] for row in self.rows([tensor.shape[0]])]
+        padded = tensor.new_zeros((max(sizes), *tensor.shape[1:]), device=self.device)
+        padded[: tensor.shape[0]] = tensor
+        out = [torch.empty_like(padded) for _ in range(self.world)]
+        dist.all_gather(out, padded, group=self.group)
+        self._count(padded, self.world)
+        return torch.cat([part[:size] for part, size in zip(out, sizes, strict=True)]).to(
+            tensor.device
+        )
