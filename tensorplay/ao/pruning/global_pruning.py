@@ -188,13 +188,13 @@ def prune_globally(
             f"Found method {pruning_method} of type {method.PRUNING_TYPE}"
         )
     if caps is None:
-        masks = _select(targets, method)
+        masks, factors = _select(targets, method)
     else:
-        masks = _select_capped(targets, method, _target_caps(targets, caps))
+        masks, factors = _select_capped(targets, method, _target_caps(targets, caps)), True
     plan = [(target.pairs, target.mask) for target in targets]
     del targets  # the parameters' reference counts then tell whether others hold them
     left = unmasked_holders([pairs for pairs, mask in plan if mask is None])
-    _apply(plan, masks)
+    _apply(plan, masks, factors)
     warn_unmasked_holders(left)
 
 
@@ -298,22 +298,26 @@ def _check_tie(target: _Target, mask: Tensor | None, score: Tensor | None, label
         )
 
 
-def _select(targets: list[_Target], method: BasePruningMethod) -> list[Tensor]:
-    """Per target: its new mask (first pruning) or the keep factor of its mask (later)."""
+def _select(targets: list[_Target], method: BasePruningMethod) -> tuple[list[Tensor], bool]:
+    """Per target: its new mask (first pruning) or, if the flag returned is true, the keep
+    factor of its mask (pruned before: a ``bool`` tensor, ``False`` for the units pruned now)."""
     keys = _keys(targets, method)
     if keys is None:
-        return _select_by_method(targets, method)
+        return _select_by_method(targets, method), False
     scores = [t.scores.to(t.param.device) for t in targets]
     eligible = [t.mask for t in targets]
     n_eligible = count_eligible(
         [None if e is None else e.reshape(-1) for e in eligible], [s.numel() for s in scores]
     )
     count = _count(method, n_eligible)
-    out_dtypes = [t.param.dtype if t.mask is None else torch.uint8 for t in targets]
+    # A tensor pruned before gets a bool keep factor: a float compare is written to bool
+    # vectorised (about 6x faster than to uint8), and it is read back as bytes (_apply).
+    out_dtypes = [t.param.dtype if t.mask is None else torch.bool for t in targets]
     labels = [t.label for t in targets]
-    return keep_masks(
+    masks = keep_masks(
         scores, eligible, count, keys, out_dtypes, labels=labels, n_eligible=n_eligible
     )
+    return masks, True
 
 
 def _keys(targets: list[_Target], method: BasePruningMethod) -> KeySpec | None:
@@ -410,8 +414,13 @@ def _select_by_method(targets: list[_Target], method: BasePruningMethod) -> list
     return masks
 
 
-def _apply(plan: list[tuple[list[Pair], Tensor | None]], masks: list[Tensor]) -> None:
+def _apply(
+    plan: list[tuple[list[Pair], Tensor | None]], masks: list[Tensor], factors: bool
+) -> None:
     """Install the masks, one per ``(pairs, mask so far)``; nothing here fails on checked input.
+
+    With ``factors``, the mask of a tensor pruned before is a keep factor of its mask so far
+    (multiplied in place); otherwise it is the new mask (copied in).
 
     The scores (possibly the old ``name`` tensors) were released with the targets, before any
     successor exists.
@@ -422,12 +431,20 @@ def _apply(plan: list[tuple[list[Pair], Tensor | None]], masks: list[Tensor]) ->
             shared = mask
         else:
             shared = old
-            if mask.dtype == torch.uint8:  # a keep factor (fast path)
-                multiply_in_place(shared, mask)
+            if factors:
+                multiply_in_place(shared, _as_bytes(mask, old))
             else:
                 shared.copy_(mask)
         del mask
         share_mask(pairs, shared)
+
+
+def _as_bytes(keep: Tensor, old: Tensor) -> Tensor:
+    """A bool keep factor read as ``uint8`` where ``old`` is a float mask (a bool operand of a
+    float multiply is not vectorised; its bytes are)."""
+    if keep.dtype == torch.bool and old.is_floating_point():
+        return keep.view(torch.uint8)
+    return keep
 
 
 def share_mask(pairs: Iterable[Pair], mask: Tensor) -> None:

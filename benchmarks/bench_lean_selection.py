@@ -1,0 +1,263 @@
+"""Global L1 selection in the three ways to hold masks, side by side (CPU, fp32).
+
+Run (about 4 minutes on a 2-core machine at the default sizes; needs ~12 GB of free memory for
+torch at 200M parameters)::
+
+    python benchmarks/bench_lean_selection.py                       # 50M and 200M, 1 repeat
+    python benchmarks/bench_lean_selection.py --sizes 50M --repeats 3
+    python benchmarks/bench_lean_selection.py --quick               # 2M, no torch past 10M
+
+Three ways, each measured in a fresh process (so no allocator state carries over), on the models
+of ``bench_global_unstructured.py`` (stacks of transformer-shaped ``nn.Linear`` weights):
+
+* **lean**: ``Pruner(model, schedule, masking="inplace")``: a ``bool`` mask per weight, the
+  weights zeroed in place;
+* **reparametrize**: the same ``Pruner`` with the default ``masking="reparametrize"``
+  (torch's ``_orig``, float ``_mask`` and recomputed weight);
+* **torch**: :func:`torch.nn.utils.prune.global_unstructured` with ``L1Unstructured``.
+
+The **first** call prunes 50% of an unpruned model (for the pruners: building the pruner and
+its first step, both timed); the **second** is an iterative one on top of it (an untimed first
+call, then the timed call that takes the sparsity to 75%: ``amount=0.5`` of the rest for torch).
+Per call: the time, the **peak** extra memory (peak resident memory during the call, ``VmHWM``
+reset through ``/proc/self/clear_refs`` just before it, minus the resident memory before it) and
+the **held** extra memory (resident memory after the call minus before it), per parameter. Each
+process warms its library up on a small stand-in model first and touches and frees the memory
+the call may use (see ``bench_global_unstructured.py`` for why). Printed: a table with the
+speed-up of each mode against torch in the same run; results go to
+``benchmarks/results/lean_selection.json`` and ``.md``. Timings from a busy machine are noisy:
+compare the ratios of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_global_unstructured import _label, _memory_kib, _shapes, _size, _warm_memory
+
+RESULTS = Path(__file__).resolve().parent / "results"
+MODES = ("lean", "reparametrize", "torch")
+FIRST, SECOND = 0.5, 0.75  # cumulative sparsity after the first and the second call
+
+
+def _targets(step: int) -> float:
+    """The pruners' schedule: 50% at step 0, 75% at step 1 (a module-level function)."""
+    return (FIRST, SECOND)[min(step, 1)]
+
+
+# --- the worker: one measurement in this process ----------------------------------------------
+
+
+def _model(params: int) -> Any:
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    layers = []
+    for out_features, in_features in _shapes(params, "transformer"):
+        layer = nn.utils.skip_init(nn.Linear, in_features, out_features, bias=False)
+        with torch.no_grad():
+            layer.weight.normal_()
+        layers.append(layer)
+    return nn.Sequential(*layers)
+
+
+def _caller(mode: str, model: Any) -> Any:
+    """``call()`` prunes once more: to 50%, then to 75% of the weights."""
+    if mode == "torch":
+        import torch.nn.utils.prune as prune
+
+        pairs = [(layer, "weight") for layer in model]
+
+        def call() -> None:
+            prune.global_unstructured(pairs, prune.L1Unstructured, amount=0.5)
+
+        return call
+    from tensorplay.ao.pruning import Pruner
+    from tensorplay.ao.pruning.schedules import CallableSchedule
+
+    holder: dict[str, Any] = {}
+
+    def step() -> None:
+        if "pruner" not in holder:  # the first call builds the pruner: timed with its step
+            schedule = CallableSchedule(_targets, end_step=1)
+            masking = "inplace" if mode == "lean" else "reparametrize"
+            holder["pruner"] = Pruner(model, schedule, masking=masking)
+        holder["pruner"].step()
+
+    return step
+
+
+def _pruned(model: Any) -> int:
+    return sum(int((layer.weight_mask == 0).sum()) for layer in model)
+
+
+def worker(mode: str, params: int, call: str) -> dict[str, Any]:
+    """Build the model, make the call, report time and memory (run in a fresh process)."""
+    import torch
+
+    warm = _model(300_000)
+    for _ in range(2):
+        _caller(mode, warm)()
+    del warm
+    model = _model(params)
+    total = sum(layer.weight.numel() for layer in model)
+    prune_once = _caller(mode, model)
+    if call == "second":
+        prune_once()
+    _warm_memory(total)
+    Path("/proc/self/clear_refs").write_text("5")
+    before = _memory_kib("VmRSS")
+    start = time.perf_counter()
+    prune_once()
+    seconds = time.perf_counter() - start
+    peak = _memory_kib("VmHWM")
+    after = _memory_kib("VmRSS")
+    expected = round((FIRST if call == "first" else SECOND) * total)
+    if mode == "lean":
+        zeros = sum(int((layer.weight == 0).sum()) for layer in model)
+        if zeros < expected:
+            raise RuntimeError(f"lean: {zeros} zero weights, expected at least {expected}")
+    return {
+        "seconds": seconds,
+        "peak_bytes_per_param": (peak - before) * 1024 / total,
+        "held_bytes_per_param": (after - before) * 1024 / total,
+        "params": total,
+        "pruned": _pruned(model),
+        "expected_pruned": expected,
+        "threads": torch.get_num_threads(),
+    }
+
+
+# --- the driver: subprocesses, medians, the table ---------------------------------------------
+
+
+def measure(mode: str, params: int, call: str, repeats: int) -> dict[str, Any]:
+    runs = []
+    for _ in range(repeats):
+        command = [sys.executable, __file__, "--worker", mode, str(params), call]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            return {"error": (done.stderr or done.stdout).strip().splitlines()[-1:]}
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    # torch rounds its relative amount once per call; the pruners' counts are exact.
+    if any(abs(r["pruned"] - r["expected_pruned"]) > (mode == "torch") for r in runs):
+        return {"error": [f"wrong count: {runs}"]}
+    return {
+        "seconds": statistics.median(r["seconds"] for r in runs),
+        "seconds_all": [r["seconds"] for r in runs],
+        "peak_bytes_per_param": statistics.median(r["peak_bytes_per_param"] for r in runs),
+        "held_bytes_per_param": statistics.median(r["held_bytes_per_param"] for r in runs),
+        "params": runs[0]["params"],
+        "threads": runs[0]["threads"],
+        "repeats": repeats,
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    rows: list[dict[str, Any]] = []
+    for size in args.sizes:
+        for call in ("first", "second"):
+            row: dict[str, Any] = {"size": _label(size), "call": call}
+            for mode in MODES:
+                if mode == "torch" and size > args.torch_max:
+                    continue
+                row[mode] = measure(mode, size, call, args.repeats)
+                _progress(row, mode)
+            rows.append(row)
+    return {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "torch": __import__("torch").__version__,
+        },
+        "repeats": args.repeats,
+        "rows": rows,
+    }
+
+
+def _progress(row: dict[str, Any], mode: str) -> None:
+    result = row[mode]
+    shown = result.get("error") or (
+        f"{result['seconds']:.3f}s peak {result['peak_bytes_per_param']:.2f} "
+        f"held {result['held_bytes_per_param']:.2f} B/param"
+    )
+    print(f"  {row['size']:>5} {row['call']:<6} {mode:<13} {shown}", flush=True)
+
+
+def markdown(results: dict[str, Any]) -> str:
+    lines = [
+        "| params | call | mode | time (s) | vs torch | peak extra B/param | held extra B/param |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in results["rows"]:
+        torch_result = row.get("torch", {})
+        for mode in MODES:
+            if mode not in row:
+                continue
+            result = row[mode]
+            if "error" in result:
+                error = result["error"]
+                lines.append(f"| {row['size']} | {row['call']} | {mode} | error: {error} | | | |")
+                continue
+            ratio = "—"
+            if mode != "torch" and "seconds" in torch_result:
+                ratio = f"{torch_result['seconds'] / result['seconds']:.1f}x faster"
+            lines.append(
+                f"| {row['size']} | {row['call']} | {mode} | {result['seconds']:.3f} | {ratio} "
+                f"| {result['peak_bytes_per_param']:.2f} | {result['held_bytes_per_param']:.2f} |"
+            )
+    machine = results["machine"]
+    lines += [
+        "",
+        f"CPU, fp32, global L1; first call: 50% of an unpruned model, second: on to 75%. Medians "
+        f"of {results['repeats']} fresh processes; {machine['cpus']} CPUs, torch "
+        f"{machine['torch']}, Python {machine['python']}. Peak: the most resident memory during "
+        "the call minus before it; held: after minus before. lean: Pruner(masking='inplace'); "
+        "reparametrize: Pruner(masking='reparametrize'); torch: torch.nn.utils.prune.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv and argv[0] == "--worker":
+        mode, params, call = argv[1:4]
+        print(json.dumps(worker(mode, int(params), call)))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="50M,200M", help="comma-separated, e.g. 10M,50M")
+    parser.add_argument("--repeats", type=int, default=1, help="fresh processes per measurement")
+    parser.add_argument(
+        "--torch-max", default="200M", help="largest size torch runs at (it needs ~47 B/param)"
+    )
+    parser.add_argument("--quick", action="store_true", help="2M, one repeat")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the JSON and .md")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.sizes, args.repeats = "2M", 1
+    args.sizes = [_size(s) for s in args.sizes.split(",")]
+    args.torch_max = _size(args.torch_max)
+    results = run(args)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "lean_selection.json").write_text(json.dumps(results, indent=2) + "\n")
+    table = markdown(results)
+    (args.out / "lean_selection.md").write_text(table)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
