@@ -61,6 +61,7 @@ CASES = {
     "ties-one-shot": Case(schedule=OneShotSchedule(0.55, step=0), ties=True),
     "ties-global": Case(ties=True, optimizer="adamw"),
     "importance": Case(importance=True),
+    "rewind-init": Case(pruner={"rewind": "init"}, optimizer="adamw"),
 }
 
 
@@ -165,6 +166,8 @@ def run_case(case: Case, sharded: bool, rank: int = 0) -> dict[str, Any]:
         result["local_nonzero_pruned"] = sum(
             int((w[~m] != 0).sum()) for w, m in zip(local_weights, local_masks, strict=True)
         )
+    pruner.make_permanent()  # the masks go; the zeros of the weights are counted instead
+    result["permanent"] = {**_result(model, pruner), "history": None}
     return result
 
 
@@ -226,6 +229,13 @@ def _check_cases(out: Path, world: int) -> None:
                 assert torch.equal(result["state"][key], value), (name, key)
             for key in ("report", "pruned", "sparsity", "history"):
                 assert result[key] == oracle[key], (name, key)
+            permanent, expected_permanent = result["permanent"], oracle["permanent"]
+            assert sorted(permanent["state"]) == sorted(expected_permanent["state"]), name
+            assert not any(key.endswith("_mask") for key in permanent["state"]), name
+            for key, value in expected_permanent["state"].items():
+                assert torch.equal(permanent["state"][key], value), (name, key)
+            assert permanent["pruned"] == result["pruned"] == expected_permanent["pruned"], name
+            assert permanent["report"] == expected_permanent["report"], name
 
 
 def test_sharded_lean_pruner_equals_one_process_bit_for_bit(tmp_path):

@@ -21,8 +21,9 @@ The values of pruned weights are gone once pruned: there is no ``<name>_orig`` t
 from. Rewinding keeps its own snapshot.
 
 Two functions are the only places that know how a mask is made and how a tensor's local values
-are reached (:func:`mask_like`, :func:`local_tensor`), so sharded (``DTensor``) parameters can be
-plugged in there.
+are reached (:func:`mask_like`, :func:`local_tensor`). Under FSDP2 a parameter, its gradient and
+its optimizer state are ``DTensor`` shards: its mask is a bool ``DTensor`` sharded like it, and
+every pass works on the local tensors only (:mod:`~tensorplay.ao.pruning.sharded`).
 
 Example:
     >>> import torch

@@ -183,7 +183,10 @@ class Pruner:
             masks, a bool ``<name>_mask`` buffer per target and the pruned weights zeroed in
             place (:mod:`~tensorplay.ao.pruning.inplace`); call :meth:`attach` with the
             optimizers to keep them zero. Pruned values are then gone once pruned; rewinding
-            restores from its own snapshot. See :ref:`lean-masks`.
+            restores from its own snapshot. See :ref:`lean-masks`. Models sharded with FSDP2
+            (``DTensor`` parameters) need ``"inplace"``: masks are then sharded like the
+            weights, the selection is exact across ranks, and counts and reports are global
+            (collectives: call them on every rank); see :mod:`~tensorplay.ao.pruning.sharded`.
 
     Raises:
         TypeError: ``schedule`` is not a :class:`~tensorplay.ao.pruning.schedules.Schedule`,
