@@ -4,7 +4,8 @@ Each case trains the same MLP on the same data in ranks that shard it and in one
 does not, both with a lean pruner attached to the optimizer; the sharded run's masks, weights
 and reports (gathered only here, to compare) must equal the single process's bit for bit. The
 layers' rows (7, 13 and 1) split unevenly over the ranks, and some rank holds no row of the
-last one. One spawn per test runs every case.
+last one. One spawn per test runs every case (each spawn takes 15-30 s on two cores: all are
+marked slow).
 """
 
 from __future__ import annotations
@@ -152,6 +153,10 @@ def _result(model: nn.Module, pruner: Pruner) -> dict[str, Any]:
     }
 
 
+def _values(shape: torch.Size) -> Tensor:
+    return torch.arange(1, shape.numel() + 1, dtype=torch.float32).reshape(shape) / 8
+
+
 def run_case(case: Case, sharded: bool, rank: int = 0) -> dict[str, Any]:
     """Train and prune ``case``; every pruning step's masks and report, and the final state."""
     model, optimizer, pruner = _build(case, sharded, rank)
@@ -166,6 +171,10 @@ def run_case(case: Case, sharded: bool, rank: int = 0) -> dict[str, Any]:
         result["local_nonzero_pruned"] = sum(
             int((w[~m] != 0).sum()) for w, m in zip(local_weights, local_masks, strict=True)
         )
+    # Plain full values rewind a shard to its own rows (pruned entries zeroed again).
+    values = {name: _values(model.get_parameter(name).shape) for name in WEIGHTS}
+    pruner.rewind(values)
+    result["rewound"] = {name: _full(model.get_parameter(name)) for name in WEIGHTS}
     pruner.make_permanent()  # the masks go; the zeros of the weights are counted instead
     result["permanent"] = {**_result(model, pruner), "history": None}
     return result
@@ -229,6 +238,8 @@ def _check_cases(out: Path, world: int) -> None:
                 assert torch.equal(result["state"][key], value), (name, key)
             for key in ("report", "pruned", "sparsity", "history"):
                 assert result[key] == oracle[key], (name, key)
+            for key, value in oracle["rewound"].items():
+                assert torch.equal(result["rewound"][key], value), (name, key)
             permanent, expected_permanent = result["permanent"], oracle["permanent"]
             assert sorted(permanent["state"]) == sorted(expected_permanent["state"]), name
             assert not any(key.endswith("_mask") for key in permanent["state"]), name
@@ -238,6 +249,7 @@ def _check_cases(out: Path, world: int) -> None:
             assert permanent["report"] == expected_permanent["report"], name
 
 
+@pytest.mark.slow
 def test_sharded_lean_pruner_equals_one_process_bit_for_bit(tmp_path):
     _spawn(_cases_worker, 2, tmp_path)
     _check_cases(tmp_path, 2)
@@ -300,6 +312,7 @@ def _resume_worker(rank: int, out: Path) -> None:
     torch.save(results, out / f"resume{rank}.pt")
 
 
+@pytest.mark.slow
 def test_sharded_lean_pruner_resumes_from_a_distributed_checkpoint_bit_for_bit(tmp_path):
     _spawn(_resume_worker, 2, tmp_path)
 
@@ -358,6 +371,15 @@ def _refusal(
         _shard(model)
     elif shard == "first":
         fully_shard(model[0], mesh=mesh)
+    elif shard == "two-groups":
+        from torch.distributed.device_mesh import DeviceMesh
+
+        # Each rank its own one-rank group (every rank makes every group, in the same order).
+        singles = [dist.new_group([r]) for r in range(dist.get_world_size())]
+        other = DeviceMesh.from_group(singles[dist.get_rank()], "cpu")
+        fully_shard(model[0], mesh=other)
+        for layer in (model[2], model[4]):
+            fully_shard(layer, mesh=mesh)
     elif shard == "replicate":
         for layer in model:
             if isinstance(layer, nn.Linear):
@@ -411,6 +433,7 @@ def _errors_worker(rank: int, out: Path) -> None:
         "reparametrize-at-step": _refusal(shard_then_step, prepare=shard_then_step.prepare),
         "replicate": _refusal(_step(), shard="replicate"),
         "mixed": _refusal(_step(), shard="first"),
+        "two-groups": _refusal(_step(), shard="two-groups"),
         "own-compute-mask": _refusal(_step(method=_OwnMask)),
         "plain-scores": _refusal(_step(importance_fn=full_scores)),
         "own-count": _refusal(_step(method=_HalfOfEachRow)),
@@ -427,6 +450,9 @@ REFUSALS = {
     r"\(Shard\(dim=0\),\).*\(Replicate\(\),\).*counted more than once",
     "mixed": r"Expected every target to be a DTensor when \((FSDP)?Linear, 'weight'\) "
     r"\('0.weight'\) is one, but got a plain tensor for \((FSDP)?Linear, 'weight'\) \('2.weight'\)",
+    "two-groups": r"Expected every target sharded over one process group, but "
+    r"\((FSDP)?Linear, 'weight'\) \('2.weight'\) and \((FSDP)?Linear, 'weight'\) "
+    r"\('0.weight'\) lie on device meshes of different groups",
     "own-compute-mask": r"Expected l1_unstructured or random_unstructured for the sharded.*"
     "_OwnMask",
     "own-count": r"Expected l1_unstructured or random_unstructured for the sharded.*"
@@ -436,6 +462,7 @@ REFUSALS = {
 }
 
 
+@pytest.mark.slow
 def test_sharded_lean_pruner_refuses_what_it_cannot_do_exactly(tmp_path):
     _spawn(_errors_worker, 2, tmp_path)
 

@@ -117,7 +117,7 @@ def sharding_of(params: Sequence[Tensor], labels: Sequence[str]) -> Sharding:
         )
     from torch.distributed.tensor import Shard
 
-    first_mesh: Any = params[0].device_mesh  # type: ignore[attr-defined]
+    groups = []
     for param, label in zip(params, labels, strict=True):
         mesh: Any = param.device_mesh  # type: ignore[attr-defined]
         placements = tuple(param.placements)  # type: ignore[attr-defined]
@@ -127,12 +127,14 @@ def sharding_of(params: Sequence[Tensor], labels: Sequence[str]) -> Sharding:
                 f"(FSDP2's fully_shard), but got placements {placements} on a {mesh.ndim}-D "
                 "mesh: replicated or otherwise placed shards would be counted more than once."
             )
-        if mesh != first_mesh:
+        groups.append(mesh.get_group())
+        if groups[-1] != groups[0]:
             raise ValueError(
-                f"Expected every target on one device mesh, but {label} lies on {mesh} and "
-                f"{labels[0]} on {first_mesh}: prune each mesh's tensors with its own pruner."
+                f"Expected every target sharded over one process group, but {label} and "
+                f"{labels[0]} lie on device meshes of different groups: prune the tensors of "
+                "each group with a pruner of their own."
             )
-    return Sharding([shard_layout(p) for p in params], first_mesh.get_group())
+    return Sharding([shard_layout(p) for p in params], groups[0])
 
 
 def check_scores(score: Tensor, param: Tensor, label: str) -> None:
@@ -172,22 +174,25 @@ def check_scores(score: Tensor, param: Tensor, label: str) -> None:
 
 def global_zeros(tensors: Sequence[Tensor | None]) -> list[int]:
     """The zeros of each tensor over all ranks: each ``DTensor``'s local zeros summed over its
-    mesh's process group (one ``all_reduce`` of a small vector), plain tensors counted as they
-    are (0 for ``None``).
+    mesh's process group (one ``all_reduce`` of a small vector per group), plain tensors
+    counted as they are (0 for ``None``).
 
     Example:
         >>> import torch
         >>> global_zeros([torch.tensor([0.0, 1.0]), None])
         [1, 0]
     """
-    local = count_zeros([None if t is None else local_part(t) for t in tensors])
-    sharded = [t for t in tensors if t is not None and is_sharded(t)]
-    if not sharded:
-        return local
-    group = sharded[0].device_mesh.get_group()  # type: ignore[attr-defined]
-    flags = [t is not None and is_sharded(t) for t in tensors]
-    summed = iter(global_counts([n for n, s in zip(local, flags, strict=True) if s], group))
-    return [next(summed) if s else n for n, s in zip(local, flags, strict=True)]
+    counts = count_zeros([None if t is None else local_part(t) for t in tensors])
+    by_group: dict[ProcessGroup, list[int]] = {}  # in first-seen order: the same on every rank
+    for index, tensor in enumerate(tensors):
+        if tensor is not None and is_sharded(tensor):
+            group = tensor.device_mesh.get_group()  # type: ignore[attr-defined]
+            by_group.setdefault(group, []).append(index)
+    for group, indices in by_group.items():
+        totals = global_counts([counts[i] for i in indices], group)
+        for index, total in zip(indices, totals, strict=True):
+            counts[index] = total
+    return counts
 
 
 def shared_seed(seed: int, group: ProcessGroup | None) -> int:
