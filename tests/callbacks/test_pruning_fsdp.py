@@ -131,10 +131,6 @@ def _single_process_masks(weights: dict[str, torch.Tensor], step: int) -> dict[s
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,  # passes once the lean core handles DTensors: then drop this mark
-    reason="lean mask_gradients/apply_masks and selection do not yet take DTensor shards",
-)
 def test_lean_pruning_under_fsdp2_is_exact_sharded_and_resumes_bit_for_bit(tmp_path):
     run_ranks(_lean_fsdp, 2, tmp_path)
 

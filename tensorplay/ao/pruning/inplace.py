@@ -21,8 +21,9 @@ The values of pruned weights are gone once pruned: there is no ``<name>_orig`` t
 from. Rewinding keeps its own snapshot.
 
 Two functions are the only places that know how a mask is made and how a tensor's local values
-are reached (:func:`mask_like`, :func:`local_tensor`), so sharded (``DTensor``) parameters can be
-plugged in there.
+are reached (:func:`mask_like`, :func:`local_tensor`). Under FSDP2 a parameter, its gradient and
+its optimizer state are ``DTensor`` shards: its mask is a bool ``DTensor`` sharded like it, and
+every pass works on the local tensors only (:mod:`~tensorplay.ao.pruning.sharded`).
 
 Example:
     >>> import torch
@@ -58,14 +59,17 @@ from tensorplay.ao.pruning.selection import (
     check_finite_scores,
     clear_lowest,
     clear_lowest_capped,
+    local_part,
     settle_caps,
 )
+from tensorplay.ao.pruning.sharded import Sharding, is_sharded, shared_seed
 
 __all__ = [
     "MASK_SUFFIX",
     "OptimizerAttachment",
     "OptimizerHooks",
     "apply_masks",
+    "has_streaming_keys",
     "install_mask",
     "is_lean_tensor",
     "keeps_zeros",
@@ -141,20 +145,36 @@ def lean_names(state_dict: Mapping[str, object]) -> list[str]:
 
 
 def mask_like(param: Tensor) -> Tensor:
-    """An all-``True`` bool mask of ``param``'s shape and device (the one place a mask is made,
-    so a sharded parameter can get a mask sharded like it).
+    """An all-``True`` bool mask of ``param``'s shape and device (the one place a mask is made).
+
+    For a ``DTensor`` parameter (FSDP2) the mask is a bool ``DTensor`` of the same device
+    mesh, placements, shape and stride, built from the local shape: no rank ever holds the
+    full mask.
 
     Example:
         >>> import torch
         >>> mask_like(torch.zeros(2, 3)).dtype, mask_like(torch.zeros(2, 3)).shape
         (torch.bool, torch.Size([2, 3]))
     """
-    return torch.ones(param.shape, dtype=torch.bool, device=param.device)
+    if not is_sharded(param):
+        return torch.ones(param.shape, dtype=torch.bool, device=param.device)
+    from torch.distributed.tensor import DTensor
+
+    local = local_part(param)
+    ones = torch.ones(local.shape, dtype=torch.bool, device=local.device)
+    return DTensor.from_local(
+        ones,
+        param.device_mesh,  # type: ignore[attr-defined]
+        param.placements,  # type: ignore[attr-defined]
+        shape=param.shape,
+        stride=param.stride(),
+    )
 
 
 def local_tensor(tensor: Tensor) -> Tensor:
-    """The values this process holds of ``tensor``: the tensor itself for a plain tensor (the
-    one place to reach a shard's local values).
+    """The values this process holds of ``tensor``: a ``DTensor``'s local tensor (sharing its
+    storage, so writes reach the shard), a plain tensor itself (the one place to reach a
+    shard's local values).
 
     Example:
         >>> import torch
@@ -162,7 +182,7 @@ def local_tensor(tensor: Tensor) -> Tensor:
         >>> local_tensor(t) is t
         True
     """
-    return tensor
+    return local_part(tensor)
 
 
 def install_mask(pairs: Iterable[Pair], mask: Tensor) -> None:
@@ -259,10 +279,14 @@ def zero_state(optimizer: Optimizer, params: Sequence[Tensor], masks: Sequence[T
     """
     tensors, kept = [], []
     for param, mask in zip(params, masks, strict=True):
+        local_mask = local_tensor(mask)
         for value in optimizer.state.get(param, {}).values():
-            if isinstance(value, Tensor) and value.shape == param.shape:
-                tensors.append(local_tensor(value))
-                kept.append(local_tensor(mask))
+            if not isinstance(value, Tensor) or value.shape != param.shape:
+                continue
+            local = local_tensor(value)  # FSDP2: a DTensor sharded like the parameter
+            if local.shape == local_mask.shape:
+                tensors.append(local)
+                kept.append(local_mask)
     with torch.no_grad():
         _multiply(tensors, kept)
 
@@ -433,6 +457,7 @@ def select_in_place(
     keep: Sequence[Tensor],
     labels: Sequence[str],
     caps: Sequence[int] | None = None,
+    sharding: Sharding | None = None,
 ) -> None:
     """Clear ``count`` more units of the bool masks ``keep``, chosen by ``method`` over all
     sources together, as ``global_unstructured(..., amount=count)`` chooses them (the same
@@ -442,6 +467,15 @@ def select_in_place(
     L1 and random methods use the streaming selection; any other unstructured method gets the
     concatenated scores and its own ``compute_mask``, as in ``global_unstructured``.
 
+    With a ``sharding`` of shards and a group (see :func:`~tensorplay.ao.pruning.sharded.
+    sharding_of`), ``scores`` and ``keep`` are this rank's local pieces and ``count`` and
+    ``caps`` are global: the ranks select together, exactly as one process would on the full
+    tensors. Random methods then use rank zero's draw (broadcast); other methods than L1 and
+    random need the full tensors and are refused before anything changes.
+
+    Raises:
+        ValueError: with a sharding, a method whose selection needs the full tensors.
+
     Example:
         >>> import torch
         >>> from tensorplay.ao.pruning import L1Unstructured
@@ -450,12 +484,22 @@ def select_in_place(
         >>> keep[0].tolist()
         [True, False, False]
     """
-    keys = _keys(method, [s.dtype for s in scores])
+    shards = None if sharding is None else sharding.shards
+    group = None if sharding is None else sharding.group
+    keys = _keys(method, [s.dtype for s in scores], group)
+    if keys is None and shards is not None:
+        raise ValueError(
+            f"Expected a method with streaming keys (l1_unstructured, random_unstructured) for "
+            f"the sharded tensors {list(labels)}, but got {method.__name__}: its compute_mask "
+            "needs the full tensors, which no rank holds."
+        )
     if keys is not None and caps is None:
-        clear_lowest(scores, keep, count, keys, labels=labels)
+        clear_lowest(scores, keep, count, keys, labels=labels, shards=shards, group=group)
     elif keys is not None:
         assert caps is not None  # for mypy
-        clear_lowest_capped(scores, keep, count, keys, caps, labels=labels)
+        clear_lowest_capped(
+            scores, keep, count, keys, caps, labels=labels, shards=shards, group=group
+        )
     elif caps is None:
         _clear_by_method(method, count, scores, keep, labels)
     else:
@@ -470,14 +514,29 @@ def select_in_place(
             keep[index].logical_and_(kept.bool())
 
 
-def _keys(method: type[BasePruningMethod], dtypes: list[torch.dtype]) -> KeySpec | None:
+def has_streaming_keys(method: type[BasePruningMethod]) -> bool:
+    """Whether ``method``'s units are selected by the streaming selection (L1 and random
+    unstructured: what a sharded selection needs), not by its own ``compute_mask``.
+
+    Example:
+        >>> from tensorplay.ao.pruning import L1Unstructured, LnStructured
+        >>> has_streaming_keys(L1Unstructured), has_streaming_keys(LnStructured)
+        (True, False)
+    """
+    return method.compute_mask in (_L1_COMPUTE_MASK, _RANDOM_COMPUTE_MASK)
+
+
+def _keys(
+    method: type[BasePruningMethod], dtypes: list[torch.dtype], group: Any = None
+) -> KeySpec | None:
     """The keys of ``global_unstructured``'s streaming selection for ``method`` (the same draw
-    from the global RNG for random methods), or None for other methods."""
+    from the global RNG for random methods; rank zero's draw on every rank of ``group``), or
+    None for other methods."""
     compute_mask = method.compute_mask
     if compute_mask is _L1_COMPUTE_MASK:
         return AbsKeys(_key_dtype(dtypes))
     if compute_mask is _RANDOM_COMPUTE_MASK:
-        return UniformKeys(int(torch.randint(0, 2**62, (1,)).item()))
+        return UniformKeys(shared_seed(int(torch.randint(0, 2**62, (1,)).item()), group))
     return None
 
 

@@ -53,9 +53,11 @@ from tensorplay.ao.pruning.inplace import (
     OptimizerAttachment,
     OptimizerHooks,
     apply_masks,
+    has_streaming_keys,
     install_mask,
     is_lean_tensor,
     lean_mask,
+    local_tensor,
     mask_like,
     remove_mask,
     select_in_place,
@@ -63,12 +65,19 @@ from tensorplay.ao.pruning.inplace import (
 from tensorplay.ao.pruning.inplace import mask_gradients as mask_grads
 from tensorplay.ao.pruning.methods import remove
 from tensorplay.ao.pruning.reparametrization import (
-    count_zeros,
     is_pruned_tensor,
     parameter_of,
     pruned_parts,
 )
 from tensorplay.ao.pruning.schedules import Schedule
+from tensorplay.ao.pruning.sharded import (
+    Sharding,
+    check_scores,
+    global_zeros,
+    is_sharded,
+    local_values,
+    sharding_of,
+)
 from tensorplay.ao.pruning.stats import SparsityReport, TensorSparsity
 from tensorplay.ao.pruning.targets import (
     DEFAULT_MODULE_TYPES,
@@ -174,7 +183,10 @@ class Pruner:
             masks, a bool ``<name>_mask`` buffer per target and the pruned weights zeroed in
             place (:mod:`~tensorplay.ao.pruning.inplace`); call :meth:`attach` with the
             optimizers to keep them zero. Pruned values are then gone once pruned; rewinding
-            restores from its own snapshot. See :ref:`lean-masks`.
+            restores from its own snapshot. See :ref:`lean-masks`. Models sharded with FSDP2
+            (``DTensor`` parameters) need ``"inplace"``: masks are then sharded like the
+            weights, the selection is exact across ranks, and counts and reports are global
+            (collectives: call them on every rank); see :mod:`~tensorplay.ao.pruning.sharded`.
 
     Raises:
         TypeError: ``schedule`` is not a :class:`~tensorplay.ao.pruning.schedules.Schedule`,
@@ -489,6 +501,7 @@ class Pruner:
         self._take_snapshot(step)
         newly_pruned = 0
         if self.schedule.should_prune(step) and step > self.last_pruned_step:
+            self._check_sharded()
             target = self.schedule(step)
             with self._seeded(step):
                 if counts_itself(self.method):
@@ -730,7 +743,8 @@ class Pruner:
         with torch.no_grad():
             for group in self._groups:
                 remove_mask(group.pairs)
-                self._parameter(*group.pairs[0]).add_(0.0)  # -0.0 -> +0.0, as above
+                param = self._parameter(*group.pairs[0]).detach()
+                local_tensor(param).add_(0.0)  # -0.0 -> +0.0, as above
         self._permanent = True
         self._snapshot = None
 
@@ -812,8 +826,9 @@ class Pruner:
             )
         for index, value in self._check_values(state, "state").items():
             group = self._groups[index]
-            with torch.no_grad():
-                self._parameter(*group.pairs[0]).copy_(value)
+            param = self._parameter(*group.pairs[0])
+            with torch.no_grad():  # a shard (FSDP2) takes its own rows of a full value
+                local_tensor(param.detach()).copy_(local_values(value, param))
             if self.masking == "inplace":
                 apply_masks(*self._lean_targets([group.pairs[0]]))
                 continue
@@ -1037,7 +1052,7 @@ class Pruner:
         trust): one reduction per tensor and one transfer per device, cheap enough to log
         every step.
         """
-        return count_zeros([self._counted(m, n) for m, n in self._pairs])
+        return global_zeros([self._counted(m, n) for m, n in self._pairs])
 
     def _counted(self, module: nn.Module, name: str) -> Tensor | None:
         parts = pruned_parts(module, name)
@@ -1081,6 +1096,7 @@ class Pruner:
                     f"Expected `importance_fn` to return a tensor of shape {tuple(param.shape)} "
                     f"for {fq_name!r}, but got {got}."
                 )
+            check_scores(score, param, repr(fq_name))
             scores[(module, name)] = score.detach()
         return scores
 
@@ -1168,13 +1184,46 @@ class Pruner:
         ``global_unstructured`` would prune), then zero them in the weights."""
         keeps = [self._lean_keep(index) for index in indices]
         params = [self._parameter(*self._pairs[index]) for index in indices]
+        labels = [self._label(index) for index in indices]
+        sharding = sharding_of(params, labels)
+        # This rank's pieces (all of each tensor unless sharded); counts and caps are global.
         sources = [
-            scores[self._pairs[index]].to(param.device)
+            local_tensor(scores[self._pairs[index]]).to(local_tensor(param).device)
             for index, param in zip(indices, params, strict=True)
         ]
-        labels = [f"({type(m).__name__}, {n!r})" for m, n in (self._pairs[i] for i in indices)]
-        select_in_place(method, count, sources, keeps, labels, caps)
+        local_keeps = [local_tensor(keep) for keep in keeps]
+        select_in_place(method, count, sources, local_keeps, labels, caps, sharding)
         self._install_lean(indices, keeps)
+
+    def _label(self, index: int) -> str:
+        module, name = self._pairs[index]
+        return f"({type(module).__name__}, {name!r})"
+
+    def _sharding(self) -> Sharding:
+        """The targets' sharding, checked (:func:`~tensorplay.ao.pruning.sharded.sharding_of`)."""
+        labels = [f"{self._label(i)} ({fq!r})" for i, fq in enumerate(self.targets)]
+        return sharding_of(self._parameters(), labels)
+
+    def _check_sharded(self) -> None:
+        """Refuse, before anything changes, a pruning step the sharded targets cannot take.
+
+        Raises:
+            ValueError: Targets sharded unlike FSDP2, with ``masking="reparametrize"``, or with
+                a method that needs the full tensors (its own ``compute_mask``, or its own count).
+        """
+        if self._sharding().shards is None:
+            return
+        if self.masking != "inplace":
+            raise ValueError(
+                f"Expected plain tensors with masking='reparametrize', but {self.targets} are "
+                "DTensors (FSDP2): use masking='inplace'."
+            )
+        if counts_itself(self.method) or not has_streaming_keys(self.method):
+            raise ValueError(
+                "Expected l1_unstructured or random_unstructured for the sharded (DTensor) "
+                f"targets {self.targets}, but got {self.method.__name__}: its mask needs the "
+                "full tensors, which no rank holds."
+            )
 
     def _install_lean(self, indices: Iterable[int], keeps: Sequence[Tensor]) -> None:
         """Make ``keeps`` the masks of the targets ``indices`` (every holder of a tied one
@@ -1280,6 +1329,12 @@ def _check_masking_of(groups: Sequence[_Target], masking: str) -> None:
                     f"Expected {label} not to be pruned by the reparametrization, since the "
                     f"pruner has masking='inplace', but it has `{name}_orig`: make its pruning "
                     "permanent first (remove()), or use masking='reparametrize'."
+                )
+            if masking == "reparametrize" and is_sharded(module._parameters.get(name)):
+                raise ValueError(
+                    f"Expected {label} to be a plain tensor, since the pruner has "
+                    "masking='reparametrize', but it is a DTensor (FSDP2): the reparametrization "
+                    "cannot hold sharded parameters; use masking='inplace'."
                 )
             if masking == "reparametrize" and is_lean_tensor(module, name):
                 raise ValueError(
