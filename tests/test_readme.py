@@ -37,6 +37,30 @@ def test_plain_loop_example_reaches_the_final_sparsity() -> None:
     assert pruner.pruned_count() == round(0.9 * total)  # type: ignore[attr-defined]
 
 
+def test_lean_example_keeps_pruned_weights_zero_with_bool_masks_only() -> None:
+    namespace: dict[str, Any] = {}
+    torch.manual_seed(0)
+    exec(_python_blocks()[4], namespace)
+    model, pruner = namespace["model"], namespace["pruner"]
+    assert pruner.pruned_count() == round(0.9 * pruner.total_count())
+    assert sorted(model.state_dict()) == [
+        "0.bias",
+        "0.weight",
+        "0.weight_mask",
+        "2.bias",
+        "2.weight",
+        "2.weight_mask",
+    ]
+    for layer in (model[0], model[2]):
+        assert layer.weight_mask.dtype == torch.bool
+        assert not layer._forward_pre_hooks
+        # Trained through 20 AdamW steps after the last pruning step: still exactly zero.
+        assert torch.equal(
+            layer.weight[~layer.weight_mask], torch.zeros(int((~layer.weight_mask).sum()))
+        )
+        assert bool((layer.weight[layer.weight_mask] != 0).all())
+
+
 @pytest.mark.slow
 def test_hugging_face_example_saves_a_folder_that_loads_to_the_same_logits(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
