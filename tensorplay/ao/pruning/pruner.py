@@ -1173,16 +1173,19 @@ class Pruner:
             for index, param in zip(indices, params, strict=True)
         ]
         labels = [f"({type(m).__name__}, {n!r})" for m, n in (self._pairs[i] for i in indices)]
-        select_in_place(method, count, sources, keeps, labels, caps)
-        self._install_lean(indices, keeps)
+        select_in_place(method, count, sources, keeps, labels, caps, zero=params)
+        self._install_lean(indices, keeps, zeroed=True)
 
-    def _install_lean(self, indices: Iterable[int], keeps: Sequence[Tensor]) -> None:
+    def _install_lean(
+        self, indices: Iterable[int], keeps: Sequence[Tensor], zeroed: bool = False
+    ) -> None:
         """Make ``keeps`` the masks of the targets ``indices`` (every holder of a tied one
-        shares it) and zero the pruned weights."""
+        shares it) and zero the pruned weights (unless ``zeroed`` already)."""
         indices = list(indices)
         for index, keep in zip(indices, keeps, strict=True):
             install_mask(self._groups[index].pairs, keep)
-        apply_masks([self._parameter(*self._pairs[index]) for index in indices], keeps)
+        if not zeroed:
+            apply_masks([self._parameter(*self._pairs[index]) for index in indices], keeps)
 
     def _lean_targets(
         self, pairs: Sequence[tuple[nn.Module, str]] | None = None
