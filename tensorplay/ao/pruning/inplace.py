@@ -458,11 +458,13 @@ def select_in_place(
     labels: Sequence[str],
     caps: Sequence[int] | None = None,
     sharding: Sharding | None = None,
+    zero: Sequence[Tensor] | None = None,
 ) -> None:
     """Clear ``count`` more units of the bool masks ``keep``, chosen by ``method`` over all
     sources together, as ``global_unstructured(..., amount=count)`` chooses them (the same
     units bit for bit, the same draw from the global RNG for random methods); with ``caps``, at
-    most ``caps[i]`` from source ``i``.
+    most ``caps[i]`` from source ``i``. The tensors ``zero`` (the weights) are multiplied by
+    the new masks, in the selection's own passes where it streams.
 
     L1 and random methods use the streaming selection; any other unstructured method gets the
     concatenated scores and its own ``compute_mask``, as in ``global_unstructured``.
@@ -494,13 +496,17 @@ def select_in_place(
             "needs the full tensors, which no rank holds."
         )
     if keys is not None and caps is None:
-        clear_lowest(scores, keep, count, keys, labels=labels, shards=shards, group=group)
-    elif keys is not None:
+        clear_lowest(
+            scores, keep, count, keys, labels=labels, shards=shards, group=group, zero=zero
+        )
+        return
+    if keys is not None:
         assert caps is not None  # for mypy
         clear_lowest_capped(
-            scores, keep, count, keys, caps, labels=labels, shards=shards, group=group
+            scores, keep, count, keys, caps, labels=labels, shards=shards, group=group, zero=zero
         )
-    elif caps is None:
+        return
+    if caps is None:
         _clear_by_method(method, count, scores, keep, labels)
     else:
 
@@ -512,6 +518,8 @@ def select_in_place(
 
         for index, kept in settle_caps(select, count, caps).items():
             keep[index].logical_and_(kept.bool())
+    if zero is not None:
+        apply_masks(zero, keep)
 
 
 def has_streaming_keys(method: type[BasePruningMethod]) -> bool:

@@ -1192,8 +1192,10 @@ class Pruner:
             for index, param in zip(indices, params, strict=True)
         ]
         local_keeps = [local_tensor(keep) for keep in keeps]
-        select_in_place(method, count, sources, local_keeps, labels, caps, sharding)
-        self._install_lean(indices, keeps)
+        # The weights are zeroed by the selection's writing pass, chunk by chunk while in cache.
+        zero = [local_tensor(param.detach()) for param in params]
+        select_in_place(method, count, sources, local_keeps, labels, caps, sharding, zero=zero)
+        self._install_lean(indices, keeps, zeroed=True)
 
     def _label(self, index: int) -> str:
         module, name = self._pairs[index]
@@ -1225,13 +1227,16 @@ class Pruner:
                 "full tensors, which no rank holds."
             )
 
-    def _install_lean(self, indices: Iterable[int], keeps: Sequence[Tensor]) -> None:
+    def _install_lean(
+        self, indices: Iterable[int], keeps: Sequence[Tensor], zeroed: bool = False
+    ) -> None:
         """Make ``keeps`` the masks of the targets ``indices`` (every holder of a tied one
-        shares it) and zero the pruned weights."""
+        shares it) and zero the pruned weights (unless ``zeroed`` already)."""
         indices = list(indices)
         for index, keep in zip(indices, keeps, strict=True):
             install_mask(self._groups[index].pairs, keep)
-        apply_masks([self._parameter(*self._pairs[index]) for index in indices], keeps)
+        if not zeroed:
+            apply_masks([self._parameter(*self._pairs[index]) for index in indices], keeps)
 
     def _lean_targets(
         self, pairs: Sequence[tuple[nn.Module, str]] | None = None

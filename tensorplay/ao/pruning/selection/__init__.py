@@ -34,11 +34,17 @@ and thread (keys, flags, scratch; ``buffers.py``), and the candidates (a small f
 units). Counts are kept on the device and read once per pass.
 
 In place (``inplace.py``, :func:`clear_lowest`): the caller's bool keep masks are the
-eligibility and the output. The cut (the ``k``-th key and, for its ties, the last position in
-the tie-rule order) is found first by the same passes writing nothing (``cut.py``: the fused
-pass counts below the band and gathers the candidates, the fallbacks count), then one pass per
-chunk clears ``key < cut`` and the tied units up to the cut's position. No mask-sized temporary:
-memory beyond the masks is the chunk buffers and the candidates.
+eligibility and the output, and the tensors given as ``zero`` (the weights) are multiplied by
+the new masks in the same passes. Two passes (``stream.py``): the first counts the eligible
+units below the band's ``lo`` and writes nothing; if fewer than ``k`` are, all of them are
+certainly pruned, so the second clears them in the masks and zeroes them in the weights chunk
+by chunk while the chunk is in cache, and gathers the band's candidates; the cut among those is
+resolved exactly and their few positions are cleared. A sample that misses costs passes, never
+exactness: ``lo`` too high, and the cut below it is found by counting (``cut.py``) before
+anything is written; a band too small or too big to gather, and the rest is selected among the
+units left. Masks known to be all ``True`` (``n_eligible`` equal to every unit, as counted
+eight bytes at a time when not given) are not read at all. No mask-sized temporary: memory
+beyond the masks is the chunk buffers and the candidates.
 
 Sharded (``sharding.py``): with a process group each rank passes its local pieces (FSDP2
 ``DTensor`` shards: ``Shard(0)`` on a 1-D mesh, uneven or empty) and their

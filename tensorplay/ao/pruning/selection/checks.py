@@ -10,7 +10,12 @@ from torch import Tensor
 from tensorplay.ao.pruning.selection.plan import chunk_size
 from tensorplay.ao.pruning.selection.threads import map_shares, own_threads
 
-__all__ = ["check_finite_scores", "count_eligible"]
+__all__ = ["check_finite_scores", "count_eligible", "count_true"]
+
+# Eight bytes of ``True``, read as one int64 word.
+_ALL_TRUE = int.from_bytes(bytes([1] * 8), "little")
+# Words summed per group: a byte lane of the sum then holds at most 255, so no carry crosses.
+_WORDS_PER_SUM = 255
 
 
 def count_eligible(eligible: Sequence[Tensor | None], sizes: Sequence[int]) -> int:
@@ -29,11 +34,15 @@ def count_eligible(eligible: Sequence[Tensor | None], sizes: Sequence[int]) -> i
         >>> count_eligible([torch.tensor([1.0, 0.0]), None], [2, 3])
         4
     """
+    # Bool masks are read eight bytes at a time (count_true): parts of 8 chunks.
     parts = [
         part
         for mask in eligible
         if mask is not None
-        for part in torch.split(mask.detach().reshape(-1), chunk_size(mask.device))
+        for part in torch.split(
+            mask.detach().reshape(-1),
+            chunk_size(mask.device) * (8 if mask.dtype == torch.bool else 1),
+        )
     ]
     whole = sum(size for mask, size in zip(eligible, sizes, strict=True) if mask is None)
     lengths = [part.numel() if part.device.type == "cpu" else 0 for part in parts]
@@ -42,17 +51,43 @@ def count_eligible(eligible: Sequence[Tensor | None], sizes: Sequence[int]) -> i
 
 def _count_ones(parts: list[Tensor]) -> int:
     """The number of units equal to ``1`` in ``parts`` (chunk-sized, flat)."""
-    size = max((part.numel() for part in parts), default=0)
+    size = max((part.numel() for part in parts if part.dtype != torch.bool), default=0)
     buffers: dict[torch.device, Tensor] = {}
-    counts = []
+    counts: list[Tensor | int] = []
     for part in parts:
+        if part.dtype == torch.bool:  # no float copy of a bool mask: count its set bytes
+            counts.append(count_true(part))
+            continue
         if part.device not in buffers:
             buffers[part.device] = torch.empty(size, dtype=torch.float32, device=part.device)
-        if part.dtype == torch.bool:  # no float copy of a bool mask: count its set bytes
-            counts.append(torch.count_nonzero(part))
-            continue
         counts.append(torch.eq(part, 1, out=buffers[part.device][: part.numel()]).sum())
     return sum(round(float(count)) for count in counts)
+
+
+def count_true(mask: Tensor) -> int:
+    """The number of ``True`` units of a flat contiguous bool tensor.
+
+    Read eight bytes at a time as int64 words (``count_nonzero`` of a bool tensor is several
+    times slower): all ``True`` if every word is eight ``True`` bytes (one ``aminmax``), else
+    the words are summed in groups of 255, whose byte lanes then hold their counts exactly.
+
+    Example:
+        >>> count_true(torch.tensor([True, False] * 300 + [True] * 7))
+        307
+    """
+    start = (-mask.storage_offset()) % 8
+    stop = start + (mask.numel() - start) // 8 * 8
+    if stop <= start:
+        return int(torch.count_nonzero(mask))
+    edges = int(torch.count_nonzero(mask[:start])) + int(torch.count_nonzero(mask[stop:]))
+    words = mask[start:stop].view(torch.int64)
+    low, high = torch.aminmax(words)
+    if int(low) == int(high) == _ALL_TRUE:
+        return edges + words.numel() * 8
+    grouped = words.numel() - words.numel() % _WORDS_PER_SUM
+    lanes = words[:grouped].view(-1, _WORDS_PER_SUM).sum(1)
+    rest = int(torch.count_nonzero(words[grouped:].view(torch.bool)))
+    return edges + int(lanes.view(torch.uint8).sum()) + rest
 
 
 def check_finite_scores(

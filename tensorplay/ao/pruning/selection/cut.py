@@ -27,9 +27,19 @@ from tensorplay.ao.pruning.selection.plan import Chunk, Selection
 from tensorplay.ao.pruning.selection.refine import bounds_after, narrow, split_points
 from tensorplay.ao.pruning.selection.sample import guess_band
 from tensorplay.ao.pruning.selection.sharding import Collectives
+from tensorplay.ao.pruning.selection.stream import zero_chunk
 from tensorplay.ao.pruning.selection.threads import run_chunks
 
-__all__ = ["count_cut", "find_cut", "local_stops", "lowest", "resolve", "tie_cut", "write_cut"]
+__all__ = [
+    "count_cut",
+    "cut_between",
+    "find_cut",
+    "local_stops",
+    "lowest",
+    "resolve",
+    "tie_cut",
+    "write_cut",
+]
 
 
 def bases(selection: Selection) -> list[int]:
@@ -59,16 +69,37 @@ def find_cut(selection: Selection, k: int, n_eligible: int) -> tuple[float, int]
     else:
         lo, hi = guess_band(selection, k, n_eligible)
     if lo == hi:  # the sample says the k-th key is heavily tied: pin it down by counting
-        low, high, below, inside = narrow(selection, k, 0.0, math.inf, check=True)
-    else:
-        band = fused_pass(selection, lo, hi, None, check=True)
-        below, size, overflow = selection.comm.sum([band.below, band.size, band.overflow])
-        if not overflow and below < k <= below + size:
-            return resolve(selection, band, k - below, lo, next_up(hi, dtype))
-        low, high = bounds_after(Band(below, overflow=bool(overflow)), k, lo, hi, dtype)
-        low, high, below, inside = narrow(selection, k, low, high)
+        return cut_between(selection, k, 0.0, math.inf, check=True)
+    band = fused_pass(selection, lo, hi, None, check=True)
+    below, size, overflow = selection.comm.sum([band.below, band.size, band.overflow])
+    if not overflow and below < k <= below + size:
+        return resolve(selection, band, k - below, lo, next_up(hi, dtype))
+    low, high = bounds_after(Band(below, overflow=bool(overflow)), k, lo, hi, dtype)
+    return cut_between(selection, k, low, high)
+
+
+def cut_between(
+    selection: Selection, k: int, low: float, high: float, *, check: bool = False
+) -> tuple[float, int]:
+    """The cut of the ``k`` eligible units of lowest key, known to lie in ``[low, high)``.
+
+    Counting passes narrow the interval (:func:`~.refine.narrow`), then one pass gathers it,
+    or a tie pass finds the position in a heavily tied key.
+
+    Args:
+        selection: the selection.
+        k: how many eligible units to prune.
+        low: a key with fewer than ``k`` eligible keys below it.
+        high: a key with at least ``k`` eligible keys below it.
+        check: whether the first pass checks that every eligible score is finite.
+
+    Returns:
+        ``(value, order)``.
+    """
+    low, high, below, inside = narrow(selection, k, low, high, check=check)
     if inside > selection.cap:
         return tie_cut(selection, k - below, low)
+    dtype = selection.keys.dtype
     band = fused_pass(selection, low, next_down(high, dtype), None, check=False, bounded=False)
     return resolve(selection, band, k - below, low, high)
 
@@ -245,16 +276,23 @@ def local_stops(selection: Selection, order: int) -> list[int]:
 
 
 def write_cut(
-    selection: Selection, values: list[float], stops: list[int], outs: list[Tensor]
+    selection: Selection,
+    values: list[float],
+    stops: list[int],
+    outs: list[Tensor],
+    zero: list[Tensor | None] | None = None,
 ) -> None:
     """Clear in ``outs`` (the flat bool keep masks) the eligible units of each source ``i``
     with a key below ``values[i]``, or equal to it at a local flat index below ``stops[i]``.
 
     Args:
-        selection: the selection; its eligibility is ``outs`` themselves.
+        selection: the selection; its eligibility is ``outs`` themselves (or every unit, where
+            a source's eligibility is ``None``).
         values: per source, the cut's key (``-inf``: nothing pruned).
         stops: per source, where the pruned ties end.
         outs: the flat keep masks, updated in place.
+        zero: per source, a flat tensor multiplied by its new keep mask in the same pass, or
+            ``None``.
     """
 
     def work(worker: Worker, chunks: list[Chunk]) -> None:
@@ -270,8 +308,12 @@ def write_cut(
                 tied = min(max(stops[i] - start, 0), b - a)
                 if tied:
                     torch.gt(key[a : a + tied], value, out=keep[a : a + tied])
-            keep.mul_(worker.eligible_flags(chunk, worker.scratch(key.device)[: key.numel()]))
+            if any(selection.eligible[i] is not None for i, _, _ in chunk):
+                scratch = worker.scratch(key.device)[: key.numel()]
+                keep.mul_(worker.eligible_flags(chunk, scratch))
             worker.write(chunk, keep, outs)
+            if zero is not None:
+                zero_chunk(chunk, keep, zero)
 
     run_chunks(selection, work)
 

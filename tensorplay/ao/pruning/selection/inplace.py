@@ -18,14 +18,20 @@ from torch import Tensor
 from tensorplay.ao.pruning.selection.capped import SubsetKeys, settle_caps
 from tensorplay.ao.pruning.selection.checks import count_eligible
 from tensorplay.ao.pruning.selection.cut import (
+    bases,
     check_pass,
     count_cut,
+    cut_between,
     find_cut,
     local_stops,
+    resolve,
     write_cut,
 )
+from tensorplay.ao.pruning.selection.floats import next_up
 from tensorplay.ao.pruning.selection.keys import KeySpec
+from tensorplay.ao.pruning.selection.passes import Band
 from tensorplay.ao.pruning.selection.plan import Selection
+from tensorplay.ao.pruning.selection.sample import guess_band
 from tensorplay.ao.pruning.selection.sharding import (
     Collectives,
     ProcessGroup,
@@ -35,6 +41,7 @@ from tensorplay.ao.pruning.selection.sharding import (
     mesh_group,
     shard_layout,
 )
+from tensorplay.ao.pruning.selection.stream import clear_candidates, count_under, write_band
 from tensorplay.ao.pruning.selection.threads import own_threads, run_on_own_thread
 
 __all__ = ["clear_lowest", "clear_lowest_capped"]
@@ -53,6 +60,7 @@ def clear_lowest(
     shards: Sequence[ShardLayout] | None = None,
     group: ProcessGroup | None = None,
     n_eligible: int | None = None,
+    zero: Sequence[Tensor | None] | None = None,
 ) -> SelectionCost:
     """Set to ``False`` the ``k`` units of lowest key among those whose ``keep`` is ``True``.
 
@@ -73,7 +81,13 @@ def clear_lowest(
             :func:`~.sharding.shard_layout`).
         group: the process group the sources are sharded over; ``None``: the group of the
             ``DTensor`` scores' device mesh, if any, else one process.
-        n_eligible: the eligible units over all ranks, if the caller has counted them.
+        n_eligible: the eligible units over all ranks, if the caller has counted them; if
+            that is every unit of the sources, the masks are known to be all ``True`` and are
+            not read.
+        zero: per source, a tensor of its scores' shape (or ``None``), multiplied in place by
+            the source's final keep mask in the same passes (the weights, zeroed where
+            pruned: the same values as ``tensor.mul_(mask)`` after the call, without the pass
+            over the tensors that costs).
 
     Returns:
         What the call cost: bytes received by collectives, their number, passes over the units.
@@ -92,6 +106,7 @@ def clear_lowest(
         (tensor([ True, False, False]), tensor([[False,  True]]), 0)
     """
     selection = _selection(scores, keep, keys, labels, shards, group)
+    targets, late = _zero_targets(selection, zero)
     if n_eligible is None:
         n_eligible = _count_eligible(selection)
     if not 0 <= k <= n_eligible:
@@ -100,12 +115,23 @@ def clear_lowest(
         )
     selection.threads = own_threads(selection.cpu_units)
     flat = [e for e in selection.eligible if e is not None]
-    run_on_own_thread(selection.threads, lambda: _clear(selection, k, n_eligible, flat))
+    if n_eligible == selection.units:  # every mask is all True: no need to read them
+        selection.eligible = [None] * len(flat)
+    run_on_own_thread(selection.threads, lambda: _clear(selection, k, n_eligible, flat, targets))
+    _zero_late(late, flat)
     return _cost(selection)
 
 
-def _clear(selection: Selection, k: int, n_eligible: int, flat: list[Tensor]) -> None:
-    """Clear the ``k`` lowest eligible units of ``selection`` in its masks ``flat``."""
+def _clear(
+    selection: Selection,
+    k: int,
+    n_eligible: int,
+    flat: list[Tensor],
+    zero: list[Tensor | None],
+    by_band: bool = True,
+) -> None:
+    """Clear the ``k`` lowest eligible units of ``selection`` in its masks ``flat`` and zero
+    them in ``zero`` (first by the two-pass band selection if ``by_band``)."""
     n = len(flat)
     if k in (0, n_eligible):  # nothing, or every eligible unit: no cut to find
         check_pass(selection)
@@ -113,9 +139,101 @@ def _clear(selection: Selection, k: int, n_eligible: int, flat: list[Tensor]) ->
             for mask in flat:
                 mask.fill_(False)
             selection.passes += 1
+        _zero_late([(t, i) for i, t in enumerate(zero) if t is not None], flat)
+        return
+    if (
+        by_band
+        and n_eligible > selection.cap
+        and _clear_by_band(selection, k, n_eligible, flat, zero)
+    ):
         return
     value, order = find_cut(selection, k, n_eligible)
-    write_cut(selection, [value] * n, local_stops(selection, order), flat)
+    write_cut(selection, [value] * n, local_stops(selection, order), flat, zero)
+
+
+def _clear_by_band(
+    selection: Selection,
+    k: int,
+    n_eligible: int,
+    flat: list[Tensor],
+    zero: list[Tensor | None],
+) -> bool:
+    """The two-pass selection of :mod:`~.stream` from the sampled band; ``False`` if the
+    band is one tied key (nothing done then).
+
+    If the sample put ``lo`` too high, the cut below it is found by counting and written; if
+    the band held too few candidates or too many to gather, what is certain is cleared and
+    the rest is selected among the units left.
+    """
+    dtype = selection.keys.dtype
+    lo, hi = guess_band(selection, k, n_eligible)
+    if not lo < hi:
+        return False
+    comm = selection.comm
+    below = comm.sum([count_under(selection, lo, check=True)])[0]
+    if below >= k:  # the sample put lo too high: nothing written yet
+        value, order = cut_between(selection, k, 0.0, lo)
+        write_cut(selection, [value] * len(flat), local_stops(selection, order), flat, zero)
+        return True
+    band = write_band(selection, lo, hi, flat, zero)
+    size, overflow = comm.sum([band.size, band.overflow])
+    wanted = k - below
+    orders = _orders(selection, band)
+    if not overflow and wanted <= size:
+        cut = resolve(selection, band, wanted, lo, next_up(hi, dtype))
+        clear_candidates(band, orders, cut, flat, zero)
+        return True
+    if not overflow:  # all of the band goes, and more
+        clear_candidates(band, orders, (math.inf, 0), flat, zero)
+        wanted -= size
+    selection.eligible = list(flat)  # the masks now say which units are left
+    _clear(selection, wanted, n_eligible - (k - wanted), flat, zero, by_band=False)
+    return True
+
+
+def _orders(selection: Selection, band: Band) -> list[Tensor]:
+    """Per piece of the band, its candidates' global positions in the tie-rule order."""
+    start = bases(selection)
+    return [
+        positions + (start[i] + selection.layouts[i].offset)
+        for i, positions in zip(band.sources, band.positions, strict=True)
+    ]
+
+
+def _zero_targets(
+    selection: Selection, zero: Sequence[Tensor | None] | None
+) -> tuple[list[Tensor | None], list[tuple[Tensor, int]]]:
+    """Flat views of the local tensors to zero along the passes, and those that cannot be
+    (not contiguous: zeroed by one multiply at the end) with their source index."""
+    n = len(selection.sizes)
+    if zero is None:
+        return [None] * n, []
+    if len(zero) != n:
+        raise ValueError(
+            f"Expected one tensor (or None) to zero per source ({n}), but got {len(zero)}."
+        )
+    targets: list[Tensor | None] = []
+    late: list[tuple[Tensor, int]] = []
+    for i, (tensor, score, name) in enumerate(
+        zip(zero, selection.scores, selection.labels, strict=True)
+    ):
+        local = None if tensor is None else local_part(tensor).detach()
+        if local is not None and local.numel() != score.numel():
+            raise ValueError(
+                f"Expected the tensor to zero of {name} to have {score.numel()} local units, "
+                f"but got a tensor of shape {tuple(local.shape)}."
+            )
+        if local is not None and not local.is_contiguous():
+            late.append((local, i))
+            local = None
+        targets.append(None if local is None else local.view(-1))
+    return targets, late
+
+
+def _zero_late(late: list[tuple[Tensor, int]], flat: list[Tensor]) -> None:
+    """Multiply each tensor by its source's keep mask (one pass each)."""
+    for tensor, i in late:
+        tensor.mul_(flat[i].view(tensor.shape))
 
 
 def clear_lowest_capped(
@@ -128,6 +246,7 @@ def clear_lowest_capped(
     labels: Sequence[str] | None = None,
     shards: Sequence[ShardLayout] | None = None,
     group: ProcessGroup | None = None,
+    zero: Sequence[Tensor | None] | None = None,
 ) -> SelectionCost:
     """:func:`clear_lowest` with at most ``caps[i]`` units cleared in source ``i``: the greedy
     result of :func:`~.capped.capped_keep_masks` (lowest key first, skipping sources at their
@@ -143,6 +262,8 @@ def clear_lowest_capped(
         shards: where each local piece sits in its full source.
         group: the process group the sources are sharded over (default as
             :func:`clear_lowest`).
+        zero: per source, a tensor multiplied in place by its final keep mask in the
+            writing pass, or ``None`` (as :func:`clear_lowest`).
 
     Returns:
         What the call cost.
@@ -165,6 +286,7 @@ def clear_lowest_capped(
         raise ValueError(
             f"Expected one cap per source ({len(whole.sizes)}), but got {len(caps)} caps."
         )
+    targets, late = _zero_targets(whole, zero)
     whole.threads = own_threads(whole.cpu_units)
 
     def select(sources: list[int], count: int) -> list[tuple[SourceCut, int]]:
@@ -194,9 +316,10 @@ def clear_lowest_capped(
         settled = settle_caps(select, k, caps, given=lambda result: result[1])
         cuts = [settled[i][0] if i in settled else (-math.inf, 0) for i in range(len(caps))]
         flat = [e for e in whole.eligible if e is not None]
-        write_cut(whole, [c[0] for c in cuts], [c[1] for c in cuts], flat)
+        write_cut(whole, [c[0] for c in cuts], [c[1] for c in cuts], flat, targets)
 
     run_on_own_thread(whole.threads, run)
+    _zero_late(late, [e for e in whole.eligible if e is not None])
     return _cost(whole)
 
 

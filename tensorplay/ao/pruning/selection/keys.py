@@ -81,7 +81,8 @@ class AbsKeys(KeySpec):
 
     def sample_keys(self, scores: Tensor, index: Tensor) -> Tensor:
         """``|scores[index]|`` in :attr:`dtype` (see :meth:`KeySpec.sample_keys`)."""
-        return scores[index].to(self.dtype).abs()
+        # index_select: a few times faster than advanced indexing for a scattered gather.
+        return scores.index_select(0, index).to(self.dtype).abs()
 
 
 class UniformKeys(KeySpec):
