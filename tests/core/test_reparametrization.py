@@ -81,3 +81,15 @@ def test_a_hook_without_its_buffer_is_named() -> None:
 )
 def test_count_zeros_is_exact(tensor: Tensor | None, zeros: int) -> None:
     assert count_zeros([tensor, torch.zeros(2)]) == [zeros, 2]
+
+
+@pytest.mark.parametrize("offset", [0, 1, 5])
+@pytest.mark.parametrize("size", [3, 8, 2047, 300_001])
+def test_count_zeros_of_bool_masks_counts_every_false(offset: int, size: int) -> None:
+    generator = torch.Generator().manual_seed(size + offset)
+    whole = torch.rand(size + offset, generator=generator) > 0.3
+    mask = whole[offset:]  # contiguous, not aligned to eight bytes
+    transposed = whole[: (size // 3) * 3].view(3, -1).t()  # not contiguous
+    expected = [int((~mask).sum()), int((~transposed).sum())]
+    assert count_zeros([mask, transposed]) == expected
+    assert count_zeros([torch.ones(size, dtype=torch.bool)]) == [0]

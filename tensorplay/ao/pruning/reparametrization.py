@@ -36,6 +36,8 @@ import torch
 import torch.nn.utils.prune as torch_prune
 from torch import Tensor, nn
 
+from tensorplay.ao.pruning.selection.checks import count_true
+
 __all__ = [
     "PrunedParts",
     "count_pruned",
@@ -215,7 +217,11 @@ def count_zeros(tensors: Sequence[Tensor | None]) -> list[int]:
     counts = [0] * len(tensors)
     by_device: dict[torch.device, list[tuple[int, Tensor]]] = {}
     for index, tensor in enumerate(tensors):
-        if tensor is not None and tensor.numel():
+        if tensor is None or not tensor.numel():
+            continue
+        if _is_cpu_bool(tensor):  # a lean mask: eight bytes at a time, no transfer to wait for
+            counts[index] = tensor.numel() - count_true(tensor.view(-1))
+        else:
             by_device.setdefault(tensor.device, []).append((index, tensor))
     with torch.no_grad():
         for entries in by_device.values():
@@ -237,6 +243,10 @@ def count_zeros(tensors: Sequence[Tensor | None]) -> list[int]:
 
 
 _INT_OF_SIZE = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _is_cpu_bool(tensor: Tensor) -> bool:
+    return tensor.dtype == torch.bool and tensor.device.type == "cpu" and tensor.is_contiguous()
 
 
 def _bits(tensor: Tensor) -> Tensor | None:
