@@ -24,7 +24,7 @@ from tensorplay.ao.pruning.selection import (
 )
 from tensorplay.ao.pruning.selection import inplace as inplace_module
 from tensorplay.ao.pruning.selection.checks import count_true
-from tensorplay.ao.pruning.selection.stream import nonzero_columns
+from tensorplay.ao.pruning.selection.passes import nonzero_columns
 from tests.core.selection.reference import small_constants
 from tests.core.selection.test_inplace import Problem, assert_same, problems
 

@@ -21,7 +21,17 @@ from tensorplay.ao.pruning.selection.checks import check_finite_scores
 from tensorplay.ao.pruning.selection.plan import Chunk, Selection, chunk_length
 from tensorplay.ao.pruning.selection.threads import run_chunks
 
-__all__ = ["Band", "clear_selected", "count_below", "fused_pass", "tied_pass"]
+__all__ = [
+    "Band",
+    "check_sums",
+    "clear_selected",
+    "count_below",
+    "fused_pass",
+    "gather_band",
+    "nonzero_columns",
+    "pieces",
+    "tied_pass",
+]
 
 
 @dataclass
@@ -70,7 +80,7 @@ def fused_pass(
     """Write ``key >= lo`` into ``outs``, count eligible keys below ``lo``, gather ``[lo, hi]``.
 
     Everything per element is a float compare, multiply or sum (vectorised); positions are
-    extracted only from the blocks of ``tuning.BLOCK`` units that hold a candidate.
+    extracted only from the columns (of ``tuning.ROWS`` rows) that hold a candidate.
 
     Args:
         selection: the selection.
@@ -93,7 +103,7 @@ def fused_pass(
             keep = _write_keep(worker, chunk, key, lo, outs)
             kept.add(keep.sum(dtype=torch.float32))
             if gather and not band.overflow:
-                _gather(worker, chunk, key, keep, hi, band, bounded)
+                gather_band(worker, chunk, key, keep, hi, band, bounded)
         # Units not eligible have the key inf, so all are kept: what is not kept is below lo.
         band.below = sum(chunk_length(c) for c in chunks) - sum(round(c) for c in kept.items())
         return band, sums
@@ -105,7 +115,7 @@ def fused_pass(
     if band.overflow:
         band.drop()
     if check:
-        _check_sums(selection, [sums for _, sums in results])
+        check_sums(selection, [sums for _, sums in results])
     return band
 
 
@@ -126,7 +136,7 @@ def _write_keep(
     return keep
 
 
-def _gather(
+def gather_band(
     worker: Worker,
     chunk: Chunk,
     key: Tensor,
@@ -135,15 +145,19 @@ def _gather(
     band: Band,
     bounded: bool,
 ) -> None:
-    """Add a chunk's candidates (kept, ``key <= hi``) to ``band``; if bounded, to a cap."""
+    """Add a chunk's candidates (``keep`` 1 and ``key <= hi``) to ``band``.
+
+    If ``bounded``, a worker past its share of the cap marks the band as overflowing and drops
+    its candidates: the caller then narrows the band, or selects among the units left.
+    """
     flags = worker.flags(key.device)[: key.numel()]
     torch.le(key, hi, out=flags)
     flags.mul_(keep)
-    index = nonzero_blocks(flags)
+    index = nonzero_columns(flags)
     if not index.numel():
         return
     band.size += index.numel()
-    if bounded and band.size > worker.cap:  # too many: the caller narrows the band first
+    if bounded and band.size > worker.cap:
         band.overflow = True
         band.drop()
         return
@@ -177,21 +191,32 @@ def pieces(chunk: Chunk, index: Tensor) -> list[tuple[int, Tensor, Tensor]]:
     return found
 
 
-def nonzero_blocks(flags: Tensor) -> Tensor:
-    """Flat indices of the non-zero entries of ``flags``, scanning only the non-zero blocks.
+def nonzero_columns(flags: Tensor) -> Tensor:
+    """Sorted flat indices of the non-zero entries of the flat float ``flags`` (few of them).
+
+    Viewed as ``tuning.ROWS`` rows, a column sum (vectorised, one read) finds the columns
+    holding one; only those are scanned. Row-major order of ``(row, column)`` is the flat order.
 
     Example:
-        >>> nonzero_blocks(torch.tensor([0.0] * 20 + [1.0, 0.0, 1.0]))
-        tensor([20, 22])
+        >>> nonzero_columns(torch.tensor([0.0] * 40 + [1.0, 0.0, 1.0]))
+        tensor([40, 42])
     """
-    block = tuning.BLOCK
-    size = flags.numel() - flags.numel() % block
-    blocks = torch.nonzero(flags[:size].view(-1, block).sum(1)).view(-1)
-    inner = torch.nonzero(flags[:size].view(-1, block)[blocks]).t()
-    index = blocks[inner[0]] * block + inner[1]
-    if size < flags.numel():
-        index = torch.cat([index, torch.nonzero(flags[size:]).view(-1) + size])
-    return index
+    n = flags.numel()
+    size = n - n % tuning.ROWS
+    width = size // tuning.ROWS
+    parts = []
+    if width:
+        grid = flags[:size].view(tuning.ROWS, width)
+        columns = torch.nonzero(grid.sum(0)).view(-1)
+        if columns.numel():
+            # index_select: several times faster than advanced indexing here.
+            rows, at = torch.nonzero(grid.index_select(1, columns)).unbind(1)
+            parts.append(rows.mul_(width).add_(columns.index_select(0, at)))
+    if size < n:
+        parts.append(torch.nonzero(flags[size:]).view(-1) + size)
+    if not parts:
+        return torch.empty(0, dtype=torch.int64, device=flags.device)
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 def count_below(selection: Selection, thresholds: list[float], *, check: bool) -> list[int]:
@@ -218,14 +243,14 @@ def count_below(selection: Selection, thresholds: list[float], *, check: bool) -
 
     results = run_chunks(selection, work)
     if check:
-        _check_sums(selection, [sums for _, sums in results])
+        check_sums(selection, [sums for _, sums in results])
     return [
         sum(round(c) for counts, _ in results for c in counts[j].items())
         for j in range(len(thresholds))
     ]
 
 
-def _check_sums(selection: Selection, sums: list[Sums]) -> None:
+def check_sums(selection: Selection, sums: list[Sums]) -> None:
     """Raise the exact check's error if a chunk sum is not finite (maybe a harmless overflow).
 
     Sharded, every rank raises if any does (one collective), so none waits for the others.

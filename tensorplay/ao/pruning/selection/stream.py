@@ -21,15 +21,11 @@ import torch
 from torch import Tensor
 
 from tensorplay.ao.pruning.selection.buffers import Sums, Worker
-from tensorplay.ao.pruning.selection.passes import Band, _check_sums, pieces
+from tensorplay.ao.pruning.selection.passes import Band, check_sums, gather_band
 from tensorplay.ao.pruning.selection.plan import Chunk, Selection
 from tensorplay.ao.pruning.selection.threads import run_chunks
 
-__all__ = ["clear_candidates", "count_under", "nonzero_columns", "write_band", "zero_chunk"]
-
-# Rows of the column prefilter of :func:`nonzero_columns`: a column (every ``n / ROWS``-th
-# unit) is scanned only if it holds a candidate. 16 measured fastest for bands of 0.05-1%.
-ROWS = 16
+__all__ = ["clear_candidates", "count_under", "write_band", "zero_chunk"]
 
 
 def _all_eligible(selection: Selection, chunk: Chunk) -> bool:
@@ -68,7 +64,7 @@ def count_under(selection: Selection, lo: float, *, check: bool) -> int:
 
     results = run_chunks(selection, work)
     if check:
-        _check_sums(selection, [sums for _, sums in results])
+        check_sums(selection, [sums for _, sums in results])
     return sum(round(total) for below, _ in results for total in below.items())
 
 
@@ -104,8 +100,7 @@ def write_band(
             if not _all_eligible(selection, chunk):
                 keep.mul_(worker.eligible_flags(chunk, flags))
             if not band.overflow:
-                torch.le(key, hi, out=flags)
-                _gather(worker, chunk, key, flags.mul_(keep), band)
+                gather_band(worker, chunk, key, keep, hi, band, bounded=True)
             worker.write(chunk, keep, outs)
             zero_chunk(chunk, keep, zero)
         return band
@@ -126,50 +121,6 @@ def zero_chunk(chunk: Chunk, keep: Tensor, zero: list[Tensor | None]) -> None:
         if target is not None:
             target[start:stop].mul_(keep[offset : offset + stop - start])
         offset += stop - start
-
-
-def _gather(worker: Worker, chunk: Chunk, key: Tensor, flags: Tensor, band: Band) -> None:
-    """Add a chunk's candidates (``flags`` 1) to ``band``, up to the worker's share of the cap."""
-    index = nonzero_columns(flags)
-    if not index.numel():
-        return
-    band.size += index.numel()
-    if band.size > worker.cap:  # too many: the caller selects among the units left instead
-        band.overflow = True
-        band.drop()
-        return
-    for source, at, positions in pieces(chunk, index):
-        band.values.append(key[at])
-        band.sources.append(source)
-        band.positions.append(positions)
-
-
-def nonzero_columns(flags: Tensor) -> Tensor:
-    """Sorted flat indices of the non-zero entries of the flat float ``flags`` (few of them).
-
-    Viewed as ``ROWS`` rows, a column sum (vectorised, one read) finds the columns holding one;
-    only those are scanned. Row-major order of ``(row, column)`` is the flat order.
-
-    Example:
-        >>> nonzero_columns(torch.tensor([0.0] * 40 + [1.0, 0.0, 1.0]))
-        tensor([40, 42])
-    """
-    n = flags.numel()
-    size = n - n % ROWS
-    width = size // ROWS
-    parts = []
-    if width:
-        grid = flags[:size].view(ROWS, width)
-        columns = torch.nonzero(grid.sum(0)).view(-1)
-        if columns.numel():
-            # index_select: several times faster than advanced indexing here.
-            rows, at = torch.nonzero(grid.index_select(1, columns)).unbind(1)
-            parts.append(rows.mul_(width).add_(columns.index_select(0, at)))
-    if size < n:
-        parts.append(torch.nonzero(flags[size:]).view(-1) + size)
-    if not parts:
-        return torch.empty(0, dtype=torch.int64, device=flags.device)
-    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 def clear_candidates(
