@@ -34,7 +34,7 @@ differs where torch is fragile:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,7 +64,15 @@ from tensorplay.ao.pruning.selection import (
     settle_caps,
 )
 
-__all__ = ["global_unstructured", "prune_globally", "reads_buffer", "share_mask"]
+__all__ = [
+    "concatenated_masks",
+    "global_unstructured",
+    "has_streaming_keys",
+    "prune_globally",
+    "reads_buffer",
+    "share_mask",
+    "streaming_keys",
+]
 
 _RELEASED = torch.empty(0)
 # The methods whose order the streaming selection reproduces. Taken at import, so a method
@@ -322,11 +330,41 @@ def _select(targets: list[_Target], method: BasePruningMethod) -> tuple[list[Ten
 
 def _keys(targets: list[_Target], method: BasePruningMethod) -> KeySpec | None:
     """The keys the streaming selection orders units by, or None for other methods."""
-    compute_mask = type(method).compute_mask
+    return streaming_keys(type(method), [t.scores.dtype for t in targets])
+
+
+def has_streaming_keys(method: type[BasePruningMethod]) -> bool:
+    """Whether the streaming selection orders ``method``'s units (L1 and random unstructured,
+    as taken at import), rather than the method's own ``compute_mask``.
+
+    Example:
+        >>> from tensorplay.ao.pruning import L1Unstructured, LnStructured
+        >>> has_streaming_keys(L1Unstructured), has_streaming_keys(LnStructured)
+        (True, False)
+    """
+    return method.compute_mask in (_L1_COMPUTE_MASK, _RANDOM_COMPUTE_MASK)
+
+
+def streaming_keys(
+    method: type[BasePruningMethod], dtypes: Sequence[torch.dtype]
+) -> KeySpec | None:
+    """The keys the streaming selection orders ``method``'s units by, for scores of ``dtypes``;
+    ``None`` where the method's own ``compute_mask`` decides (see :func:`has_streaming_keys`).
+
+    A random method draws its seed once from the global RNG here, so ``torch.manual_seed``
+    makes the masks reproducible.
+
+    Example:
+        >>> from tensorplay.ao.pruning import L1Unstructured, LnStructured
+        >>> streaming_keys(L1Unstructured, [torch.bfloat16]).dtype
+        torch.float32
+        >>> streaming_keys(LnStructured, [torch.float32]) is None
+        True
+    """
+    compute_mask = method.compute_mask
     if compute_mask is _L1_COMPUTE_MASK:
-        return AbsKeys(_key_dtype([t.scores.dtype for t in targets]))
+        return AbsKeys(_key_dtype(list(dtypes)))
     if compute_mask is _RANDOM_COMPUTE_MASK:
-        # One draw from the global RNG, so torch.manual_seed makes the masks reproducible.
         return UniformKeys(int(torch.randint(0, 2**62, (1,)).item()))
     return None
 
@@ -389,29 +427,71 @@ def _key_dtype(dtypes: list[torch.dtype]) -> torch.dtype:
 
 
 def _select_by_method(targets: list[_Target], method: BasePruningMethod) -> list[Tensor]:
-    """The reference path (user-defined methods): concatenate, as torch does, and slice."""
-    check_finite_scores(
-        [t.scores for t in targets], [t.mask for t in targets], [t.label for t in targets]
+    """The reference path (user-defined methods), each target's new mask in its own shape,
+    device and dtype."""
+    parts = concatenated_masks(
+        method,
+        [t.scores for t in targets],
+        [t.mask for t in targets],
+        [t.label for t in targets],
+        targets[0].param.device,
     )
-    scores = torch.cat([t.scores.detach().reshape(-1).to(targets[0].param.device) for t in targets])
-    default_mask = torch.cat(
-        [
-            (torch.ones_like(t.param) if t.mask is None else t.mask)
-            .detach()
-            .reshape(-1)
-            .to(device=scores.device, dtype=scores.dtype)
-            for t in targets
-        ]
-    )
-    method._tensor_name = "global"
-    final = PruningContainer(method).compute_mask(scores, default_mask)
     masks = []
-    for target, part in zip(
-        targets, torch.split(final, [t.param.numel() for t in targets]), strict=True
-    ):
+    for target, part in zip(targets, parts, strict=True):
         mask = part.reshape(target.param.shape).to(target.param.device, target.param.dtype)
         masks.append(mask.clone(memory_format=torch.contiguous_format))
     return masks
+
+
+def concatenated_masks(
+    method: BasePruningMethod,
+    scores: Sequence[Tensor],
+    masks: Sequence[Tensor | None],
+    labels: Sequence[str],
+    device: torch.device,
+) -> list[Tensor]:
+    """The reference path for methods the streaming selection does not reproduce: concatenate
+    the scores on ``device``, as torch does, apply ``method`` over them with the earlier masks
+    (``None``: all ones), and split the result.
+
+    Args:
+        method: the method instance (its ``amount`` counts across all sources).
+        scores: per source, its scores.
+        masks: per source, its earlier mask or ``None``.
+        labels: per source, its name for errors.
+        device: where the scores are concatenated.
+
+    Returns:
+        Per source, its new mask, flat, in the scores' dtype, on ``device``.
+
+    Raises:
+        ValueError: an eligible score is NaN or infinite (the message names the source).
+
+    Example:
+        >>> from tensorplay.ao.pruning import L1Unstructured
+        >>> parts = concatenated_masks(
+        ...     L1Unstructured(amount=2),
+        ...     [torch.tensor([0.5, -0.1]), torch.tensor([0.2])],
+        ...     [None, None],
+        ...     ["a", "b"],
+        ...     torch.device("cpu"),
+        ... )
+        >>> [part.tolist() for part in parts]
+        [[1.0, 0.0], [0.0]]
+    """
+    check_finite_scores(list(scores), list(masks), list(labels))
+    flat = torch.cat([s.detach().reshape(-1).to(device) for s in scores])
+    default_mask = torch.cat(
+        [
+            torch.ones(s.numel(), device=device, dtype=flat.dtype)
+            if m is None
+            else m.detach().reshape(-1).to(device=device, dtype=flat.dtype)
+            for s, m in zip(scores, masks, strict=True)
+        ]
+    )
+    method._tensor_name = "global"
+    final = PruningContainer(method).compute_mask(flat, default_mask)
+    return list(torch.split(final, [s.numel() for s in scores]))
 
 
 def _apply(

@@ -46,17 +46,11 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 from torch.utils.hooks import RemovableHandle
 
-from tensorplay.ao.pruning.base import BasePruningMethod, PruningContainer
-from tensorplay.ao.pruning.global_pruning import (
-    _L1_COMPUTE_MASK,
-    _RANDOM_COMPUTE_MASK,
-    _key_dtype,
-)
+from tensorplay.ao.pruning.base import BasePruningMethod
+from tensorplay.ao.pruning.global_pruning import concatenated_masks, streaming_keys
 from tensorplay.ao.pruning.selection import (
-    AbsKeys,
     KeySpec,
     UniformKeys,
-    check_finite_scores,
     clear_lowest,
     clear_lowest_capped,
     local_part,
@@ -69,7 +63,6 @@ __all__ = [
     "OptimizerAttachment",
     "OptimizerHooks",
     "apply_masks",
-    "has_streaming_keys",
     "install_mask",
     "is_lean_tensor",
     "keeps_zeros",
@@ -522,30 +515,15 @@ def select_in_place(
         apply_masks(zero, keep)
 
 
-def has_streaming_keys(method: type[BasePruningMethod]) -> bool:
-    """Whether ``method``'s units are selected by the streaming selection (L1 and random
-    unstructured: what a sharded selection needs), not by its own ``compute_mask``.
-
-    Example:
-        >>> from tensorplay.ao.pruning import L1Unstructured, LnStructured
-        >>> has_streaming_keys(L1Unstructured), has_streaming_keys(LnStructured)
-        (True, False)
-    """
-    return method.compute_mask in (_L1_COMPUTE_MASK, _RANDOM_COMPUTE_MASK)
-
-
 def _keys(
     method: type[BasePruningMethod], dtypes: list[torch.dtype], group: Any = None
 ) -> KeySpec | None:
-    """The keys of ``global_unstructured``'s streaming selection for ``method`` (the same draw
-    from the global RNG for random methods; rank zero's draw on every rank of ``group``), or
-    None for other methods."""
-    compute_mask = method.compute_mask
-    if compute_mask is _L1_COMPUTE_MASK:
-        return AbsKeys(_key_dtype(dtypes))
-    if compute_mask is _RANDOM_COMPUTE_MASK:
-        return UniformKeys(shared_seed(int(torch.randint(0, 2**62, (1,)).item()), group))
-    return None
+    """``global_unstructured``'s keys for ``method`` (``streaming_keys``), with rank zero's
+    random draw on every rank of ``group``."""
+    keys = streaming_keys(method, dtypes)
+    if isinstance(keys, UniformKeys):
+        return UniformKeys(shared_seed(keys.seed, group))
+    return keys
 
 
 def _clear_by_method(
@@ -555,14 +533,8 @@ def _clear_by_method(
     keep: Sequence[Tensor],
     labels: Sequence[str],
 ) -> None:
-    """The reference path: concatenate, apply the method's ``compute_mask``, AND the result in."""
-    check_finite_scores(list(scores), list(keep), list(labels))
-    device = keep[0].device
-    flat = torch.cat([s.detach().reshape(-1).to(device) for s in scores])
-    default = torch.cat([k.reshape(-1).to(device=device, dtype=flat.dtype) for k in keep])
+    """The reference path: the method's ``compute_mask`` over the concatenated scores, ANDed in."""
     instance = method(amount=count)  # type: ignore[call-arg]
-    instance._tensor_name = "global"
-    final = PruningContainer(instance).compute_mask(flat, default)
-    parts = torch.split(final, [k.numel() for k in keep])
+    parts = concatenated_masks(instance, scores, keep, labels, keep[0].device)
     for mask, part in zip(keep, parts, strict=True):
         mask.logical_and_(part.reshape(mask.shape).to(mask.device) != 0)

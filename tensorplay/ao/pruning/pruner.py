@@ -48,12 +48,16 @@ from tensorplay.ao.pruning.config import (
     check_int,
     counts_itself,
 )
-from tensorplay.ao.pruning.global_pruning import global_unstructured, prune_globally, share_mask
+from tensorplay.ao.pruning.global_pruning import (
+    global_unstructured,
+    has_streaming_keys,
+    prune_globally,
+    share_mask,
+)
 from tensorplay.ao.pruning.inplace import (
     OptimizerAttachment,
     OptimizerHooks,
     apply_masks,
-    has_streaming_keys,
     install_mask,
     is_lean_tensor,
     lean_mask,
