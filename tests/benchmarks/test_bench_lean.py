@@ -3,30 +3,16 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-
-
-def _run(script: str, *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, str(BENCHMARKS / script), *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout
+from tests.benchmarks.scripts import run_script
 
 
 @pytest.mark.slow
 def test_lean_selection_benchmark_compares_three_modes(tmp_path: Path) -> None:
-    out = _run("bench_lean_selection.py", "--sizes", "1M", "--out", str(tmp_path))
+    out = run_script("bench_lean_selection.py", "--sizes", "1M", "--out", str(tmp_path))
     results = json.loads((tmp_path / "lean_selection.json").read_text())
     assert [(row["size"], row["call"]) for row in results["rows"]] == [
         ("1M", "first"),
@@ -43,7 +29,7 @@ def test_lean_selection_benchmark_compares_three_modes(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_sharded_selection_benchmark_matches_one_process(tmp_path: Path) -> None:
-    _run(
+    run_script(
         "bench_sharded_selection.py",
         *("--size", "50K", "--sources", "3", "--processes", "1,2", "--out", str(tmp_path)),
     )
@@ -64,7 +50,7 @@ def test_sharded_selection_benchmark_matches_one_process(tmp_path: Path) -> None
 
 @pytest.mark.slow
 def test_training_overhead_benchmark_measures_every_way(tmp_path: Path) -> None:
-    _run(
+    run_script(
         "bench_training_overhead.py",
         *("--width", "32", "--batches", "4,8", "--rounds", "2", "--steps", "1"),
         *("--warmup", "1", "--threads", "1", "--out", str(tmp_path)),

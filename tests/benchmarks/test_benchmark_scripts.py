@@ -3,30 +3,16 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-
-
-def _run(script: str, *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, str(BENCHMARKS / script), *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout
+from tests.benchmarks.scripts import run_script
 
 
 @pytest.mark.slow
 def test_global_unstructured_benchmark_compares_with_torch(tmp_path: Path) -> None:
-    out = _run(
+    out = run_script(
         "bench_global_unstructured.py",
         *("--sizes", "1M", "--repeats", "1", "--no-billion", "--no-layouts"),
         *("--out", str(tmp_path)),
@@ -45,7 +31,9 @@ def test_global_unstructured_benchmark_compares_with_torch(tmp_path: Path) -> No
 
 @pytest.mark.slow
 def test_callback_overhead_benchmark_compares_with_model_pruning(tmp_path: Path) -> None:
-    _run("bench_callback_overhead.py", "--width", "32", "--repeats", "1", "--out", str(tmp_path))
+    run_script(
+        "bench_callback_overhead.py", "--width", "32", "--repeats", "1", "--out", str(tmp_path)
+    )
     results = json.loads((tmp_path / "callback_overhead.json").read_text())
     variants = results["variants"]
     assert set(variants) == {"dense", "tensorplay", "lightning"}
