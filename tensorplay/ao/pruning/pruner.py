@@ -64,9 +64,9 @@ from tensorplay.ao.pruning.inplace import (
     local_tensor,
     mask_like,
     remove_mask,
-    select_in_place,
 )
 from tensorplay.ao.pruning.inplace import mask_gradients as mask_grads
+from tensorplay.ao.pruning.method_selection import select_in_place
 from tensorplay.ao.pruning.methods import remove
 from tensorplay.ao.pruning.reparametrization import (
     is_pruned_tensor,
