@@ -27,7 +27,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
 from tensorplay.ao.pruning.config import Masking, PrunerConfig, Rewind, Scope
-from tensorplay.ao.pruning.inplace import OptimizerAttachment
+from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerAttachment
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.stats import SparsityReport

@@ -50,7 +50,7 @@ import torch
 from torch import Tensor
 
 from tensorplay.ao.pruning.checkpoint import pruned_names
-from tensorplay.ao.pruning.inplace import lean_names
+from tensorplay.ao.pruning.masking.lean_masks import lean_names
 from tensorplay.ao.pruning.serialization import share_storage
 from tensorplay.ao.pruning.stats import SparsityReport, TensorSparsity
 

@@ -14,9 +14,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import Tensor, nn
 
-from tensorplay.ao.pruning import inplace
 from tensorplay.ao.pruning.base import BasePruningMethod
 from tensorplay.ao.pruning.checkpoint import restore_pruning
+from tensorplay.ao.pruning.masking import optimizer_hooks
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import CubicSchedule, LinearSchedule, OneShotSchedule
 from tensorplay.ao.pruning.serialization import permanent_state_dict
@@ -223,8 +223,10 @@ def test_pruned_weights_stay_exactly_zero(
     optimizer = make_optimizer(model.parameters())
     pruner.attach(optimizer)
     passes = []
-    original = inplace.apply_masks
-    monkeypatch.setattr(inplace, "apply_masks", lambda *a: (passes.append(1), original(*a))[1])
+    original = optimizer_hooks.apply_masks
+    monkeypatch.setattr(
+        optimizer_hooks, "apply_masks", lambda *a: (passes.append(1), original(*a))[1]
+    )
     for step in range(40):
         optimizer.zero_grad()
         loss_of(model, step).backward()
@@ -232,7 +234,7 @@ def test_pruned_weights_stay_exactly_zero(
         pruner.step()
         assert pruned_are_zero(model), step
     assert pruner.sparsity() == pytest.approx(0.7, abs=0.01)
-    assert inplace.keeps_zeros(optimizer) is proven
+    assert optimizer_hooks.keeps_zeros(optimizer) is proven
     # Proven optimizers need no weight pass after their steps; the others one per step.
     assert len(passes) == (0 if proven else 40)
 

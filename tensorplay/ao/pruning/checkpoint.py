@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from tensorplay.ao.pruning.aliases import TiedParameter, alias_map
 from tensorplay.ao.pruning.global_pruning import share_mask
-from tensorplay.ao.pruning.inplace import install_mask, lean_mask, lean_names, mask_like
+from tensorplay.ao.pruning.masking.lean_masks import install_mask, lean_mask, lean_names, mask_like
 from tensorplay.ao.pruning.reparametrization import is_pruned_tensor, parameter_of
 from tensorplay.ao.pruning.targets import owner
 

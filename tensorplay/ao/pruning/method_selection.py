@@ -15,7 +15,7 @@ from torch import Tensor
 
 from tensorplay.ao.pruning.base import BasePruningMethod
 from tensorplay.ao.pruning.global_pruning import concatenated_masks, streaming_keys
-from tensorplay.ao.pruning.inplace import apply_masks
+from tensorplay.ao.pruning.masking.lean_masks import apply_masks
 from tensorplay.ao.pruning.selection import (
     KeySpec,
     UniformKeys,

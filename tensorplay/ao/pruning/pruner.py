@@ -54,9 +54,7 @@ from tensorplay.ao.pruning.global_pruning import (
     prune_globally,
     share_mask,
 )
-from tensorplay.ao.pruning.inplace import (
-    OptimizerAttachment,
-    OptimizerHooks,
+from tensorplay.ao.pruning.masking.lean_masks import (
     apply_masks,
     install_mask,
     is_lean_tensor,
@@ -65,7 +63,8 @@ from tensorplay.ao.pruning.inplace import (
     mask_like,
     remove_mask,
 )
-from tensorplay.ao.pruning.inplace import mask_gradients as mask_grads
+from tensorplay.ao.pruning.masking.lean_masks import mask_gradients as mask_grads
+from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerAttachment, OptimizerHooks
 from tensorplay.ao.pruning.method_selection import select_in_place
 from tensorplay.ao.pruning.methods import remove
 from tensorplay.ao.pruning.reparametrization import (
@@ -185,7 +184,7 @@ class Pruner:
         masking: ``"reparametrize"`` (torch's ``<name>_orig``/float ``<name>_mask``/forward
             hook; state_dicts move to and from ``torch.nn.utils.prune``) or ``"inplace"``: lean
             masks, a bool ``<name>_mask`` buffer per target and the pruned weights zeroed in
-            place (:mod:`~tensorplay.ao.pruning.inplace`); call :meth:`attach` with the
+            place (:mod:`~tensorplay.ao.pruning.masking.lean_masks`); call :meth:`attach` with the
             optimizers to keep them zero. Pruned values are then gone once pruned; rewinding
             restores from its own snapshot. See :ref:`lean-masks`. Models sharded with FSDP2
             (``DTensor`` parameters) need ``"inplace"``: masks are then sharded like the
@@ -331,8 +330,8 @@ class Pruner:
         Each optimizer gets a step pre-hook that masks the gradients of the targets it holds
         (if ``mask_gradients``; skipped when :meth:`mask_gradients` ran since its last step) and
         a step post-hook that zeroes the pruned weights again, skipped for the optimizers
-        whose step provably keeps them zero
-        (:func:`~tensorplay.ao.pruning.inplace.keeps_zeros`: SGD, Adam, AdamW). For that, each
+        whose step provably keeps them zero (SGD, Adam, AdamW:
+        :func:`~tensorplay.ao.pruning.masking.optimizer_hooks.keeps_zeros`). For that, each
         pruning step also zeroes the pruned entries of their per-parameter state (momentum,
         Adam moments), as does loading their state_dict. Pruned weights are invisible to the
         forward of the reparametrization mode, so this changes nothing it would compute, only

@@ -35,7 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning.aliases import parameter_groups, tensor_name
-from tensorplay.ao.pruning.inplace import MASK_SUFFIX, lean_mask
+from tensorplay.ao.pruning.masking.lean_masks import MASK_SUFFIX, lean_mask
 from tensorplay.ao.pruning.reparametrization import pruned_parts, pruned_tensor_names
 
 __all__ = ["masked_tensor", "permanent_state_dict", "share_storage", "view_identity"]

@@ -3,8 +3,8 @@
 Under FSDP2 (``torch.distributed.fsdp.fully_shard``) every parameter is a ``DTensor`` placed
 ``Shard(0)`` on a 1-D device mesh: each rank holds a contiguous block of rows (uneven, possibly
 none). The lean pruner keeps such a parameter's mask as a bool ``DTensor`` of the same mesh and
-placements (:func:`~tensorplay.ao.pruning.inplace.mask_like`), masks and zeroes local values
-only, and selects over all ranks with the sharded selection
+placements (:func:`~tensorplay.ao.pruning.masking.lean_masks.mask_like`), masks and zeroes local
+values only, and selects over all ranks with the sharded selection
 (:func:`~tensorplay.ao.pruning.selection.clear_lowest`), which is bit-identical to one process
 on the full tensors. This module checks what that needs, once per pruning step and before
 anything changes (:func:`sharding_of`), and gives the global counts (:func:`global_zeros`).

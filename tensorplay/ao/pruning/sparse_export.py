@@ -50,7 +50,7 @@ import torch
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning.checkpoint import pruned_names
-from tensorplay.ao.pruning.inplace import lean_names
+from tensorplay.ao.pruning.masking.lean_masks import lean_names
 from tensorplay.ao.pruning.serialization import (
     masked_tensor,
     permanent_state_dict,

@@ -9,10 +9,11 @@ tensor is told apart from a reparametrized one (which has ``<name>_orig``). Hold
 parameter register the same mask tensor.
 
 The invariant ``param[~mask] == 0`` holds right after pruning and after every step of an
-optimizer attached with :func:`attach`. It costs one pass over the weights' gradients per
-optimizer step and nothing else for the optimizers whose update provably keeps a zero weight
-zero (:func:`keeps_zeros`): their gradients are masked before the step (one fused multiply over
-all targets), and the pruned entries of their per-parameter state (momentum, Adam moments) are
+attached optimizer (:mod:`~tensorplay.ao.pruning.masking.optimizer_hooks`). It costs one pass
+over the weights' gradients per optimizer step and nothing else for the optimizers whose update
+provably keeps a zero weight zero (:func:`~tensorplay.ao.pruning.masking.optimizer_hooks.
+keeps_zeros`): their gradients are masked before the step (one fused multiply over all
+targets), and the pruned entries of their per-parameter state (momentum, Adam moments) are
 zeroed once at each pruning event (:func:`zero_state`), so the step maps zero gradient, zero
 state and zero weight to zero weight. Every other optimizer gets one more pass after its step
 that zeroes the pruned weights again.
@@ -38,25 +39,20 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
-from torch.utils.hooks import RemovableHandle
 
 from tensorplay.ao.pruning.selection import local_part
 from tensorplay.ao.pruning.sharded import is_sharded
 
 __all__ = [
     "MASK_SUFFIX",
-    "OptimizerAttachment",
-    "OptimizerHooks",
     "apply_masks",
     "install_mask",
     "is_lean_tensor",
-    "keeps_zeros",
     "lean_mask",
     "lean_names",
     "local_tensor",
@@ -272,159 +268,3 @@ def zero_state(optimizer: Optimizer, params: Sequence[Tensor], masks: Sequence[T
                 kept.append(local_mask)
     with torch.no_grad():
         _multiply(tensors, kept)
-
-
-# The optimizers whose step maps (zero gradient, zero state entries, zero weight) to a zero
-# weight, by exact class (a subclass may change the update):
-# * SGD: d = g + wd * p = 0; buf = mu * buf + (1 - dampening) * d = 0; nesterov d + mu * buf = 0;
-#   p -= lr * d leaves 0 (with or without momentum, maximize, foreach or fused).
-# * Adam, AdamW: g + wd * p = 0 (L2) or p *= 1 - lr * wd (decoupled) leave 0; m = lerp(m, g) = 0,
-#   v = b2 * v + (1 - b2) * g^2 = 0, max(v_max, v) = 0 (amsgrad); p -= lr * m / (sqrt(v) + eps)
-#   is 0 when eps > 0 (eps = 0 would divide 0 by 0).
-_KEEP_ZEROS: dict[type[Optimizer], bool] = {
-    torch.optim.SGD: False,
-    torch.optim.Adam: True,
-    torch.optim.AdamW: True,
-}
-
-
-def keeps_zeros(optimizer: Optimizer) -> bool:
-    """Whether a step of ``optimizer`` provably keeps a weight zero when its gradient and its
-    state entries are zero (so no pass over the weights is needed after the step).
-
-    ``torch.optim.SGD`` (momentum, nesterov, weight decay, dampening, maximize), ``Adam`` and
-    ``AdamW`` (weight decay, amsgrad) with ``eps > 0`` in every group; by exact class.
-
-    Example:
-        >>> import torch
-        >>> weight = torch.nn.Parameter(torch.ones(2))
-        >>> keeps_zeros(torch.optim.SGD([weight], lr=0.1, momentum=0.9, nesterov=True))
-        True
-        >>> keeps_zeros(torch.optim.Adagrad([weight]))
-        False
-    """
-    needs_eps = _KEEP_ZEROS.get(type(optimizer))
-    if needs_eps is None:
-        return False
-    return not needs_eps or all(float(group["eps"]) > 0 for group in optimizer.param_groups)
-
-
-# -- optimizer hooks ---------------------------------------------------------------------------
-
-
-class OptimizerHooks:
-    """The hooks that keep pruned weights zero through the steps of one optimizer; made by a
-    pruner's ``attach``. :meth:`remove` takes them off.
-
-    Before each step, unless the gradients were masked since the last step (a call of the
-    owner's ``mask_gradients`` before clipping), the gradients of the targets the optimizer
-    holds are masked (``mask_gradients=True``). After the step, the pruned weights are zeroed
-    again unless :func:`keeps_zeros` proves the step kept them zero; a step that ran on
-    unmasked gradients also gets its state entries zeroed, so the next steps need no weight
-    pass again. After ``optimizer.load_state_dict`` the pruned entries of the loaded state are
-    zeroed.
-
-    Args:
-        optimizer: The optimizer.
-        targets: ``() -> (params, masks)`` of the pruned targets the optimizer holds, read at
-            each call (masks may be replaced, e.g. by ``model.to()``).
-        mask_gradients: Whether the pre-step hook masks the gradients.
-        generation: ``() -> int`` that changes each time the owner masked all gradients.
-
-    Example:
-        >>> import torch
-        >>> weight = torch.nn.Parameter(torch.ones(2))
-        >>> mask = torch.tensor([False, True])
-        >>> optimizer = torch.optim.SGD([weight], lr=0.5, momentum=0.9)
-        >>> hooks = OptimizerHooks(optimizer, lambda: ([weight], [mask]), True, lambda: 0)
-        >>> weight.grad = torch.ones(2)
-        >>> optimizer.step()
-        >>> weight.detach().tolist()
-        [1.0, 0.5]
-        >>> hooks.remove()
-    """
-
-    def __init__(
-        self,
-        optimizer: Optimizer,
-        targets: Callable[[], tuple[list[Tensor], list[Tensor]]],
-        mask_gradients: bool,
-        generation: Callable[[], int],
-    ) -> None:
-        self.optimizer = optimizer
-        self._targets = targets
-        self._mask_gradients = mask_gradients
-        self._generation = generation
-        self._seen = generation()
-        self._unmasked = False
-        self._handles: list[RemovableHandle] = [
-            optimizer.register_step_pre_hook(self._before_step),
-            optimizer.register_step_post_hook(self._after_step),
-            optimizer.register_load_state_dict_post_hook(self._after_load),
-        ]
-
-    def held(self) -> tuple[list[Tensor], list[Tensor]]:
-        """The parameters and masks of the pruned targets the optimizer holds."""
-        return self._targets()
-
-    def _before_step(self, optimizer: Optimizer, args: Any, kwargs: Any) -> None:
-        generation = self._generation()
-        masked_already = generation != self._seen
-        self._seen = generation
-        if masked_already:
-            self._unmasked = False
-        elif self._mask_gradients:
-            mask_gradients(*self.held())
-            self._unmasked = False
-        else:
-            self._unmasked = True
-
-    def _after_step(self, optimizer: Optimizer, args: Any, kwargs: Any) -> None:
-        if self._unmasked:
-            params, masks = self.held()
-            zero_state(optimizer, params, masks)
-            apply_masks(params, masks)
-        elif not keeps_zeros(optimizer):
-            apply_masks(*self.held())
-        self._unmasked = False
-
-    def _after_load(self, optimizer: Optimizer) -> None:
-        zero_state(optimizer, *self.held())
-
-    def zero_state(self) -> None:
-        """Zero the pruned entries of the optimizer's state (after a pruning event)."""
-        zero_state(self.optimizer, *self.held())
-
-    def remove(self) -> None:
-        """Take the hooks off the optimizer."""
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
-
-    @property
-    def active(self) -> bool:
-        """Whether the hooks are on the optimizer."""
-        return bool(self._handles)
-
-
-class OptimizerAttachment:
-    """The hooks of one ``Pruner.attach`` call; :meth:`remove` takes them all off.
-
-    Example:
-        >>> import torch
-        >>> weight = torch.nn.Parameter(torch.ones(2))
-        >>> optimizer = torch.optim.SGD([weight], lr=0.1)
-        >>> hooks = OptimizerHooks(optimizer, lambda: ([], []), True, lambda: 0)
-        >>> attachment = OptimizerAttachment([hooks])
-        >>> attachment.remove()
-        >>> hooks.active
-        False
-    """
-
-    def __init__(self, hooks: Sequence[OptimizerHooks]) -> None:
-        self.hooks = list(hooks)
-
-    def remove(self) -> None:
-        """Take every hook off its optimizer."""
-        for hooks in self.hooks:
-            hooks.remove()

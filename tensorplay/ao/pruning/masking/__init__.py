@@ -1,0 +1,1 @@
+"""How a mask is held: the reparametrization and the lean masks."""
