@@ -8,10 +8,16 @@ This module is the one place that does that arithmetic; the rest of the library 
 
 from __future__ import annotations
 
+import math
 import numbers
+from collections.abc import Sequence
 
 __all__ = [
+    "caps_under",
     "compute_nparams_to_prune",
+    "global_count",
+    "layerwise_counts",
+    "min_kept",
     "validate_pruning_amount",
     "validate_pruning_amount_init",
 ]
@@ -102,3 +108,60 @@ def compute_nparams_to_prune(amount: PruningAmount, tensor_size: int) -> int:
 _validate_pruning_amount_init = validate_pruning_amount_init
 _validate_pruning_amount = validate_pruning_amount
 _compute_nparams_toprune = compute_nparams_to_prune
+
+
+def min_kept(numel: int, min_density: float) -> int:
+    """The fewest units to keep so that ``kept / numel >= min_density`` holds in float math.
+
+    Example:
+        >>> min_kept(10, 0.25), min_kept(3, 0.0)
+        (3, 0)
+    """
+    keep = min(numel, math.ceil(min_density * numel))
+    while keep > 0 and (keep - 1) / numel >= min_density:
+        keep -= 1
+    while keep < numel and keep / numel < min_density:
+        keep += 1
+    return keep
+
+
+def caps_under(min_density: float, pruned: Sequence[int], numels: Sequence[int]) -> list[int]:
+    """How many more units each tensor may lose under ``min_density``.
+
+    Example:
+        >>> caps_under(0.5, [1, 0], [4, 4])
+        [1, 2]
+    """
+    return [
+        max(0, numel - min_kept(numel, min_density) - done)
+        for numel, done in zip(numels, pruned, strict=True)
+    ]
+
+
+def layerwise_counts(
+    target: float, pruned: Sequence[int], numels: Sequence[int], caps: Sequence[int]
+) -> list[int]:
+    """Per tensor, the units still to prune to reach ``target`` sparsity in it, within its cap.
+
+    Example:
+        >>> layerwise_counts(0.5, [1, 0], [4, 10], [9, 3])
+        [1, 3]
+    """
+    return [
+        min(compute_nparams_to_prune(target, numel) - done, cap)
+        for numel, done, cap in zip(numels, pruned, caps, strict=True)
+    ]
+
+
+def global_count(
+    target: float, pruned: Sequence[int], numels: Sequence[int], caps: Sequence[int] | None
+) -> int:
+    """The units still to prune over all tensors to reach ``target`` sparsity,
+    ``round(target * total) - already_pruned``, within the sum of ``caps`` if given.
+
+    Example:
+        >>> global_count(0.5, [1, 0], [4, 10], None), global_count(0.5, [1, 0], [4, 10], [1, 2])
+        (6, 3)
+    """
+    count = compute_nparams_to_prune(target, sum(numels)) - sum(pruned)
+    return count if caps is None else min(count, sum(caps))

@@ -30,7 +30,11 @@ from torch import Tensor, nn
 from tensorplay.ao.pruning.aliases import TiedParameter, alias_map
 from tensorplay.ao.pruning.global_pruning import share_mask
 from tensorplay.ao.pruning.masking.lean_masks import install_mask, lean_mask, lean_names, mask_like
-from tensorplay.ao.pruning.reparametrization import is_pruned_tensor, parameter_of
+from tensorplay.ao.pruning.reparametrization import (
+    is_pruned_tensor,
+    parameter_of,
+    reparametrized_names,
+)
 from tensorplay.ao.pruning.targets import owner
 
 __all__ = ["is_pruned_state_dict", "pruned_names", "restore_pruning"]
@@ -45,11 +49,7 @@ def pruned_names(state_dict: Mapping[str, object]) -> list[str]:
         >>> pruned_names({"fc.weight_orig": 0, "fc.weight_mask": 0, "fc.bias": 0})
         ['fc.weight']
     """
-    return [
-        key[: -len("_orig")]
-        for key in state_dict
-        if key.endswith("_orig") and key[: -len("_orig")] + "_mask" in state_dict
-    ]
+    return reparametrized_names(state_dict)
 
 
 def is_pruned_state_dict(state_dict: Mapping[str, object]) -> bool:

@@ -26,19 +26,16 @@ Example:
 
 from __future__ import annotations
 
-import functools
-import math
-import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
-from tensorplay.ao.pruning.aliases import TiedParameter, alias_map
-from tensorplay.ao.pruning.amount import compute_nparams_to_prune
+from tensorplay.ao.pruning.amount import caps_under, global_count, layerwise_counts
+from tensorplay.ao.pruning.attached_optimizers import AttachedOptimizers
 from tensorplay.ao.pruning.base import BasePruningMethod
 from tensorplay.ao.pruning.config import (
     Masking,
@@ -48,82 +45,18 @@ from tensorplay.ao.pruning.config import (
     check_int,
     counts_itself,
 )
-from tensorplay.ao.pruning.global_pruning import (
-    global_unstructured,
-    has_streaming_keys,
-    prune_globally,
-    share_mask,
-)
-from tensorplay.ao.pruning.masking.lean_masks import (
-    apply_masks,
-    install_mask,
-    is_lean_tensor,
-    lean_mask,
-    local_tensor,
-    mask_like,
-    remove_mask,
-)
-from tensorplay.ao.pruning.masking.lean_masks import mask_gradients as mask_grads
-from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerAttachment, OptimizerHooks
-from tensorplay.ao.pruning.method_selection import select_in_place
-from tensorplay.ao.pruning.methods import remove
-from tensorplay.ao.pruning.reparametrization import (
-    is_pruned_tensor,
-    parameter_of,
-    pruned_parts,
-)
+from tensorplay.ao.pruning.masking import MaskingMode, masking_mode
+from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerAttachment
+from tensorplay.ao.pruning.pruner_state import Progress, load_progress, state_dict
+from tensorplay.ao.pruning.rewind import copy_back, snapshot_of
 from tensorplay.ao.pruning.schedules import Schedule
-from tensorplay.ao.pruning.sharded import (
-    Sharding,
-    check_scores,
-    global_zeros,
-    is_sharded,
-    local_values,
-    sharding_of,
-)
+from tensorplay.ao.pruning.scores import ImportanceFn, target_scores
+from tensorplay.ao.pruning.sharded import global_zeros
 from tensorplay.ao.pruning.stats import SparsityReport, TensorSparsity
-from tensorplay.ao.pruning.targets import (
-    DEFAULT_MODULE_TYPES,
-    DEFAULT_NAMES,
-    KeepDense,
-    ModuleType,
-    method_name,
-    resolve_parameters,
-    select_parameters,
-)
+from tensorplay.ao.pruning.targets import KeepDense, ModuleType
+from tensorplay.ao.pruning.tied_targets import Pair, resolve_targets
 
 __all__ = ["Pruner"]
-
-STATE_VERSION = 3
-_STATE_KEYS_V1 = (
-    "version",
-    "step",
-    "last_pruned_step",
-    "targets",
-    "schedule",
-    "method",
-    "scope",
-    "min_density",
-    "history",
-    "permanent",
-)
-_STATE_KEYS_V2 = (*_STATE_KEYS_V1, "rewind", "rewind_step", "seed", "snapshot")
-_STATE_KEYS = (*_STATE_KEYS_V2, "masking")
-# A version-1 state may carry the seed and snapshot that the 0.1 callback kept beside it.
-_V1_OPTIONAL = ("seed", "snapshot")
-_CONFIG_KEYS = ("schedule", "method", "scope", "min_density", "rewind", "rewind_step", "masking")
-
-ImportanceFn = Callable[[nn.Module, str], Tensor]
-
-
-def _min_kept(numel: int, min_density: float) -> int:
-    """The fewest units to keep so that ``kept / numel >= min_density`` holds in float math."""
-    keep = min(numel, math.ceil(min_density * numel))
-    while keep > 0 and (keep - 1) / numel >= min_density:
-        keep -= 1
-    while keep < numel and keep / numel < min_density:
-        keep += 1
-    return keep
 
 
 class Pruner:
@@ -251,37 +184,96 @@ class Pruner:
             raise TypeError(
                 f"Expected `importance_fn` to be callable or None, but got {importance_fn!r}."
             )
-        groups = _tied_groups(model, _target_names(model, config))
-        _check_masking_of(groups, config.masking)
+        targets = resolve_targets(model, config)
+        mode = masking_mode(config.masking)
+        mode.check_targets(targets)
         self.config = config
         self.model = model
-        self.schedule = schedule
-        self.method = config.method_class
-        self.targets: list[str] = [group.name for group in groups]
         self.importance_fn = importance_fn
-        self.scope: Scope = scope
-        self.min_density = float(min_density)
-        self.seed = seed
-        self.optimizers: list[Optimizer] = list(optimizers)
-        self.last_step = -1
-        self.last_pruned_step = -1
-        self.history: list[tuple[int, float, int]] = []
-        self._groups = groups
-        self._pairs = [group.pairs[0] for group in groups]
-        self._permanent = False
-        self.masking: Masking = config.masking
-        self._hooks: list[OptimizerHooks] = []
-        self._grads_masked = 0  # counts mask_gradients() calls: the hooks skip a second pass
-        # The values rewinding restores; for "init", those of the model as it is now.
-        self._snapshot: dict[str, Tensor] | None = None
+        self._targets = targets
+        self._mode = mode
+        self._optimizers = AttachedOptimizers(optimizers)
+        self._progress = Progress(seed=config.seed)
         if rewind == "init":
             self.take_snapshot()
 
+    # -- configuration and progress, read-only ---------------------------------------------
+
     @property
-    def pairs(self) -> list[tuple[nn.Module, str]]:
+    def schedule(self) -> Schedule:
+        """The schedule (``config.schedule``)."""
+        return self.config.schedule
+
+    @property
+    def method(self) -> type[BasePruningMethod]:
+        """The pruning method's class (``config.method_class``)."""
+        return self.config.method_class
+
+    @property
+    def scope(self) -> Scope:
+        """``"global"`` or ``"layerwise"`` (``config.scope``)."""
+        return self.config.scope
+
+    @property
+    def min_density(self) -> float:
+        """The least fraction of each target kept (``config.min_density``)."""
+        return float(self.config.min_density)
+
+    @property
+    def masking(self) -> Masking:
+        """``"reparametrize"`` or ``"inplace"`` (``config.masking``)."""
+        return self.config.masking
+
+    @property
+    def mode(self) -> MaskingMode:
+        """How the masks are held (:mod:`~tensorplay.ao.pruning.masking`), chosen by ``masking``."""
+        return self._mode
+
+    @property
+    def seed(self) -> int | None:
+        """The seed in use: the configuration's, or the one a loaded state carried."""
+        return self._progress.seed
+
+    @property
+    def last_step(self) -> int:
+        """The last step taken (-1 before the first)."""
+        return self._progress.last_step
+
+    @property
+    def last_pruned_step(self) -> int:
+        """The last pruning step taken (-1 before the first): it is never pruned twice."""
+        return self._progress.last_pruned_step
+
+    @property
+    def history(self) -> list[tuple[int, float, int]]:
+        """``(step, target sparsity, units pruned)`` of each step that pruned something."""
+        return self._progress.history
+
+    @property
+    def permanent(self) -> bool:
+        """Whether :meth:`make_permanent` has been called."""
+        return self._progress.permanent
+
+    @property
+    def optimizers(self) -> list[Optimizer]:
+        """Optimizers whose state is cleared after each pruning step that pruned something;
+        may be replaced (e.g. once a framework has made them)."""
+        return self._optimizers.reset
+
+    @optimizers.setter
+    def optimizers(self, optimizers: Sequence[Optimizer]) -> None:
+        self._optimizers.reset = list(optimizers)
+
+    @property
+    def targets(self) -> list[str]:
+        """The canonical name of each target (the first of a tied parameter's names)."""
+        return [target.name for target in self._targets]
+
+    @property
+    def pairs(self) -> list[Pair]:
         """The ``(module, name)`` pair of each target's canonical name, in the order of
         :attr:`targets`; :attr:`aliases` has every pair."""
-        return list(self._pairs)
+        return [target.pair for target in self._targets]
 
     @property
     def aliases(self) -> dict[str, tuple[str, ...]]:
@@ -295,7 +287,7 @@ class Pruner:
             >>> Pruner(model, OneShotSchedule(0.5), parameters=["1.weight"]).aliases
             {'0.weight': ('0.weight', '1.weight')}
         """
-        return {group.name: group.names for group in self._groups}
+        return {target.name: target.names for target in self._targets}
 
     def shared_targets(self, other: Pruner) -> list[str]:
         """The targets of ``other`` that are targets of this pruner too (one parameter under any
@@ -312,17 +304,10 @@ class Pruner:
         """
         if other.model is not self.model:
             return []
-        mine = {id(parameter_of(module, name)) for module, name in self._pairs}
-        return [
-            " = ".join(group.names)
-            for group in other._groups
-            if id(parameter_of(*group.pairs[0])) in mine
-        ]
+        mine = {id(target.parameter()) for target in self._targets}
+        return [" = ".join(t.names) for t in other._targets if id(t.parameter()) in mine]
 
-    @property
-    def permanent(self) -> bool:
-        """Whether :meth:`make_permanent` has been called."""
-        return self._permanent
+    # -- optimizers ------------------------------------------------------------------------
 
     def attach(self, *optimizers: Optimizer, mask_gradients: bool = True) -> OptimizerAttachment:
         """Keep the pruned weights zero through every step of ``optimizers`` (lean mode).
@@ -368,52 +353,17 @@ class Pruner:
             32
             >>> handle.remove()
         """
-        if self.masking != "inplace":
-            raise ValueError(
-                "Expected a pruner with masking='inplace' to attach optimizers to, but got "
-                f"masking={self.masking!r}: the reparametrization masks through autograd and "
-                "needs no optimizer hooks."
-            )
-        self._check_not_permanent()
-        if not isinstance(mask_gradients, bool):
-            raise TypeError(f"Expected `mask_gradients` to be a bool, but got {mask_gradients!r}.")
-        if not optimizers:
-            raise ValueError("Expected at least one optimizer to attach, but got none.")
-        attached = {id(hooks.optimizer) for hooks in self._attached()}
-        held_pairs = []
-        for position, optimizer in enumerate(optimizers):
-            if not isinstance(optimizer, Optimizer):
-                raise TypeError(
-                    "Expected each optimizer to be a torch.optim.Optimizer, but got "
-                    f"{type(optimizer).__name__} at position {position}."
-                )
-            if id(optimizer) in attached:
-                raise ValueError(
-                    f"Expected each optimizer to be attached once, but {type(optimizer).__name__} "
-                    f"at position {position} is attached already."
-                )
-            attached.add(id(optimizer))
-            held = {id(p) for group in optimizer.param_groups for p in group["params"]}
-            pairs = [pair for pair in self._pairs if id(self._parameter(*pair)) in held]
-            if not pairs:
-                raise ValueError(
-                    f"Expected each optimizer to hold at least one target, but "
-                    f"{type(optimizer).__name__} at position {position} holds none of "
-                    f"{self.targets}."
-                )
-            held_pairs.append(pairs)
-        made = []
-        for optimizer, pairs in zip(optimizers, held_pairs, strict=True):
-            hooks = OptimizerHooks(
-                optimizer,
-                functools.partial(self._lean_targets, pairs),
-                mask_gradients,
-                lambda: self._grads_masked,
-            )
-            hooks.zero_state()
-            made.append(hooks)
-        self._hooks.extend(made)
-        return OptimizerAttachment(made)
+        self._mode.check_attach()
+        self._check_not_permanent("the masks are gone")
+
+        def held(optimizer: Optimizer) -> Any:
+            params = {id(p) for group in optimizer.param_groups for p in group["params"]}
+            mine = [t for t in self._targets if id(t.parameter()) in params]
+            return (lambda: self._mode.masked(mine)) if mine else None
+
+        return self._optimizers.attach(
+            optimizers, held, self._mode.optimizer_hooks, mask_gradients, self.targets
+        )
 
     def mask_gradients(self) -> None:
         """Zero the pruned entries of the targets' gradients now (lean mode: one fused pass).
@@ -435,9 +385,8 @@ class Pruner:
             >>> bool((model.weight.grad[~model.weight_mask] == 0).all())
             True
         """
-        if self.masking == "inplace":
-            mask_grads(*self._lean_targets())
-            self._grads_masked += 1
+        self._mode.mask_gradients(self._targets)
+        self._optimizers.gradients_masked += 1
 
     def apply_masks(self) -> None:
         """Zero the pruned entries of the targets' weights now (lean mode; one fused pass).
@@ -459,15 +408,9 @@ class Pruner:
             >>> int((model.weight == 0).sum())
             8
         """
-        if self.masking == "inplace":
-            apply_masks(*self._lean_targets())
+        self._mode.apply_masks(self._targets)
 
-    def _check_not_permanent(self) -> None:
-        if self._permanent:
-            raise RuntimeError(
-                "Expected a pruner whose pruning is not permanent, but make_permanent() was "
-                "called: the masks are gone."
-            )
+    # -- stepping --------------------------------------------------------------------------
 
     def step(self, step: int | None = None) -> int:
         """Advance to ``step`` and prune if it is a pruning step not pruned before.
@@ -495,33 +438,36 @@ class Pruner:
             >>> [pruner.step(s) for s in (0, 5, 10, 10, 20, 30)]
             [0, 0, 25, 0, 25, 0]
         """
-        if self._permanent:
-            raise RuntimeError(
-                "Expected a pruner whose pruning is not permanent, but make_permanent() was "
-                "called: the reparametrization is gone, so nothing more can be pruned."
-            )
+        self._check_not_permanent("the reparametrization is gone, so nothing more can be pruned")
         step = self.last_step + 1 if step is None else check_int("step", step, 0)
+        pruning = self.schedule.should_prune(step) and step > self.last_pruned_step
+        attached = bool(self._optimizers.hooks)
+        if pruning or not attached:
+            self._mode.check_weights(self._targets, attached=attached)
         self._take_snapshot(step)
         newly_pruned = 0
-        if self.schedule.should_prune(step) and step > self.last_pruned_step:
-            self._check_sharded()
+        if pruning:
+            self._mode.check_step(self._targets, self.method)
             target = self.schedule(step)
             with self._seeded(step):
-                if counts_itself(self.method):
-                    newly_pruned = self._prune_own_count()
-                else:
-                    newly_pruned = self._prune_to(target)
-            self.last_pruned_step = step
+                newly_pruned = (
+                    self._prune_own_count()
+                    if counts_itself(self.method)
+                    else (self._prune_to(target))
+                )
+            self._progress.last_pruned_step = step
             if newly_pruned:
-                self.history.append((step, target, newly_pruned))
-                self._after_pruning()
-        self.last_step = step
+                self._progress.history.append((step, target, newly_pruned))
+                if self._progress.snapshot is not None:
+                    self.rewind(self._progress.snapshot)
+                self._optimizers.after_pruning()
+        self._progress.last_step = step
         return newly_pruned
 
     def _take_snapshot(self, step: int) -> None:
         """Snapshot at ``rewind_step``; refuse to go on without one once it is due."""
         config = self.config
-        if config.rewind == "none" or self._snapshot is not None:
+        if config.rewind == "none" or self._progress.snapshot is not None:
             return
         if config.rewind == "step" and step <= config.rewind_step:
             if step == config.rewind_step:
@@ -539,65 +485,41 @@ class Pruner:
         if self.seed is None:
             yield
             return
-        devices = {p.device.index or 0 for p in self._parameters() if p.device.type == "cuda"}
+        params = [target.parameter() for target in self._targets]
+        devices = {p.device.index or 0 for p in params if p.device.type == "cuda"}
         with torch.random.fork_rng(devices=sorted(devices)):
             torch.manual_seed((self.seed + step) % 2**64)
             yield
 
-    def _after_pruning(self) -> None:
-        if self._snapshot is not None:
-            self.rewind(self._snapshot)
-        for optimizer in self.optimizers:
-            optimizer.state.clear()
-        for hooks in self._attached():
-            hooks.zero_state()
-
     def _prune_own_count(self) -> int:
         """Apply a method that decides its own count to each target on its own; the units
-        already pruned stay pruned. Every mask is computed before any is installed."""
+        already pruned stay pruned."""
         before = sum(self._pruned_counts())
-        scores = self._scores()
-        method = self.method()
-        if self.masking == "inplace":
-            self._lean_own_count(method, scores)
-            return sum(self._pruned_counts()) - before
-        new_masks: list[Tensor] = []
-        for fq_name, pair in zip(self.targets, self._pairs, strict=True):
-            param = self._parameter(*pair)
-            parts = pruned_parts(*pair)
-            mask = torch.ones_like(param) if parts is None else parts.mask.detach()
-            new_mask = method.compute_mask(scores[pair], default_mask=mask.clone())
-            if not isinstance(new_mask, Tensor) or new_mask.shape != mask.shape:
-                got = tuple(new_mask.shape) if isinstance(new_mask, Tensor) else repr(new_mask)
-                raise ValueError(
-                    f"Expected {self.method.__name__}.compute_mask to return a mask of shape "
-                    f"{tuple(mask.shape)} for {fq_name!r}, but got {got}."
-                )
-            new_masks.append((new_mask.to(dtype=mask.dtype) * mask).detach())
-        for group, new_mask in zip(self._groups, new_masks, strict=True):
-            share_mask(group.pairs, new_mask.to(dtype=self._parameter(*group.pairs[0]).dtype))
+        self._mode.prune_own_count(self._targets, self._scores(), self.method)
         return sum(self._pruned_counts()) - before
 
-    def _lean_own_count(
-        self, method: BasePruningMethod, scores: Mapping[tuple[nn.Module, str], Tensor]
-    ) -> None:
-        """:meth:`_prune_own_count` on lean masks: every new mask is computed, then each is
-        ANDed into the target's mask."""
-        current = [self._lean_keep(index) for index in range(len(self._groups))]
-        keeps: list[Tensor] = []
-        for keep, fq_name, pair in zip(current, self.targets, self._pairs, strict=True):
-            param = self._parameter(*pair)
-            new_mask = method.compute_mask(scores[pair], default_mask=keep.to(param.dtype))
-            if not isinstance(new_mask, Tensor) or new_mask.shape != keep.shape:
-                got = tuple(new_mask.shape) if isinstance(new_mask, Tensor) else repr(new_mask)
-                raise ValueError(
-                    f"Expected {self.method.__name__}.compute_mask to return a mask of shape "
-                    f"{tuple(keep.shape)} for {fq_name!r}, but got {got}."
-                )
-            keeps.append(new_mask.detach() != 0)
-        for mask, keep in zip(current, keeps, strict=True):
-            mask.logical_and_(keep)
-        self._install_lean(range(len(self._groups)), current)
+    def _prune_to(self, target: float) -> int:
+        """Prune up to ``target`` sparsity; return the number of units newly pruned."""
+        pruned, numels = self._pruned_counts(), self._numels()
+        caps = caps_under(self.min_density, pruned, numels)
+        if self.scope == "layerwise":
+            counts = layerwise_counts(target, pruned, numels, caps)
+            scores = self._scores()
+            for one, score, count in zip(self._targets, scores, counts, strict=True):
+                if count > 0:
+                    self._mode.prune([one], [score], self.method, count, None)
+            return sum(self._pruned_counts()) - sum(pruned)
+        limits = caps if self.min_density > 0 else None
+        count = global_count(target, pruned, numels, limits)
+        if count <= 0:
+            return 0
+        self._mode.prune(self._targets, self._scores(), self.method, count, limits)
+        return sum(self._pruned_counts()) - sum(pruned)
+
+    def _scores(self) -> list[Tensor]:
+        return target_scores(self._targets, self.importance_fn)
+
+    # -- counts and reports ----------------------------------------------------------------
 
     def target_sparsity(self, step: int | None = None) -> float:
         """The schedule's target at ``step`` (default: the last step taken).
@@ -660,12 +582,24 @@ class Pruner:
             total               8       2    25.00%  (target 25.00%)
         """
         rows = (
-            TensorSparsity(fq_name, tuple(self._parameter(m, n).shape), numel, pruned)
-            for fq_name, (m, n), numel, pruned in zip(
-                self.targets, self._pairs, self._numels(), self._pruned_counts(), strict=True
+            TensorSparsity(target.name, tuple(target.parameter().shape), numel, pruned)
+            for target, numel, pruned in zip(
+                self._targets, self._numels(), self._pruned_counts(), strict=True
             )
         )
         return SparsityReport(tuple(rows), self.target_sparsity())
+
+    def _pruned_counts(self) -> list[int]:
+        """Per target, its pruned units as the weights hold them (once permanent, the zeros of
+        the tensor itself), read now: exact whatever changed them."""
+        if self.permanent:
+            return global_zeros([target.parameter() for target in self._targets])
+        return self._mode.pruned_counts(self._targets)
+
+    def _numels(self) -> list[int]:
+        return [target.parameter().numel() for target in self._targets]
+
+    # -- masks -----------------------------------------------------------------------------
 
     def reparametrize(self) -> None:
         """Give every target not pruned yet an all-ones mask (``<name>_orig``/``<name>_mask``).
@@ -690,16 +624,7 @@ class Pruner:
             >>> sorted(lean.state_dict()), lean.weight_mask.dtype
             (['bias', 'weight', 'weight_mask'], torch.bool)
         """
-        if self.masking == "inplace":
-            for index, group in enumerate(self._groups):
-                if lean_mask(*group.pairs[0]) is None:
-                    install_mask(group.pairs, self._lean_keep(index))
-            return
-        for group in self._groups:
-            if not any(is_pruned_tensor(module, name) for module, name in group.pairs):
-                param = self._parameter(*group.pairs[0])
-                ones = torch.ones_like(param, memory_format=torch.contiguous_format)
-                share_mask(list(group.pairs), ones.detach())
+        self._mode.ensure_masks(self._targets)
 
     def make_permanent(self) -> None:
         """Remove the reparametrization of every target, keeping its zeros; pruning then ends.
@@ -722,34 +647,19 @@ class Pruner:
         With ``masking="inplace"`` the mask buffers are dropped (the weights are zero already)
         and the hooks of :meth:`attach` are taken off.
         """
-        if self.masking == "inplace":
-            self._lean_permanent()
-            return
-        for group in self._groups:
-            for module, name in group.pairs:
-                if is_pruned_tensor(module, name):
-                    # The second holder of a tied parameter recomputes mask * (masked values):
-                    # the same values, and the same Parameter object is registered again.
-                    remove(module, name)
-            with torch.no_grad():
-                # mask * orig is -0.0 where a negative weight was pruned; +0.0 is the same value
-                # and lets a bit-exact sparse export (save_sparse) store every pruned unit as 0.
-                self._parameter(*group.pairs[0]).add_(0.0)
-        self._permanent = True
-        self._snapshot = None  # nothing is left to rewind
+        self._optimizers.remove_hooks()
+        self._mode.make_permanent(self._targets)
+        self._progress.permanent = True
+        self._progress.snapshot = None  # nothing is left to rewind
 
-    def _lean_permanent(self) -> None:
-        apply_masks(*self._lean_targets())
-        for hooks in self._attached():
-            hooks.remove()
-        self._hooks = []
-        with torch.no_grad():
-            for group in self._groups:
-                remove_mask(group.pairs)
-                param = self._parameter(*group.pairs[0]).detach()
-                local_tensor(param).add_(0.0)  # -0.0 -> +0.0, as above
-        self._permanent = True
-        self._snapshot = None
+    def _check_not_permanent(self, why: str) -> None:
+        if self.permanent:
+            raise RuntimeError(
+                "Expected a pruner whose pruning is not permanent, but make_permanent() was "
+                f"called: {why}."
+            )
+
+    # -- rewinding -------------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Tensor]:
         """Clones of the targets' unpruned values (``<name>_orig`` if pruned), by target name
@@ -763,10 +673,7 @@ class Pruner:
             >>> list(snapshot), snapshot["weight"].equal(model.weight)
             (['weight'], True)
         """
-        return {
-            fq_name: self._parameter(module, name).detach().clone()
-            for fq_name, (module, name) in zip(self.targets, self._pairs, strict=True)
-        }
+        return snapshot_of(self._targets)
 
     def take_snapshot(self) -> None:
         """Keep the targets' current values as those rewinding restores.
@@ -788,7 +695,7 @@ class Pruner:
             >>> model.weight_orig.unique().tolist()
             [1.0]
         """
-        self._snapshot = self.snapshot()
+        self._progress.snapshot = self.snapshot()
 
     def rewind(self, state: Mapping[str, Tensor]) -> None:
         """Copy ``state`` into the targets' unpruned values, keeping the masks (lottery tickets).
@@ -822,61 +729,10 @@ class Pruner:
             >>> model.weight.equal(initial["weight"] * model.weight_mask)
             True
         """
-        if self._permanent:
-            raise RuntimeError(
-                "Expected a pruner whose pruning is not permanent, but make_permanent() was "
-                "called: there are no `_orig` parameters left to rewind."
-            )
-        for index, value in self._check_values(state, "state").items():
-            group = self._groups[index]
-            param = self._parameter(*group.pairs[0])
-            with torch.no_grad():  # a shard (FSDP2) takes its own rows of a full value
-                local_tensor(param.detach()).copy_(local_values(value, param))
-            if self.masking == "inplace":
-                apply_masks(*self._lean_targets([group.pairs[0]]))
-                continue
-            for module, name in group.pairs:
-                if is_pruned_tensor(module, name):
-                    # What the forward pre-hook would compute, so `module.<name>` is not stale.
-                    mask: Tensor = getattr(module, name + "_mask")
-                    orig: Tensor = getattr(module, name + "_orig")
-                    setattr(module, name, mask.to(dtype=orig.dtype) * orig)
+        self._check_not_permanent("there are no `_orig` parameters left to rewind")
+        copy_back(self._targets, state, self._mode)
 
-    def _check_values(self, values: object, key: str) -> dict[int, Tensor]:
-        """``values`` (target name -> tensor of its shape) by target index.
-
-        Raises:
-            TypeError: ``values`` is not a mapping.
-            ValueError: A name that is not a target, two names of one target, or a value of
-                another shape.
-        """
-        if not isinstance(values, Mapping):
-            raise TypeError(
-                f"Expected `{key}` to be a mapping of name to tensor, but got {values!r}."
-            )
-        index = {alias: i for i, group in enumerate(self._groups) for alias in group.names}
-        found: dict[int, Tensor] = {}
-        seen: dict[int, str] = {}
-        for fq_name, value in values.items():
-            if fq_name not in index:
-                raise ValueError(
-                    f"Expected the keys of `{key}` to be targets of the pruner, but got "
-                    f"{fq_name!r}; targets: {self.targets}."
-                )
-            if index[fq_name] in seen:
-                raise ValueError(
-                    f"Expected one value per target in `{key}`, but {seen[index[fq_name]]!r} and "
-                    f"{fq_name!r} name the same tied parameter."
-                )
-            seen[index[fq_name]] = fq_name
-            shape = tuple(self._parameter(*self._pairs[index[fq_name]]).shape)
-            if not isinstance(value, Tensor) or tuple(value.shape) != shape:
-                got = tuple(value.shape) if isinstance(value, Tensor) else repr(value)
-                raise ValueError(
-                    f"Expected `{key}[{fq_name!r}]` to be a tensor of shape {shape}, but got {got}."
-                )
-            found[index[fq_name]] = value
-        return found
+    # -- state -----------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
         """The pruner's state: plain data by name, and the rewind snapshot's tensors.
@@ -899,27 +755,7 @@ class Pruner:
             >>> state["schedule"]["class_path"], state["snapshot"]
             ('tensorplay.ao.pruning.schedules.OneShotSchedule', None)
         """
-        try:
-            schedule: dict[str, Any] | None = self.schedule.to_dict()
-        except (TypeError, ValueError):
-            schedule = None
-        return {
-            "version": STATE_VERSION,
-            "step": self.last_step,
-            "last_pruned_step": self.last_pruned_step,
-            "targets": list(self.targets),
-            "schedule": schedule,
-            "method": method_name(self.method),
-            "scope": self.scope,
-            "min_density": self.min_density,
-            "rewind": self.config.rewind,
-            "rewind_step": self.config.rewind_step,
-            "seed": self.seed,
-            "history": list(self.history),
-            "permanent": self._permanent,
-            "snapshot": None if self._snapshot is None else dict(self._snapshot),
-            "masking": self.masking,
-        }
+        return state_dict(self._progress, self.config, self._targets)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore counters, history, seed and rewind snapshot from :meth:`state_dict`.
@@ -952,425 +788,4 @@ class Pruner:
             >>> second.last_step, second.last_pruned_step
             (0, 0)
         """
-        if not isinstance(state, Mapping):
-            raise TypeError(f"Expected `state` to be a mapping, but got {state!r}.")
-        version = state.get("version")
-        if version not in (1, 2, STATE_VERSION):
-            raise ValueError(
-                f"Expected a pruner state of version 1, 2 or {STATE_VERSION}, but got version "
-                f"{version!r}."
-            )
-        expected = {1: _STATE_KEYS_V1, 2: _STATE_KEYS_V2}.get(version, _STATE_KEYS)
-        optional = _V1_OPTIONAL if version == 1 else ()
-        missing = [key for key in expected if key not in state]
-        unknown = sorted(key for key in state if key not in expected + optional)
-        if missing or unknown:
-            raise ValueError(
-                f"Expected a version-{version} pruner state to have keys {list(expected)}, but "
-                f"{missing} are missing and {unknown} are unknown."
-            )
-        if version == 1:
-            state = self._upgrade_v1(state)
-        elif version == 2:  # saved before the lean mode existed: reparametrized
-            state = {**state, "version": STATE_VERSION, "masking": "reparametrize"}
-        # A state may name a tied target by another of its names (its first name in module
-        # order is the pruner's); any name of it is the same target.
-        canonical = {alias: group.name for group in self._groups for alias in group.names}
-        saved = list(dict.fromkeys(canonical.get(name, name) for name in state["targets"]))
-        if saved != self.targets:
-            raise ValueError(
-                f"Expected the state's targets to be the pruner's, {self.targets}, but got "
-                f"{list(state['targets'])}."
-            )
-        step = state["step"]
-        last_pruned = state["last_pruned_step"]
-        for key, value in (("step", step), ("last_pruned_step", last_pruned)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < -1:
-                raise ValueError(f"Expected `{key}` to be an int >= -1, but got {value!r}.")
-        history = [_history_entry(entry) for entry in state["history"]]
-        if not isinstance(state["permanent"], bool):
-            raise ValueError(f"Expected `permanent` to be a bool, but got {state['permanent']!r}.")
-        seed = state["seed"]
-        if seed is not None:
-            check_int("seed", seed, 0)
-        snapshot = state["snapshot"]
-        if snapshot is not None:
-            found = self._check_values(snapshot, "snapshot")
-            snapshot = {self.targets[i]: value for i, value in found.items()}
-        self._warn_on_config_change(state)
-        self.last_step = step
-        self.last_pruned_step = last_pruned
-        self.history = history
-        self._permanent = state["permanent"]
-        self.seed = seed
-        self._snapshot = snapshot if self.config.rewind != "none" else None
-
-    def _upgrade_v1(self, state: Mapping[str, Any]) -> dict[str, Any]:
-        """A version-1 state as version 2: the pruner's own rewinding, its seed and no snapshot
-        unless given; its schedule (in the old ``{"type"}`` form) is left out of the
-        comparison."""
-        return {
-            "seed": self.seed,
-            "snapshot": None,
-            **state,
-            "version": STATE_VERSION,
-            "schedule": None,
-            "rewind": self.config.rewind,
-            "rewind_step": self.config.rewind_step,
-            "masking": None,
-        }
-
-    def _warn_on_config_change(self, state: Mapping[str, Any]) -> None:
-        mine = self.state_dict()
-        changed = [
-            key
-            for key in _CONFIG_KEYS
-            if state[key] is not None and mine[key] is not None and state[key] != mine[key]
-        ]
-        if changed:
-            details = ", ".join(f"{key}: {state[key]!r} -> {mine[key]!r}" for key in changed)
-            warnings.warn(
-                f"The pruner state was saved with another configuration ({details}); the "
-                "pruner keeps its own.",
-                UserWarning,
-                stacklevel=3,
-            )
-
-    # -- pruning ---------------------------------------------------------------------------
-
-    @staticmethod
-    def _parameter(module: nn.Module, name: str) -> nn.Parameter:
-        param = parameter_of(module, name)
-        if param is None:
-            raise ValueError(
-                f"Expected ({type(module).__name__}, {name!r}) to be a parameter or a pruned "
-                "tensor, but it is neither; was the module changed after the pruner was made?"
-            )
-        return param
-
-    def _pruned_counts(self) -> list[int]:
-        """The zeros of each target's mask (of the tensor itself once permanent), read now.
-
-        Exact whatever changed the masks (an edit through ``.data`` leaves no version to
-        trust): one reduction per tensor and one transfer per device, cheap enough to log
-        every step.
-        """
-        return global_zeros([self._counted(m, n) for m, n in self._pairs])
-
-    def _counted(self, module: nn.Module, name: str) -> Tensor | None:
-        parts = pruned_parts(module, name)
-        if parts is not None:
-            return parts.mask
-        mask = lean_mask(module, name)
-        if mask is not None:
-            return mask
-        return module._parameters.get(name) if self._permanent else None
-
-    def _numels(self) -> list[int]:
-        return [self._parameter(m, n).numel() for m, n in self._pairs]
-
-    def _parameters(self) -> list[nn.Parameter]:
-        return [self._parameter(m, n) for m, n in self._pairs]
-
-    def _caps(self, pruned: list[int], numels: list[int]) -> list[int]:
-        """How many more units each target may lose under ``min_density``."""
-        return [
-            max(0, numel - _min_kept(numel, self.min_density) - done)
-            for numel, done in zip(numels, pruned, strict=True)
-        ]
-
-    def _scores(self) -> dict[tuple[nn.Module, str], Tensor]:
-        """Scores per target's canonical pair: ``importance_fn``'s, else the current unpruned
-        values.
-
-        The current ``<name>_orig`` is used rather than ``module.<name>``, which the forward
-        pre-hook last computed before the latest optimizer step.
-        """
-        scores: dict[tuple[nn.Module, str], Tensor] = {}
-        for fq_name, (module, name) in zip(self.targets, self._pairs, strict=True):
-            param = self._parameter(module, name)
-            if self.importance_fn is None:
-                scores[(module, name)] = param.detach()
-                continue
-            score = self.importance_fn(module, name)
-            if not isinstance(score, Tensor) or score.shape != param.shape:
-                got = tuple(score.shape) if isinstance(score, Tensor) else repr(score)
-                raise ValueError(
-                    f"Expected `importance_fn` to return a tensor of shape {tuple(param.shape)} "
-                    f"for {fq_name!r}, but got {got}."
-                )
-            check_scores(score, param, repr(fq_name))
-            scores[(module, name)] = score.detach()
-        return scores
-
-    def _prune_to(self, target: float) -> int:
-        """Prune up to ``target`` sparsity; return the number of units newly pruned."""
-        pruned, numels = self._pruned_counts(), self._numels()
-        caps = self._caps(pruned, numels)
-        if self.scope == "layerwise":
-            counts = [
-                min(compute_nparams_to_prune(target, numel) - done, cap)
-                for numel, done, cap in zip(numels, pruned, caps, strict=True)
-            ]
-            scores = self._scores()
-            for index, count in enumerate(counts):
-                if count > 0:
-                    self._prune_pairs([index], scores, self.method, count)
-            return sum(self._pruned_counts()) - sum(pruned)
-        count = compute_nparams_to_prune(target, sum(numels)) - sum(pruned)
-        if self.min_density > 0:
-            count = min(count, sum(caps))
-        if count <= 0:
-            return 0
-        scores = self._scores()
-        if self.min_density > 0:
-            self._prune_capped(count, caps, scores)
-        else:
-            self._prune_pairs(range(len(self._groups)), scores, self.method, count)
-        return sum(self._pruned_counts()) - sum(pruned)
-
-    def _prune_pairs(
-        self,
-        indices: Iterable[int],
-        scores: Mapping[tuple[nn.Module, str], Tensor],
-        method: type[BasePruningMethod],
-        count: int,
-    ) -> None:
-        """``global_unstructured`` over every pair of the targets ``indices``; the pairs of a
-        tied target share its canonical pair's scores (one tensor), so they share one mask."""
-        if self.masking == "inplace":
-            self._lean_prune(list(indices), scores, method, count)
-            return
-        pairs: list[tuple[nn.Module, str]] = []
-        shared: dict[tuple[nn.Module, str], Tensor] = {}
-        for index in indices:
-            score = scores[self._pairs[index]]
-            for pair in self._groups[index].pairs:
-                pairs.append(pair)
-                shared[pair] = score
-        global_unstructured(pairs, method, importance_scores=shared, amount=count)
-
-    def _prune_capped(
-        self, count: int, caps: list[int], scores: dict[tuple[nn.Module, str], Tensor]
-    ) -> None:
-        """Global selection of ``count`` units with at most ``caps[i]`` from target ``i``: the
-        units lowest score first, skipping those of a target that has reached its cap (the
-        selection's per-tensor caps, exact)."""
-        if self.masking == "inplace":
-            self._lean_prune(list(range(len(self._groups))), scores, self.method, count, caps)
-            return
-        pairs: list[tuple[nn.Module, str]] = []
-        shared: dict[tuple[nn.Module, str], Tensor] = {}
-        for index, group in enumerate(self._groups):
-            for pair in group.pairs:
-                pairs.append(pair)
-                shared[pair] = scores[self._pairs[index]]
-        limits = dict(zip(self._pairs, caps, strict=True))
-        prune_globally(pairs, self.method, shared, {"amount": count}, caps=limits)
-
-    # -- lean masks ------------------------------------------------------------------------
-
-    def _lean_keep(self, index: int) -> Tensor:
-        """Target ``index``'s lean mask, or a new all-True one (not installed yet)."""
-        mask = lean_mask(*self._pairs[index])
-        return mask_like(self._parameter(*self._pairs[index])) if mask is None else mask
-
-    def _lean_prune(
-        self,
-        indices: list[int],
-        scores: Mapping[tuple[nn.Module, str], Tensor],
-        method: type[BasePruningMethod],
-        count: int,
-        caps: list[int] | None = None,
-    ) -> None:
-        """Clear ``count`` more units of the lean masks of the targets ``indices`` (the units
-        ``global_unstructured`` would prune), then zero them in the weights."""
-        keeps = [self._lean_keep(index) for index in indices]
-        params = [self._parameter(*self._pairs[index]) for index in indices]
-        labels = [self._label(index) for index in indices]
-        sharding = sharding_of(params, labels)
-        # This rank's pieces (all of each tensor unless sharded); counts and caps are global.
-        sources = [
-            local_tensor(scores[self._pairs[index]]).to(local_tensor(param).device)
-            for index, param in zip(indices, params, strict=True)
-        ]
-        local_keeps = [local_tensor(keep) for keep in keeps]
-        # The weights are zeroed by the selection's writing pass, chunk by chunk while in cache.
-        zero = [local_tensor(param.detach()) for param in params]
-        select_in_place(method, count, sources, local_keeps, labels, caps, sharding, zero=zero)
-        self._install_lean(indices, keeps, zeroed=True)
-
-    def _label(self, index: int) -> str:
-        module, name = self._pairs[index]
-        return f"({type(module).__name__}, {name!r})"
-
-    def _sharding(self) -> Sharding:
-        """The targets' sharding, checked (:func:`~tensorplay.ao.pruning.sharded.sharding_of`)."""
-        labels = [f"{self._label(i)} ({fq!r})" for i, fq in enumerate(self.targets)]
-        return sharding_of(self._parameters(), labels)
-
-    def _check_sharded(self) -> None:
-        """Refuse, before anything changes, a pruning step the sharded targets cannot take.
-
-        Raises:
-            ValueError: Targets sharded unlike FSDP2, with ``masking="reparametrize"``, or with
-                a method that needs the full tensors (its own ``compute_mask``, or its own count).
-        """
-        if self._sharding().shards is None:
-            return
-        if self.masking != "inplace":
-            raise ValueError(
-                f"Expected plain tensors with masking='reparametrize', but {self.targets} are "
-                "DTensors (FSDP2): use masking='inplace'."
-            )
-        if counts_itself(self.method) or not has_streaming_keys(self.method):
-            raise ValueError(
-                "Expected l1_unstructured or random_unstructured for the sharded (DTensor) "
-                f"targets {self.targets}, but got {self.method.__name__}: its mask needs the "
-                "full tensors, which no rank holds."
-            )
-
-    def _install_lean(
-        self, indices: Iterable[int], keeps: Sequence[Tensor], zeroed: bool = False
-    ) -> None:
-        """Make ``keeps`` the masks of the targets ``indices`` (every holder of a tied one
-        shares it) and zero the pruned weights (unless ``zeroed`` already)."""
-        indices = list(indices)
-        for index, keep in zip(indices, keeps, strict=True):
-            install_mask(self._groups[index].pairs, keep)
-        if not zeroed:
-            apply_masks([self._parameter(*self._pairs[index]) for index in indices], keeps)
-
-    def _lean_targets(
-        self, pairs: Sequence[tuple[nn.Module, str]] | None = None
-    ) -> tuple[list[Tensor], list[Tensor]]:
-        """The parameters and lean masks of the targets (of ``pairs``, default all) that have
-        one, read now."""
-        params: list[Tensor] = []
-        masks: list[Tensor] = []
-        for module, name in self._pairs if pairs is None else pairs:
-            mask = lean_mask(module, name)
-            if mask is not None:
-                params.append(self._parameter(module, name))
-                masks.append(mask)
-        return params, masks
-
-    def _attached(self) -> list[OptimizerHooks]:
-        self._hooks = [hooks for hooks in self._hooks if hooks.active]
-        return self._hooks
-
-
-def _history_entry(entry: object) -> tuple[int, float, int]:
-    if not isinstance(entry, (tuple, list)) or len(entry) != 3:
-        raise ValueError(
-            f"Expected `history` entries to be (step, target, pruned), but got {entry!r}."
-        )
-    step, target, pruned = entry
-    return int(step), float(target), int(pruned)
-
-
-class _Target(NamedTuple):
-    """Every name and ``(module, name)`` pair of one target's parameter (one of each unless
-    tied). It holds no reference to the parameter itself: the functional API's test for other
-    holders (the parameter's reference count) then needs no scan when the pruner prunes."""
-
-    names: tuple[str, ...]
-    pairs: tuple[tuple[nn.Module, str], ...]
-
-    @property
-    def name(self) -> str:
-        return self.names[0]
-
-
-def _target_names(model: nn.Module, config: PrunerConfig) -> list[str]:
-    """The names ``config.parameters`` gives, or those its selection arguments select."""
-    if config.parameters is None:
-        return select_parameters(
-            model,
-            module_types=DEFAULT_MODULE_TYPES
-            if config.module_types is None
-            else config.module_types,
-            names=DEFAULT_NAMES if config.names is None else config.names,
-            include=config.include,
-            exclude=config.exclude,
-            keep_dense=config.keep_dense,
-        )
-    if isinstance(config.parameters, str):
-        return [config.parameters]
-    return list(config.parameters)
-
-
-def _tied_groups(model: nn.Module, names: list[str]) -> list[_Target]:
-    """The parameters ``names`` reach, each once, in the order of their first mention.
-
-    Raises:
-        ValueError: A name that is not a tensor of the model, or names holders of one tied
-            parameter that are not pruned alike.
-    """
-    resolve_parameters(model, names)  # names each module and tensor that does not exist
-    aliases = alias_map(model)
-    groups: dict[int, TiedParameter] = {}
-    for fq_name in names:
-        group = aliases.get(fq_name)
-        if group is None:
-            raise ValueError(
-                f"Expected {fq_name!r} to name a tensor of the model, but it is the parameter "
-                f"of a pruned tensor: name the tensor, {fq_name.removesuffix('_orig')!r}."
-            )
-        groups.setdefault(id(group.parameter), group)
-    for group in groups.values():
-        _check_pruned_alike(group)
-    return [_Target(group.names, group.pairs) for group in groups.values()]
-
-
-def _check_masking_of(groups: Sequence[_Target], masking: str) -> None:
-    """No target may be pruned the other way than ``masking`` says.
-
-    Raises:
-        ValueError: naming the tensor and the way it is pruned.
-    """
-    for group in groups:
-        for (module, name), fq_name in zip(group.pairs, group.names, strict=False):
-            label = f"({type(module).__name__}, {name!r}) ({fq_name!r})"
-            if masking == "inplace" and is_pruned_tensor(module, name):
-                raise ValueError(
-                    f"Expected {label} not to be pruned by the reparametrization, since the "
-                    f"pruner has masking='inplace', but it has `{name}_orig`: make its pruning "
-                    "permanent first (remove()), or use masking='reparametrize'."
-                )
-            if masking == "reparametrize" and is_sharded(module._parameters.get(name)):
-                raise ValueError(
-                    f"Expected {label} to be a plain tensor, since the pruner has "
-                    "masking='reparametrize', but it is a DTensor (FSDP2): the reparametrization "
-                    "cannot hold sharded parameters; use masking='inplace'."
-                )
-            if masking == "reparametrize" and is_lean_tensor(module, name):
-                raise ValueError(
-                    f"Expected {label} not to carry a lean bool mask, since the pruner has "
-                    f"masking='reparametrize', but it has the bool buffer `{name}_mask`: use "
-                    "masking='inplace'."
-                )
-
-
-def _check_pruned_alike(group: TiedParameter) -> None:
-    """The holders of a tied parameter must all be unpruned, or pruned with equal masks."""
-    masks = [
-        parts.mask if (parts := pruned_parts(module, name)) is not None else lean_mask(module, name)
-        for module, name in group.pairs
-    ]
-    first = masks[0]
-    label = f"({type(group.pairs[0][0]).__name__}, {group.pairs[0][1]!r})"
-    for (module, name), mask in zip(group.pairs, masks, strict=True):
-        if mask is first or (mask is not None and first is not None and torch.equal(mask, first)):
-            continue
-        other = f"({type(module).__name__}, {name!r})"
-        if mask is not None and first is not None:
-            state = f"{other} and {label} are pruned with different masks"
-        else:
-            pruned, unpruned = (other, label) if first is None else (label, other)
-            state = f"{pruned} is pruned and {unpruned} is not"
-        raise ValueError(
-            f"Expected the holders of the tied parameter {group.name!r} {group.names} to be "
-            f"pruned alike, but {state}: prune all its pairs in one global_unstructured call, "
-            "or remove() the pruning first."
-        )
+        self._progress = load_progress(state, self.config, self._targets, self.seed)

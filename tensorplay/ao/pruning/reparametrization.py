@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +49,7 @@ __all__ = [
     "pruned_parts",
     "pruned_tensor_names",
     "remove_parts",
+    "reparametrized_names",
 ]
 
 
@@ -186,6 +187,21 @@ def pruned_tensor_names(module: nn.Module, excluding: object = None) -> list[str
         name
         for name, hook in zip(names, module._forward_pre_hooks.values(), strict=True)
         if isinstance(name, str) and hook is not excluding and _is_pruning_hook(hook, name)
+    ]
+
+
+def reparametrized_names(state_dict: Mapping[str, object]) -> list[str]:
+    """The names ``state_dict`` saves reparametrized (both ``<name>_orig`` and ``<name>_mask``
+    are keys), in key order.
+
+    Example:
+        >>> reparametrized_names({"fc.weight_orig": 0, "fc.weight_mask": 0, "fc.bias": 0})
+        ['fc.weight']
+    """
+    return [
+        key[: -len("_orig")]
+        for key in state_dict
+        if key.endswith("_orig") and key[: -len("_orig")] + "_mask" in state_dict
     ]
 
 

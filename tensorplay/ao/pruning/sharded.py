@@ -47,6 +47,7 @@ __all__ = [
     "local_values",
     "shared_seed",
     "sharding_of",
+    "sum_over_ranks",
 ]
 
 ProcessGroup = dist.ProcessGroup
@@ -183,6 +184,20 @@ def global_zeros(tensors: Sequence[Tensor | None]) -> list[int]:
         [1, 0]
     """
     counts = count_zeros([None if t is None else local_part(t) for t in tensors])
+    return sum_over_ranks(counts, tensors)
+
+
+def sum_over_ranks(counts: Sequence[int], tensors: Sequence[Tensor | None]) -> list[int]:
+    """Each count summed over the ranks that hold a piece of its tensor: a ``DTensor``'s over
+    its mesh's process group (one ``all_reduce`` of a small vector per group), the others as
+    they are.
+
+    Example:
+        >>> import torch
+        >>> sum_over_ranks([3, 1], [torch.zeros(2), None])
+        [3, 1]
+    """
+    counts = list(counts)
     by_group: dict[ProcessGroup, list[int]] = {}  # in first-seen order: the same on every rank
     for index, tensor in enumerate(tensors):
         if tensor is not None and is_sharded(tensor):

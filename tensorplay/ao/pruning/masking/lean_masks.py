@@ -59,6 +59,7 @@ __all__ = [
     "mask_gradients",
     "mask_like",
     "remove_mask",
+    "revived_counts",
     "zero_state",
 ]
 
@@ -268,3 +269,33 @@ def zero_state(optimizer: Optimizer, params: Sequence[Tensor], masks: Sequence[T
                 kept.append(local_mask)
     with torch.no_grad():
         _multiply(tensors, kept)
+
+
+_COUNT_CHUNK = 1 << 22  # units per piece: a bounded temporary, however large the tensor
+
+
+def revived_counts(params: Sequence[Tensor], masks: Sequence[Tensor]) -> list[int]:
+    """Per parameter, its pruned entries that are not zero (this process's values): what an
+    unattached optimizer step or a hand edit brought back.
+
+    Read piece by piece, so the temporaries stay small whatever the tensor's size.
+
+    Example:
+        >>> import torch
+        >>> weight = torch.tensor([0.0, 2.0, 3.0])
+        >>> revived_counts([weight], [torch.tensor([False, False, True])])
+        [1]
+    """
+    counts = []
+    with torch.no_grad():
+        for param, mask in zip(params, masks, strict=True):
+            values = local_tensor(param.detach()).reshape(-1)
+            kept = local_tensor(mask).reshape(-1)
+            total = torch.zeros((), dtype=torch.int64, device=values.device)
+            for start in range(0, values.numel(), _COUNT_CHUNK):
+                piece = values[start : start + _COUNT_CHUNK]
+                total += torch.count_nonzero(
+                    piece.masked_fill(kept[start : start + _COUNT_CHUNK], 0)
+                )
+            counts.append(int(total))
+    return counts

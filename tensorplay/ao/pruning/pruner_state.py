@@ -1,0 +1,225 @@
+"""The pruner's state: what changes as it runs, as plain data by name, and its versions.
+
+:class:`Progress` is everything a :class:`~tensorplay.ao.pruning.pruner.Pruner` learns while it
+runs (its configuration does not change): the steps taken and pruned, the history, whether
+pruning is permanent, the seed in use and the rewind snapshot. :func:`state_dict` writes it with
+the configuration it ran under; :func:`load_progress` reads any version this library has
+written, upgrading the older ones, and checks every key before the pruner takes it.
+
+Versions: 1 (tensorplay 0.1: no rewinding, no seed), 2 (rewinding and seeds), 3 (``masking``).
+
+Example:
+    >>> from torch import nn
+    >>> from tensorplay.ao.pruning.config import PrunerConfig
+    >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+    >>> from tensorplay.ao.pruning.tied_targets import resolve_targets
+    >>> config = PrunerConfig(OneShotSchedule(0.5))
+    >>> targets = resolve_targets(nn.Linear(2, 2), config)
+    >>> saved = state_dict(Progress(seed=None), config, targets)
+    >>> saved["version"], saved["step"], load_progress(saved, config, targets).last_step
+    (3, -1, -1)
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import Tensor
+
+from tensorplay.ao.pruning.config import PrunerConfig, check_int
+from tensorplay.ao.pruning.rewind import check_values
+from tensorplay.ao.pruning.targets import method_name
+from tensorplay.ao.pruning.tied_targets import Target
+
+__all__ = ["STATE_VERSION", "Progress", "load_progress", "state_dict"]
+
+STATE_VERSION = 3
+_STATE_KEYS_V1 = (
+    "version",
+    "step",
+    "last_pruned_step",
+    "targets",
+    "schedule",
+    "method",
+    "scope",
+    "min_density",
+    "history",
+    "permanent",
+)
+_STATE_KEYS_V2 = (*_STATE_KEYS_V1, "rewind", "rewind_step", "seed", "snapshot")
+_STATE_KEYS = (*_STATE_KEYS_V2, "masking")
+# A version-1 state may carry the seed and snapshot that the 0.1 callback kept beside it.
+_V1_OPTIONAL = ("seed", "snapshot")
+_CONFIG_KEYS = ("schedule", "method", "scope", "min_density", "rewind", "rewind_step", "masking")
+
+HistoryEntry = tuple[int, float, int]
+
+
+@dataclass
+class Progress:
+    """What a pruner has done so far.
+
+    Attributes:
+        seed: The seed of random methods (the configuration's, or the one a state loaded).
+        last_step: The last step taken (-1 before the first).
+        last_pruned_step: The last pruning step taken, whether it pruned or not (-1: none).
+        history: ``(step, target sparsity, units pruned)`` of each step that pruned.
+        permanent: Whether pruning was made permanent.
+        snapshot: The values rewinding restores, by target name, if taken.
+    """
+
+    seed: int | None
+    last_step: int = -1
+    last_pruned_step: int = -1
+    history: list[HistoryEntry] = field(default_factory=list)
+    permanent: bool = False
+    snapshot: dict[str, Tensor] | None = None
+
+
+def state_dict(
+    progress: Progress, config: PrunerConfig, targets: Sequence[Target]
+) -> dict[str, Any]:
+    """``progress`` with the configuration it ran under, as the pruner's ``state_dict()``."""
+    try:
+        schedule: dict[str, Any] | None = config.schedule.to_dict()
+    except (TypeError, ValueError):
+        schedule = None
+    return {
+        "version": STATE_VERSION,
+        "step": progress.last_step,
+        "last_pruned_step": progress.last_pruned_step,
+        "targets": [target.name for target in targets],
+        "schedule": schedule,
+        "method": method_name(config.method_class),
+        "scope": config.scope,
+        "min_density": float(config.min_density),
+        "rewind": config.rewind,
+        "rewind_step": config.rewind_step,
+        "seed": progress.seed,
+        "history": list(progress.history),
+        "permanent": progress.permanent,
+        "snapshot": None if progress.snapshot is None else dict(progress.snapshot),
+        "masking": config.masking,
+    }
+
+
+def load_progress(
+    state: Mapping[str, Any],
+    config: PrunerConfig,
+    targets: Sequence[Target],
+    seed: int | None = None,
+) -> Progress:
+    """The progress a saved state holds, checked; warns where it ran under another
+    configuration (the pruner keeps its own).
+
+    Args:
+        state: What ``state_dict()`` returned, of any version.
+        config: The loading pruner's configuration.
+        targets: The loading pruner's targets.
+        seed: The loading pruner's seed, kept by a version-1 state that has none.
+
+    Raises:
+        TypeError: ``state`` or its snapshot is not a mapping.
+        ValueError: An unknown version, missing or unknown keys, other targets, bad counters,
+            a bad seed, or a snapshot of other names or shapes.
+    """
+    state = _upgraded(state, config, seed)
+    _check_targets(state["targets"], targets)
+    for key in ("step", "last_pruned_step"):
+        value = state[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+            raise ValueError(f"Expected `{key}` to be an int >= -1, but got {value!r}.")
+    history = [_history_entry(entry) for entry in state["history"]]
+    if not isinstance(state["permanent"], bool):
+        raise ValueError(f"Expected `permanent` to be a bool, but got {state['permanent']!r}.")
+    if state["seed"] is not None:
+        check_int("seed", state["seed"], 0)
+    snapshot = state["snapshot"]
+    if snapshot is not None:
+        found = check_values(snapshot, targets, "snapshot")
+        snapshot = {targets[i].name: value for i, value in found.items()}
+    _warn_on_config_change(state, state_dict(Progress(seed), config, targets))
+    return Progress(
+        seed=state["seed"],
+        last_step=state["step"],
+        last_pruned_step=state["last_pruned_step"],
+        history=history,
+        permanent=state["permanent"],
+        snapshot=snapshot if config.rewind != "none" else None,
+    )
+
+
+def _upgraded(state: object, config: PrunerConfig, seed: int | None) -> dict[str, Any]:
+    """``state`` checked for its version's keys and brought to the current version."""
+    if not isinstance(state, Mapping):
+        raise TypeError(f"Expected `state` to be a mapping, but got {state!r}.")
+    version = state.get("version")
+    if version not in (1, 2, STATE_VERSION):
+        raise ValueError(
+            f"Expected a pruner state of version 1, 2 or {STATE_VERSION}, but got version "
+            f"{version!r}."
+        )
+    expected = {1: _STATE_KEYS_V1, 2: _STATE_KEYS_V2}.get(version, _STATE_KEYS)
+    optional = _V1_OPTIONAL if version == 1 else ()
+    missing = [key for key in expected if key not in state]
+    unknown = sorted(key for key in state if key not in expected + optional)
+    if missing or unknown:
+        raise ValueError(
+            f"Expected a version-{version} pruner state to have keys {list(expected)}, but "
+            f"{missing} are missing and {unknown} are unknown."
+        )
+    if version == 1:
+        # Saved before rewinding and seeds: the pruner's own rewinding, its seed and no snapshot
+        # unless given; its schedule (in the old ``{"type"}`` form) is left out of the comparison.
+        return {
+            "seed": seed,
+            "snapshot": None,
+            **state,
+            "version": STATE_VERSION,
+            "schedule": None,
+            "rewind": config.rewind,
+            "rewind_step": config.rewind_step,
+            "masking": None,
+        }
+    if version == 2:  # saved before the lean mode existed: reparametrized
+        return {**state, "version": STATE_VERSION, "masking": "reparametrize"}
+    return dict(state)
+
+
+def _check_targets(saved: Sequence[str], targets: Sequence[Target]) -> None:
+    """A state may name a tied target by another of its names (its first name in module order
+    is the pruner's); any name of it is the same target."""
+    canonical = {alias: target.name for target in targets for alias in target.names}
+    mine = [target.name for target in targets]
+    if list(dict.fromkeys(canonical.get(name, name) for name in saved)) != mine:
+        raise ValueError(
+            f"Expected the state's targets to be the pruner's, {mine}, but got {list(saved)}."
+        )
+
+
+def _history_entry(entry: object) -> HistoryEntry:
+    if not isinstance(entry, (tuple, list)) or len(entry) != 3:
+        raise ValueError(
+            f"Expected `history` entries to be (step, target, pruned), but got {entry!r}."
+        )
+    step, target, pruned = entry
+    return int(step), float(target), int(pruned)
+
+
+def _warn_on_config_change(state: Mapping[str, Any], mine: Mapping[str, Any]) -> None:
+    changed = [
+        key
+        for key in _CONFIG_KEYS
+        if state[key] is not None and mine[key] is not None and state[key] != mine[key]
+    ]
+    if changed:
+        details = ", ".join(f"{key}: {state[key]!r} -> {mine[key]!r}" for key in changed)
+        warnings.warn(
+            f"The pruner state was saved with another configuration ({details}); the "
+            "pruner keeps its own.",
+            UserWarning,
+            stacklevel=4,
+        )
