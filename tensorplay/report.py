@@ -50,7 +50,7 @@ import torch
 from torch import Tensor
 
 from tensorplay.ao.pruning.checkpoint import pruned_names
-from tensorplay.ao.pruning.masking.lean_masks import lean_names
+from tensorplay.ao.pruning.masking.readers import saved_mask_names
 from tensorplay.ao.pruning.serialization import share_storage
 from tensorplay.ao.pruning.stats import SparsityReport, TensorSparsity
 
@@ -281,7 +281,7 @@ def _classify(
 ) -> tuple[list[TensorSparsity], list[TensorSparsity], dict[str, str]]:
     """``(counted rows, all-zero weights without a mask, {later name: first name})``."""
     state = share_storage(state_dict)  # tied entries become one object
-    names = pruned_names(state) + lean_names(state)
+    names = saved_mask_names(state)
     weights = [(key, value) for key, value in state.items() if _is_weight(key, value)]
     tensors = [(name, state[name + "_mask"]) for name in names] if names else weights
     if not tensors:

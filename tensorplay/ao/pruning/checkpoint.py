@@ -30,6 +30,7 @@ from torch import Tensor, nn
 from tensorplay.ao.pruning.aliases import TiedParameter, alias_map
 from tensorplay.ao.pruning.global_pruning import share_mask
 from tensorplay.ao.pruning.masking.lean_masks import install_mask, lean_mask, lean_names, mask_like
+from tensorplay.ao.pruning.masking.readers import saved_mask_keys
 from tensorplay.ao.pruning.reparametrization import (
     is_pruned_tensor,
     parameter_of,
@@ -142,11 +143,9 @@ def _plan(model: nn.Module, state_dict: Mapping[str, Tensor]) -> list[tuple[Tied
         _check_shapes(state_dict, fq_name, ("_orig", "_mask"), group)
         first = saved.setdefault(id(group.parameter), (group, fq_name))[1]
         _check_same(state_dict, first, fq_name, ("_orig", "_mask"))
-    lean = set(lean_names(state_dict))
+    accounted = {mask for _, mask in saved_mask_keys(state_dict).values()}
     for key in state_dict:
-        if not key.endswith("_mask") or key[: -len("_mask")] + "_orig" in state_dict:
-            continue
-        if key[: -len("_mask")] in lean:
+        if not key.endswith("_mask") or key in accounted:
             continue
         fq_name = key[: -len("_mask")]
         group = aliases.get(fq_name)

@@ -494,13 +494,13 @@ class Pruner:
     def _prune_own_count(self) -> int:
         """Apply a method that decides its own count to each target on its own; the units
         already pruned stay pruned."""
-        before = sum(self._pruned_counts())
+        before = sum(self._masked_counts())
         self._mode.prune_own_count(self._targets, self._scores(), self.method)
-        return sum(self._pruned_counts()) - before
+        return sum(self._masked_counts()) - before
 
     def _prune_to(self, target: float) -> int:
         """Prune up to ``target`` sparsity; return the number of units newly pruned."""
-        pruned, numels = self._pruned_counts(), self._numels()
+        pruned, numels = self._masked_counts(), self._numels()
         caps = caps_under(self.min_density, pruned, numels)
         if self.scope == "layerwise":
             counts = layerwise_counts(target, pruned, numels, caps)
@@ -508,13 +508,13 @@ class Pruner:
             for one, score, count in zip(self._targets, scores, counts, strict=True):
                 if count > 0:
                     self._mode.prune([one], [score], self.method, count, None)
-            return sum(self._pruned_counts()) - sum(pruned)
+            return sum(self._masked_counts()) - sum(pruned)
         limits = caps if self.min_density > 0 else None
         count = global_count(target, pruned, numels, limits)
         if count <= 0:
             return 0
         self._mode.prune(self._targets, self._scores(), self.method, count, limits)
-        return sum(self._pruned_counts()) - sum(pruned)
+        return sum(self._masked_counts()) - sum(pruned)
 
     def _scores(self) -> list[Tensor]:
         return target_scores(self._targets, self.importance_fn)
@@ -595,6 +595,10 @@ class Pruner:
         if self.permanent:
             return global_zeros([target.parameter() for target in self._targets])
         return self._mode.pruned_counts(self._targets)
+
+    def _masked_counts(self) -> list[int]:
+        """Per target, the zeros of its mask: within a step, whose weights were just checked."""
+        return self._mode.pruned_counts(self._targets, read_weights=False)
 
     def _numels(self) -> list[int]:
         return [target.parameter().numel() for target in self._targets]

@@ -36,7 +36,8 @@ from torch import Tensor, nn
 
 from tensorplay.ao.pruning.aliases import parameter_groups, tensor_name
 from tensorplay.ao.pruning.masking.lean_masks import MASK_SUFFIX, lean_mask
-from tensorplay.ao.pruning.reparametrization import pruned_parts, pruned_tensor_names
+from tensorplay.ao.pruning.masking.readers import masked_values
+from tensorplay.ao.pruning.reparametrization import pruned_tensor_names
 
 __all__ = ["masked_tensor", "permanent_state_dict", "share_storage", "view_identity"]
 
@@ -91,8 +92,8 @@ def permanent_state_dict(model: nn.Module) -> dict[str, Tensor]:
         prefix, _, local = key.rpartition(".")
         module = modules.get(prefix)
         pruned = _pruned_names(module) if module is not None else []
-        if module is not None and (mask := lean_mask(module, local)) is not None:
-            out[key] = _lean_tensor(module, local, mask, masked)
+        if module is not None and lean_mask(module, local) is not None:
+            out[key] = _permanent_tensor(module, local, masked)
         elif module is not None and _is_lean_mask(module, local):
             continue
         elif module is None or not pruned:
@@ -201,29 +202,20 @@ def _dense_order(module: nn.Module, pruned: list[str]) -> list[str]:
 def _permanent_tensor(
     module: nn.Module, name: str, masked: dict[tuple[int, int], Tensor]
 ) -> Tensor:
-    parts = pruned_parts(module, name)
-    assert parts is not None  # for mypy: only pruned names get here
-    key = (id(parts.orig), id(parts.mask))
+    """A masked tensor's permanent value, one per (values, mask) so ties stay tied: its values
+    times its mask, every pruned unit ``+0.0`` (a lean tensor's in-place zeroing, like
+    ``mask * orig``, leaves ``-0.0`` where a negative weight was pruned)."""
+    found = masked_values(module, name)
+    assert found is not None  # for mypy: only masked names get here
+    values, mask = found
+    key = (id(values), id(mask))
     if key not in masked:
-        masked[key] = masked_tensor(parts.orig, parts.mask)
+        masked[key] = masked_tensor(values, mask)
     return masked[key]
 
 
 def _is_lean_mask(module: nn.Module, key: str) -> bool:
     return key.endswith(MASK_SUFFIX) and lean_mask(module, key[: -len(MASK_SUFFIX)]) is not None
-
-
-def _lean_tensor(
-    module: nn.Module, name: str, mask: Tensor, masked: dict[tuple[int, int], Tensor]
-) -> Tensor:
-    """A lean tensor's permanent value: its values, every pruned unit ``+0.0`` (the in-place
-    zeroing leaves ``-0.0`` where a negative weight was pruned)."""
-    param = module._parameters[name]
-    assert param is not None  # for mypy: lean_mask found it
-    key = (id(param), id(mask))
-    if key not in masked:
-        masked[key] = masked_tensor(param, mask)
-    return masked[key]
 
 
 def _warn_on_split_ties(model: nn.Module, state: Mapping[str, Tensor]) -> None:

@@ -49,8 +49,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from tensorplay.ao.pruning.checkpoint import pruned_names
-from tensorplay.ao.pruning.masking.lean_masks import lean_names
+from tensorplay.ao.pruning.masking.readers import saved_mask_keys
 from tensorplay.ao.pruning.serialization import (
     masked_tensor,
     permanent_state_dict,
@@ -297,25 +296,20 @@ def _permanent(obj: nn.Module | Mapping[str, Tensor]) -> dict[str, Tensor]:
                 f"{type(value).__name__}."
             )
     state = share_storage(obj)
-    pruned = set(pruned_names(state))
-    lean = set(lean_names(state))
+    saved = saved_mask_keys(state)
+    by_values = {values: (name, mask) for name, (values, mask) in saved.items()}
+    masks = {mask for _, mask in saved.values()}
     masked: dict[tuple[object, ...], Tensor] = {}
     out: dict[str, Tensor] = {}
     for key, value in state.items():
-        base = key[: -len("_orig")]
-        if key.endswith("_orig") and base in pruned:
-            orig, mask = value, state[base + "_mask"]
-            identity = (view_identity(orig) or id(orig), view_identity(mask) or id(mask))
-            if identity not in masked:
-                masked[identity] = masked_tensor(orig, mask)
-            out[base] = masked[identity]
-        elif key in lean:  # a lean tensor: zero already, but maybe -0.0
-            mask = state[key + "_mask"]
+        if key in by_values:  # a lean tensor is zero already, but maybe -0.0
+            name, mask_key = by_values[key]
+            mask = state[mask_key]
             identity = (view_identity(value) or id(value), view_identity(mask) or id(mask))
             if identity not in masked:
                 masked[identity] = masked_tensor(value, mask)
-            out[key] = masked[identity]
-        elif not (key.endswith("_mask") and key[: -len("_mask")] in pruned | lean):
+            out[name] = masked[identity]
+        elif key not in masks:
             out[key] = value
     return out
 

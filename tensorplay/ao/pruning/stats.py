@@ -1,7 +1,9 @@
 """Sparsity statistics: per tensor and over a whole selection, against a target.
 
-A pruned tensor's sparsity is read from its ``<name>_mask`` buffer (a unit is pruned when its mask
-is 0, whatever its ``_orig`` value); a tensor that is not pruned counts its zeros, so a model made
+A pruned tensor's sparsity is read from its ``<name>_mask`` buffer, in either format
+(:func:`~tensorplay.ao.pruning.masking.mask_of`): a unit is pruned when its mask is 0 and the
+tensor the model computes with holds 0 there (always so for ``mask * orig``; a lean weight that
+was trained back is not counted). A tensor that is not pruned counts its zeros, so a model made
 permanent with ``remove`` reports the same numbers as before.
 
 Example:
@@ -25,7 +27,8 @@ import torch
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning.aliases import parameter_groups
-from tensorplay.ao.pruning.reparametrization import count_pruned, is_pruned_tensor, pruned_parts
+from tensorplay.ao.pruning.masking.readers import mask_of, pruned_count_of
+from tensorplay.ao.pruning.reparametrization import count_pruned
 from tensorplay.ao.pruning.targets import resolve_parameters, select_parameters
 
 __all__ = [
@@ -58,8 +61,9 @@ def tensor_sparsity(t: Tensor) -> float:
 
 
 def pruned_units(module: nn.Module, name: str, *, count_zeros: bool) -> tuple[int, Tensor]:
-    """``(pruned, tensor)`` for ``module.<name>``: the tensor is the mask if pruned, and then the
-    zeros of the mask are counted; if not pruned, the tensor's zeros when ``count_zeros``, else 0.
+    """``(pruned, tensor)`` for ``module.<name>``: the tensor is the mask if pruned (in either
+    format), and then the zeros of the mask that the tensor holds as zeros are counted; if not
+    pruned, the tensor's zeros when ``count_zeros``, else 0.
 
     Example:
         >>> from torch import nn
@@ -67,9 +71,9 @@ def pruned_units(module: nn.Module, name: str, *, count_zeros: bool) -> tuple[in
         >>> pruned_units(layer, "weight", count_zeros=False)[0]
         0
     """
-    parts = pruned_parts(module, name)
-    if parts is not None:
-        return count_pruned(parts), parts.mask
+    mask = mask_of(module, name)
+    if mask is not None:
+        return pruned_count_of(module, name) or 0, mask
     tensor: Tensor = getattr(module, name)
     return (count_pruned(tensor) if count_zeros else 0), tensor
 
@@ -79,7 +83,7 @@ def _pruned_names(model: nn.Module) -> list[str]:
     return [
         group.name
         for group in parameter_groups(model)
-        if any(is_pruned_tensor(module, name) for module, name in group.pairs)
+        if any(mask_of(module, name) is not None for module, name in group.pairs)
     ]
 
 

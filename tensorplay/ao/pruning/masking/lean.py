@@ -48,6 +48,7 @@ from tensorplay.ao.pruning.masking.lean_masks import (
     local_tensor,
     mask_gradients,
     mask_like,
+    pruned_zero_counts,
     remove_mask,
     revived_counts,
 )
@@ -179,15 +180,21 @@ class LeanMasks:
             install_mask(target.pairs, mask)
         self._zero(*self.masked(targets))
 
-    def pruned_counts(self, targets: Sequence[Target]) -> list[int]:
-        """Per target, its pruned units that the weights hold as zero (over all ranks): the
-        zeros of its mask, less the pruned weights that are not zero (read only for the
-        weights written since their zeros were last known)."""
+    def pruned_counts(self, targets: Sequence[Target], *, read_weights: bool = True) -> list[int]:
+        """Per target, its pruned units (over all ranks): those the weights hold as zero, or
+        without ``read_weights`` the zeros of its mask (a pruning step, whose weights were
+        just checked)."""
         masks = [lean_mask(*target.pair) for target in targets]
-        pruned = global_zeros(masks)
-        params = [target.parameter() for target in targets]
-        revived = self._revived(params, masks)
-        return [n - r for n, r in zip(pruned, revived, strict=True)]
+        if not read_weights:
+            return global_zeros(masks)
+        held = [(t.parameter(), m) for t, m in zip(targets, masks, strict=True) if m is not None]
+        found = iter(
+            sum_over_ranks(
+                pruned_zero_counts([p for p, _ in held], [m for _, m in held]),
+                [p for p, _ in held],
+            )
+        )
+        return [0 if mask is None else next(found) for mask in masks]
 
     def _revived(self, params: Sequence[Tensor], masks: Sequence[Tensor | None]) -> list[int]:
         """Per target, its pruned weights that are not zero (0 where known to be none); the

@@ -46,6 +46,7 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 
 from tensorplay.ao.pruning.selection import local_part
+from tensorplay.ao.pruning.selection.checks import count_true
 from tensorplay.ao.pruning.sharded import is_sharded
 
 __all__ = [
@@ -58,6 +59,7 @@ __all__ = [
     "local_tensor",
     "mask_gradients",
     "mask_like",
+    "pruned_zero_counts",
     "remove_mask",
     "revived_counts",
     "zero_state",
@@ -271,14 +273,45 @@ def zero_state(optimizer: Optimizer, params: Sequence[Tensor], masks: Sequence[T
         _multiply(tensors, kept)
 
 
-_COUNT_CHUNK = 1 << 22  # units per piece: a bounded temporary, however large the tensor
+_COUNT_CHUNK = 1 << 20  # units per piece: a temporary that stays in cache
+
+
+def _kept_or_nonzero(param: Tensor, mask: Tensor) -> int:
+    """This process's units of ``param`` that are kept by ``mask`` or not zero (``-0.0`` is
+    zero, NaN is not), read piece by piece into one small bool buffer."""
+    values = local_tensor(param.detach()).reshape(-1)
+    kept = local_tensor(mask).reshape(-1)
+    buffer = torch.empty(min(values.numel(), _COUNT_CHUNK), dtype=torch.bool, device=values.device)
+    total = 0
+    with torch.no_grad():
+        for start in range(0, values.numel(), _COUNT_CHUNK):
+            piece = values[start : start + _COUNT_CHUNK]
+            out = buffer[: piece.numel()]
+            torch.ne(piece, 0, out=out)
+            out.logical_or_(kept[start : start + _COUNT_CHUNK])
+            total += count_true(out)
+    return total
+
+
+def pruned_zero_counts(params: Sequence[Tensor], masks: Sequence[Tensor]) -> list[int]:
+    """Per parameter, its units that are pruned and zero (this process's values): the pruning
+    the weights really hold.
+
+    Example:
+        >>> import torch
+        >>> weight = torch.tensor([0.0, 2.0, 3.0, -0.0])
+        >>> pruned_zero_counts([weight], [torch.tensor([False, False, True, False])])
+        [2]
+    """
+    return [
+        local_tensor(param).numel() - _kept_or_nonzero(param, mask)
+        for param, mask in zip(params, masks, strict=True)
+    ]
 
 
 def revived_counts(params: Sequence[Tensor], masks: Sequence[Tensor]) -> list[int]:
     """Per parameter, its pruned entries that are not zero (this process's values): what an
     unattached optimizer step or a hand edit brought back.
-
-    Read piece by piece, so the temporaries stay small whatever the tensor's size.
 
     Example:
         >>> import torch
@@ -286,16 +319,7 @@ def revived_counts(params: Sequence[Tensor], masks: Sequence[Tensor]) -> list[in
         >>> revived_counts([weight], [torch.tensor([False, False, True])])
         [1]
     """
-    counts = []
-    with torch.no_grad():
-        for param, mask in zip(params, masks, strict=True):
-            values = local_tensor(param.detach()).reshape(-1)
-            kept = local_tensor(mask).reshape(-1)
-            total = torch.zeros((), dtype=torch.int64, device=values.device)
-            for start in range(0, values.numel(), _COUNT_CHUNK):
-                piece = values[start : start + _COUNT_CHUNK]
-                total += torch.count_nonzero(
-                    piece.masked_fill(kept[start : start + _COUNT_CHUNK], 0)
-                )
-            counts.append(int(total))
-    return counts
+    return [
+        _kept_or_nonzero(param, mask) - count_true(local_tensor(mask).reshape(-1))
+        for param, mask in zip(params, masks, strict=True)
+    ]

@@ -84,8 +84,10 @@ class MaskingMode(Protocol):
     ) -> None:
         """Apply a method that decides its own count to each target on its own."""
 
-    def pruned_counts(self, targets: Sequence[Target]) -> list[int]:
-        """Per target, the units that are pruned, as the weights hold them."""
+    def pruned_counts(self, targets: Sequence[Target], *, read_weights: bool = True) -> list[int]:
+        """Per target, the units that are pruned, as the weights hold them; without
+        ``read_weights`` as the masks say (within a step, right after the weights were
+        checked)."""
 
     def after_rewind(self, target: Target) -> None:
         """Re-apply the mask of ``target`` after its values were replaced."""

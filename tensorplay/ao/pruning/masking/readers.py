@@ -23,10 +23,15 @@ from collections.abc import Mapping
 
 from torch import Tensor, nn
 
-from tensorplay.ao.pruning.masking.lean_masks import lean_mask, lean_names
-from tensorplay.ao.pruning.reparametrization import pruned_parts, reparametrized_names
+from tensorplay.ao.pruning.masking.lean_masks import (
+    MASK_SUFFIX,
+    lean_mask,
+    lean_names,
+    pruned_zero_counts,
+)
+from tensorplay.ao.pruning.reparametrization import count_pruned, pruned_parts, reparametrized_names
 
-__all__ = ["mask_of", "saved_mask_names"]
+__all__ = ["mask_of", "masked_values", "pruned_count_of", "saved_mask_keys", "saved_mask_names"]
 
 
 def mask_of(module: nn.Module, name: str) -> Tensor | None:
@@ -43,6 +48,29 @@ def mask_of(module: nn.Module, name: str) -> Tensor | None:
     return lean_mask(module, name)
 
 
+def pruned_count_of(module: nn.Module, name: str) -> int | None:
+    """The pruned units of a masked ``module.<name>`` as the model computes with them: the
+    zeros of a reparametrized mask (the forward multiplies by it), the units of a lean mask
+    whose weights are zero (a weight trained back is not pruned); ``None`` if not masked.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from tensorplay.ao.pruning.masking.lean_masks import install_mask
+        >>> layer = nn.Linear(2, 1, bias=False)
+        >>> install_mask([(layer, "weight")], torch.tensor([[False, True]]))
+        >>> pruned_count_of(layer, "weight")  # the pruned weight was never zeroed
+        0
+    """
+    parts = pruned_parts(module, name)
+    if parts is not None:
+        return count_pruned(parts)
+    mask = lean_mask(module, name)
+    if mask is None:
+        return None
+    return pruned_zero_counts([module._parameters[name]], [mask])[0]  # type: ignore[list-item]
+
+
 def saved_mask_names(state_dict: Mapping[str, object]) -> list[str]:
     """Every tensor name ``state_dict`` saves with a mask, in either format: reparametrized
     (``<name>_orig`` and ``<name>_mask``) first, then lean (a bool ``<name>_mask`` beside
@@ -54,3 +82,38 @@ def saved_mask_names(state_dict: Mapping[str, object]) -> list[str]:
         ['fc.weight']
     """
     return reparametrized_names(state_dict) + lean_names(state_dict)
+
+
+def masked_values(module: nn.Module, name: str) -> tuple[Tensor, Tensor] | None:
+    """``(values, mask)`` of a masked ``module.<name>``: the values its mask applies to (the
+    ``<name>_orig`` parameter, or the lean parameter itself) and the mask; else ``None``.
+
+    Example:
+        >>> from torch import nn
+        >>> from tensorplay.ao.pruning.methods import identity
+        >>> layer = identity(nn.Linear(2, 2), "weight")
+        >>> values, mask = masked_values(layer, "weight")
+        >>> values is layer.weight_orig, mask is layer.weight_mask
+        (True, True)
+    """
+    parts = pruned_parts(module, name)
+    if parts is not None:
+        return parts.orig, parts.mask
+    mask = lean_mask(module, name)
+    if mask is None:
+        return None
+    return module._parameters[name], mask  # type: ignore[return-value]
+
+
+def saved_mask_keys(state_dict: Mapping[str, object]) -> dict[str, tuple[str, str]]:
+    """Per name ``state_dict`` saves with a mask (:func:`saved_mask_names`), the keys of its
+    values and of its mask: ``(<name>_orig, <name>_mask)`` or, lean, ``(<name>, <name>_mask)``.
+
+    Example:
+        >>> import torch
+        >>> saved_mask_keys({"w_orig": torch.ones(1), "w_mask": torch.ones(1)})
+        {'w': ('w_orig', 'w_mask')}
+    """
+    keys = {name: (name + "_orig", name + MASK_SUFFIX) for name in reparametrized_names(state_dict)}
+    keys.update({name: (name, name + MASK_SUFFIX) for name in lean_names(state_dict)})
+    return keys

@@ -140,8 +140,9 @@ class ReparametrizedMasks:
         mask = self.mask(*target.pair)
         return torch.ones_like(target.parameter()) if mask is None else mask.detach()
 
-    def pruned_counts(self, targets: Sequence[Target]) -> list[int]:
-        """The zeros of each target's mask (0 where not reparametrized)."""
+    def pruned_counts(self, targets: Sequence[Target], *, read_weights: bool = True) -> list[int]:
+        """The zeros of each target's mask (0 where not reparametrized): the forward computes
+        ``mask * orig``, so the weights hold them whatever ``orig`` holds."""
         return global_zeros([self.mask(*target.pair) for target in targets])
 
     def after_rewind(self, target: Target) -> None:
