@@ -131,8 +131,49 @@ def _check_method_options(method: type[BasePruningMethod], min_density: float) -
 class PrunerConfig:
     """What a :class:`~tensorplay.ao.pruning.pruner.Pruner` decides with, checked on creation.
 
-    The arguments are the pruner's (see there); ``None`` selects the default. Sequences are kept
-    as given, so the configuration reads back as it was written (e.g. in YAML).
+    ``None`` selects the default. Sequences are kept as given, so the configuration reads back
+    as it was written (e.g. in YAML).
+
+    Args:
+        schedule: Step to cumulative target sparsity; see
+            :mod:`tensorplay.ao.pruning.schedules`.
+        parameters: Fully qualified names of the tensors to prune, e.g. ``["fc1.weight"]``;
+            default: those :func:`~tensorplay.ao.pruning.targets.select_parameters` selects
+            with the five arguments below (the weights of every Linear, Conv, attention and
+            Hugging Face ``Conv1D`` layer). Give either ``parameters`` or those.
+        module_types: Module classes, class names or import paths whose parameters are
+            selected; default :data:`~tensorplay.ao.pruning.targets.DEFAULT_MODULE_TYPES`.
+        names: Parameter names inside those modules, e.g. ``["weight", "bias"]``; default
+            :data:`~tensorplay.ao.pruning.targets.DEFAULT_NAMES`.
+        include: Regexes (``re.search``) a selected name matches at least one of.
+        exclude: Regexes a selected name matches none of.
+        keep_dense: Any of ``"embeddings"``, ``"first"``, ``"last"``: leave the embeddings (and
+            weights tied to them), the first or the last selected module dense.
+        method: An unstructured pruning method: a class, a name (``"l1_unstructured"``,
+            ``"random_unstructured"``) or an import path. One whose constructor takes no
+            ``amount`` (an N:M method) decides its own count, applied to each target on its own
+            on the pruning steps (:func:`counts_itself`).
+        scope: ``"global"`` ranks all targets together, ``"layerwise"`` each on its own.
+        min_density: No target is pruned below this fraction of its units kept, in [0, 1). When
+            the caps bind, the units a capped tensor cannot give up are taken from the others,
+            still lowest score first; if all are capped, fewer units are pruned than asked.
+        rewind: After each pruning step that pruned something, reset the unpruned values of the
+            targets (lottery tickets, Frankle & Carbin 2019; weight rewinding, Renda et al.
+            2020) to their values when the pruner was made (``"init"``) or right after step
+            ``rewind_step`` (``"step"``, snapshot taken before that step prunes). Other
+            parameters keep training. ``"none"``: no rewinding.
+        rewind_step: The step whose values ``rewind="step"`` restores.
+        seed: Seed of each pruning step's random draws: step ``t`` draws from ``seed + t`` in a
+            forked RNG that neither disturbs nor depends on the training RNG, so masks of
+            random methods are the same on every rank and after a resume. ``None``: draw from
+            the global RNG.
+        masking: How masks are held (:mod:`~tensorplay.ao.pruning.masking`):
+            ``"reparametrize"``, torch's ``<name>_orig``/``<name>_mask``/hook, state_dicts that
+            move to and from ``torch.nn.utils.prune``; or ``"inplace"``, the lean masks: a bool
+            ``<name>_mask``, pruned weights zeroed in place and kept zero by the optimizers
+            given to ``Pruner.attach``, pruned values gone once pruned (:ref:`lean-masks`).
+            FSDP2 models (``DTensor`` parameters) need ``"inplace"``; counts and reports are
+            then collectives (:mod:`~tensorplay.ao.pruning.sharded`).
 
     Raises:
         TypeError: A value of the wrong type (``schedule``, ``min_density``, ``rewind_step``,

@@ -1,14 +1,11 @@
-"""A stateful, framework-agnostic pruner: a schedule driving ``global_unstructured``.
+"""A stateful, framework-agnostic pruner: a schedule driving the global selection.
 
-The pruner owns every pruning decision: the selected tensors (by name), the pruning method, the
-schedule, the step counter, rewinding (lottery tickets) with its snapshot, the seed of random
-methods and the reset of optimizer state. Each :meth:`Pruner.step` on a pruning step turns the
-schedule's cumulative target into the exact number of units still to prune,
-``round(target * total) - already_pruned``, and prunes them. Its :meth:`Pruner.state_dict` is
-plain data by name plus the snapshot's tensors; together with the model's own state_dict (which
-carries every ``<name>_orig`` and ``<name>_mask``) a resumed run continues exactly where it
-stopped and never prunes a step twice. Any training loop gets all of it by calling
-``pruner.step()`` after ``optimizer.step()``; the Lightning callback is an adapter over it.
+The pruner is the conductor: it resolves its targets once, turns the schedule's cumulative target
+into the exact count still to prune (``round(target * total) - already_pruned``), seeds random
+methods, keeps the history and reports; the masking mode (:mod:`~tensorplay.ao.pruning.masking`)
+holds the masks. Any training loop calls ``pruner.step()`` after ``optimizer.step()``; the
+Lightning callback is an adapter over it. With the model's state_dict, its
+:meth:`Pruner.state_dict` resumes a run exactly, never pruning a step twice.
 
 Example:
     >>> import torch
@@ -26,11 +23,9 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
@@ -48,9 +43,10 @@ from tensorplay.ao.pruning.config import (
 from tensorplay.ao.pruning.masking import MaskingMode, masking_mode
 from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerAttachment
 from tensorplay.ao.pruning.pruner_state import Progress, load_progress, state_dict
-from tensorplay.ao.pruning.rewind import copy_back, snapshot_of
+from tensorplay.ao.pruning.rewind import copy_back, snapshot_due, snapshot_of
 from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.scores import ImportanceFn, target_scores
+from tensorplay.ao.pruning.seeding import cuda_devices, seeded
 from tensorplay.ao.pruning.sharded import global_zeros
 from tensorplay.ao.pruning.stats import SparsityReport, TensorSparsity
 from tensorplay.ao.pruning.targets import KeepDense, ModuleType
@@ -62,75 +58,25 @@ __all__ = ["Pruner"]
 class Pruner:
     """Prune a model on a schedule from any training loop.
 
-    Call :meth:`step` once per optimizer step (after ``optimizer.step()``). On the schedule's
-    pruning steps it prunes ``round(target * total) - already_pruned`` more units, chosen by
-    ``method`` across all targets (``scope="global"``) or within each target on its own
-    (``scope="layerwise"``, every tensor pruned to the target).
-
-    A parameter reached under several names (tied weights: an embedding and the LM head, a
-    layer shared between blocks) is one target: naming any of its names, or several, selects it
-    once, under its first name in module order (see :attr:`aliases`); it is counted once, and
-    every module that holds it gets one shared mask, so all of them compute with the masked
-    weight. :meth:`make_permanent` ties the modules to the one parameter again.
+    Call :meth:`step` once per optimizer step (after ``optimizer.step()``); on the schedule's
+    pruning steps it prunes the units still due, chosen by ``method`` across all targets or
+    within each (``scope``). A tied parameter is one target (:attr:`aliases`), with one mask.
 
     Args:
         model: The model to prune.
-        schedule: Step to cumulative target sparsity; see
-            :mod:`tensorplay.ao.pruning.schedules`.
-        parameters: Fully qualified names of the tensors to prune, e.g. ``["fc1.weight"]``;
-            default: those :func:`~tensorplay.ao.pruning.targets.select_parameters` selects
-            with the five arguments below (the weights of every Linear, Conv, attention and
-            Hugging Face ``Conv1D`` layer). Give either ``parameters`` or those.
-        module_types: Module classes, class names or import paths whose parameters are
-            selected; default :data:`~tensorplay.ao.pruning.targets.DEFAULT_MODULE_TYPES`.
-        names: Parameter names inside those modules, e.g. ``["weight", "bias"]``; default
-            :data:`~tensorplay.ao.pruning.targets.DEFAULT_NAMES`.
-        include: Regexes (``re.search``) a selected name matches at least one of.
-        exclude: Regexes a selected name matches none of.
-        keep_dense: Any of ``"embeddings"``, ``"first"``, ``"last"``: leave the embeddings (and
-            weights tied to them), the first or the last selected module dense.
-        method: An unstructured pruning method: a class, a name (``"l1_unstructured"``,
-            ``"random_unstructured"``) or an import path. A method whose constructor takes no
-            ``amount`` (an N:M method, say) decides its own count: on each pruning step it is
-            applied to every target on its own, its ``compute_mask`` given the scores and the
-            current mask, and the schedule's target is not used; the exact count is then the
-            method's contract, not the pruner's.
+        schedule, parameters, module_types, names, include, exclude, keep_dense, method,
+            scope, min_density, rewind, rewind_step, seed, masking: The fields of
+            :class:`~tensorplay.ao.pruning.config.PrunerConfig`, documented there (the Lightning
+            callback takes the same).
         importance_fn: ``(module, name) -> scores`` of the tensor's shape; the method ranks
             units by these instead of the tensor's current values.
-        scope: ``"global"`` ranks all targets together, ``"layerwise"`` each on its own.
-        min_density: No target is pruned below this fraction of its units kept, in [0, 1). When
-            the caps bind, the units a capped tensor cannot give up are taken from the others,
-            still lowest score first; if all are capped, fewer units are pruned than asked.
-        rewind: After each pruning step that pruned something, reset the unpruned values of the
-            targets (lottery tickets, Frankle & Carbin 2019; weight rewinding, Renda et al.
-            2020) to their values when the pruner was made (``"init"``) or right after
-            :meth:`step` ``rewind_step`` (``"step"``, snapshot taken before that step prunes).
-            Other parameters keep training. ``"none"``: no rewinding.
-        rewind_step: The step whose values ``rewind="step"`` restores.
-        seed: Seed of each pruning step's random draws: step ``t`` draws from ``seed + t`` in a
-            forked RNG that neither disturbs nor depends on the training RNG, so masks of
-            random methods are the same on every rank and after a resume. ``None``: draw from
-            the global RNG.
-        optimizers: Optimizers whose per-parameter state (momentum, Adam moments) is cleared
-            after each pruning step that pruned something, so training resumes as if fresh; kept
-            in :attr:`optimizers`, which may be replaced (e.g. once a framework has made them).
-        masking: ``"reparametrize"`` (torch's ``<name>_orig``/float ``<name>_mask``/forward
-            hook; state_dicts move to and from ``torch.nn.utils.prune``) or ``"inplace"``: lean
-            masks, a bool ``<name>_mask`` buffer per target and the pruned weights zeroed in
-            place (:mod:`~tensorplay.ao.pruning.masking.lean_masks`); call :meth:`attach` with the
-            optimizers to keep them zero. Pruned values are then gone once pruned; rewinding
-            restores from its own snapshot. See :ref:`lean-masks`. Models sharded with FSDP2
-            (``DTensor`` parameters) need ``"inplace"``: masks are then sharded like the
-            weights, the selection is exact across ranks, and counts and reports are global
-            (collectives: call them on every rank); see :mod:`~tensorplay.ao.pruning.sharded`.
+        optimizers: Optimizers whose state (momentum, Adam moments) is cleared after each
+            pruning step that pruned something (:attr:`optimizers` may be replaced later).
 
     Raises:
-        TypeError: ``schedule`` is not a :class:`~tensorplay.ao.pruning.schedules.Schedule`,
-            ``importance_fn`` is not callable, or another argument has the wrong type
-            (:class:`~tensorplay.ao.pruning.config.PrunerConfig` checks them all).
-        ValueError: An unknown ``scope`` or ``rewind``, ``min_density`` outside [0, 1), an empty
-            or unknown selection, ``parameters`` together with a selection argument, holders of
-            one tied parameter that are not pruned alike, or a method that is not unstructured.
+        TypeError, ValueError: As :class:`~tensorplay.ao.pruning.config.PrunerConfig`; also an
+            ``importance_fn`` that is not callable, an unknown or empty selection, holders of a
+            tied parameter not pruned alike, or targets the masking mode cannot hold.
 
     Example:
         >>> from torch import nn
@@ -164,40 +110,24 @@ class Pruner:
         optimizers: Sequence[Optimizer] = (),
         masking: Masking = "reparametrize",
     ) -> None:
-        config = PrunerConfig(
-            schedule,
-            parameters=parameters,
-            module_types=module_types,
-            names=names,
-            include=include,
-            exclude=exclude,
-            keep_dense=keep_dense,
-            method=method,
-            scope=scope,
-            min_density=min_density,
-            rewind=rewind,
-            rewind_step=rewind_step,
-            seed=seed,
-            masking=masking,
+        config = PrunerConfig(  # in the order of its fields
+            *(schedule, parameters, module_types, names, include, exclude, keep_dense),
+            *(method, scope, min_density, rewind, rewind_step, seed, masking),
         )
         if importance_fn is not None and not callable(importance_fn):
             raise TypeError(
                 f"Expected `importance_fn` to be callable or None, but got {importance_fn!r}."
             )
-        targets = resolve_targets(model, config)
-        mode = masking_mode(config.masking)
-        mode.check_targets(targets)
         self.config = config
         self.model = model
         self.importance_fn = importance_fn
-        self._targets = targets
-        self._mode = mode
+        self._targets = resolve_targets(model, config)
+        self._mode = masking_mode(config.masking)
+        self._mode.check_targets(self._targets)
         self._optimizers = AttachedOptimizers(optimizers)
         self._progress = Progress(seed=config.seed)
         if rewind == "init":
             self.take_snapshot()
-
-    # -- configuration and progress, read-only ---------------------------------------------
 
     @property
     def schedule(self) -> Schedule:
@@ -271,8 +201,7 @@ class Pruner:
 
     @property
     def pairs(self) -> list[Pair]:
-        """The ``(module, name)`` pair of each target's canonical name, in the order of
-        :attr:`targets`; :attr:`aliases` has every pair."""
+        """The ``(module, name)`` of each of :attr:`targets` (:attr:`aliases`: every name)."""
         return [target.pair for target in self._targets]
 
     @property
@@ -290,9 +219,8 @@ class Pruner:
         return {target.name: target.names for target in self._targets}
 
     def shared_targets(self, other: Pruner) -> list[str]:
-        """The targets of ``other`` that are targets of this pruner too (one parameter under any
-        of its names), each as all its names joined by ``" = "``; two pruners of one model
-        should share none.
+        """The targets of ``other`` that are this pruner's too, each as its names joined by
+        ``" = "``; two pruners of one model should share none.
 
         Example:
             >>> from torch import nn
@@ -307,35 +235,23 @@ class Pruner:
         mine = {id(target.parameter()) for target in self._targets}
         return [" = ".join(t.names) for t in other._targets if id(t.parameter()) in mine]
 
-    # -- optimizers ------------------------------------------------------------------------
-
     def attach(self, *optimizers: Optimizer, mask_gradients: bool = True) -> OptimizerAttachment:
-        """Keep the pruned weights zero through every step of ``optimizers`` (lean mode).
-
-        Each optimizer gets a step pre-hook that masks the gradients of the targets it holds
-        (if ``mask_gradients``; skipped when :meth:`mask_gradients` ran since its last step) and
-        a step post-hook that zeroes the pruned weights again, skipped for the optimizers
-        whose step provably keeps them zero (SGD, Adam, AdamW:
-        :func:`~tensorplay.ao.pruning.masking.optimizer_hooks.keeps_zeros`). For that, each
-        pruning step also zeroes the pruned entries of their per-parameter state (momentum,
-        Adam moments), as does loading their state_dict. Pruned weights are invisible to the
-        forward of the reparametrization mode, so this changes nothing it would compute, only
-        the optimizer's state_dict.
+        """Keep the pruned weights zero through every step of ``optimizers`` (lean masks): the
+        masking mode's hooks (:mod:`~tensorplay.ao.pruning.masking.optimizer_hooks`) mask the
+        gradients before each step and keep the weights and the state's pruned entries zero.
 
         Args:
             *optimizers: ``torch.optim.Optimizer`` instances, each holding at least one target.
-            mask_gradients: Whether the pre-step hook masks the gradients; ``False`` when the
-                loop calls :meth:`mask_gradients` itself before every step (e.g. before
-                gradient clipping, as the Lightning callback does).
+            mask_gradients: ``False`` when the loop calls :meth:`mask_gradients` itself before
+                every step (before gradient clipping, as the Lightning callback does).
 
         Returns:
             A handle whose ``remove()`` takes the hooks off again.
 
         Raises:
-            ValueError: The pruner's masking is not ``"inplace"``, no optimizer is given, one
-                holds no target, or is attached already.
-            TypeError: An argument that is not an optimizer, or a ``mask_gradients`` that is not
-                a bool.
+            ValueError: The masking mode needs no hooks (``"reparametrize"``), no optimizer is
+                given, one holds no target, or is attached already.
+            TypeError: An argument that is not an optimizer, or a non-bool ``mask_gradients``.
             RuntimeError: After :meth:`make_permanent`.
 
         Example:
@@ -351,7 +267,6 @@ class Pruner:
             >>> optimizer.step()
             >>> int((model.weight == 0).sum())
             32
-            >>> handle.remove()
         """
         self._mode.check_attach()
         self._check_not_permanent("the masks are gone")
@@ -366,12 +281,8 @@ class Pruner:
         )
 
     def mask_gradients(self) -> None:
-        """Zero the pruned entries of the targets' gradients now (lean mode: one fused pass).
-
-        Call it after the backward pass and before gradient clipping or grad-norm logging in a
-        hand-written loop; the pre-step hook of :meth:`attach` then skips its own pass. With
-        ``masking="reparametrize"`` (autograd masks the gradients already) or before any
-        pruning it does nothing.
+        """Zero the pruned entries of the targets' gradients now (lean masks; autograd does it
+        for the reparametrization): in a hand-written loop, before gradient clipping.
 
         Example:
             >>> import torch
@@ -389,11 +300,8 @@ class Pruner:
         self._optimizers.gradients_masked += 1
 
     def apply_masks(self) -> None:
-        """Zero the pruned entries of the targets' weights now (lean mode; one fused pass).
-
-        For loops without :meth:`attach`, or after the weights were changed by other means (a
-        dense state_dict loaded, an EMA copied in). Does nothing with
-        ``masking="reparametrize"``, whose forward applies the masks.
+        """Zero the pruned entries of the targets' weights now (lean masks; the forward does it for
+        the reparametrization), e.g. after an EMA or a dense state_dict was copied in.
 
         Example:
             >>> import torch
@@ -410,14 +318,11 @@ class Pruner:
         """
         self._mode.apply_masks(self._targets)
 
-    # -- stepping --------------------------------------------------------------------------
-
     def step(self, step: int | None = None) -> int:
-        """Advance to ``step`` and prune if it is a pruning step not pruned before.
-
-        In order: take the rewind snapshot if ``step`` is ``rewind_step``; on a pruning step,
-        prune (seeded with ``seed + step`` if a seed is set); if that pruned something, rewind
-        the targets to the snapshot and clear the optimizers' state.
+        """Advance to ``step``: check the weights against the masks (the masking mode's
+        :meth:`~tensorplay.ao.pruning.masking.mode.MaskingMode.check_weights`), take the rewind
+        snapshot if due, and on a pruning step not pruned before prune (seeded with
+        ``seed + step``), then rewind and reset the optimizers' state if it pruned something.
 
         Args:
             step: The optimizer step just done; ``None`` for the last one plus 1 (0 at first).
@@ -426,8 +331,7 @@ class Pruner:
             The number of units newly pruned (0 on other steps).
 
         Raises:
-            RuntimeError: After :meth:`make_permanent`, or with ``rewind="step"`` when a step
-                after ``rewind_step`` comes before its snapshot was taken or loaded.
+            RuntimeError: After :meth:`make_permanent`, or a rewind snapshot due and missing.
             TypeError: ``step`` is not an int.
             ValueError: A negative ``step``, or scores the method rejects.
 
@@ -444,17 +348,16 @@ class Pruner:
         attached = bool(self._optimizers.hooks)
         if pruning or not attached:
             self._mode.check_weights(self._targets, attached=attached)
-        self._take_snapshot(step)
+        if snapshot_due(self.config, step, self._progress.snapshot is not None):
+            self.take_snapshot()
         newly_pruned = 0
         if pruning:
             self._mode.check_step(self._targets, self.method)
             target = self.schedule(step)
-            with self._seeded(step):
-                newly_pruned = (
-                    self._prune_own_count()
-                    if counts_itself(self.method)
-                    else (self._prune_to(target))
-                )
+            devices = cuda_devices([target.parameter() for target in self._targets])
+            with seeded(self.seed, step, devices):
+                own = counts_itself(self.method)
+                newly_pruned = self._prune_own_count() if own else self._prune_to(target)
             self._progress.last_pruned_step = step
             if newly_pruned:
                 self._progress.history.append((step, target, newly_pruned))
@@ -463,33 +366,6 @@ class Pruner:
                 self._optimizers.after_pruning()
         self._progress.last_step = step
         return newly_pruned
-
-    def _take_snapshot(self, step: int) -> None:
-        """Snapshot at ``rewind_step``; refuse to go on without one once it is due."""
-        config = self.config
-        if config.rewind == "none" or self._progress.snapshot is not None:
-            return
-        if config.rewind == "step" and step <= config.rewind_step:
-            if step == config.rewind_step:
-                self.take_snapshot()
-            return
-        due = "the initial values" if config.rewind == "init" else f"step {config.rewind_step}"
-        raise RuntimeError(
-            f"Expected the rewind snapshot of {due} to be taken or loaded with "
-            f"load_state_dict(), but the pruner has none at step {step}."
-        )
-
-    @contextmanager
-    def _seeded(self, step: int) -> Iterator[None]:
-        """Draw from ``seed + step`` in a forked RNG (CPU and the targets' CUDA devices)."""
-        if self.seed is None:
-            yield
-            return
-        params = [target.parameter() for target in self._targets]
-        devices = {p.device.index or 0 for p in params if p.device.type == "cuda"}
-        with torch.random.fork_rng(devices=sorted(devices)):
-            torch.manual_seed((self.seed + step) % 2**64)
-            yield
 
     def _prune_own_count(self) -> int:
         """Apply a method that decides its own count to each target on its own; the units
@@ -519,8 +395,6 @@ class Pruner:
     def _scores(self) -> list[Tensor]:
         return target_scores(self._targets, self.importance_fn)
 
-    # -- counts and reports ----------------------------------------------------------------
-
     def target_sparsity(self, step: int | None = None) -> float:
         """The schedule's target at ``step`` (default: the last step taken).
 
@@ -533,39 +407,25 @@ class Pruner:
         return self.schedule(self.last_step if step is None else step)
 
     def pruned_count(self) -> int:
-        """Units masked out over all targets (a target not yet pruned counts 0).
+        """Units pruned over all targets, as the weights hold them (read now: exact whatever
+        changed them; a lean weight trained back is not counted).
 
         Example:
             >>> from torch import nn
             >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
             >>> pruner = Pruner(nn.Linear(4, 2), OneShotSchedule(0.25))
             >>> _ = pruner.step()
-            >>> pruner.pruned_count()
-            2
+            >>> pruner.pruned_count(), pruner.total_count(), pruner.sparsity()
+            (2, 8, 0.25)
         """
         return sum(self._pruned_counts())
 
     def total_count(self) -> int:
-        """Units over all targets.
-
-        Example:
-            >>> from torch import nn
-            >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
-            >>> Pruner(nn.Linear(4, 2), OneShotSchedule(0.25)).total_count()
-            8
-        """
+        """Units over all targets (see :meth:`pruned_count`)."""
         return sum(self._numels())
 
     def sparsity(self) -> float:
-        """``pruned_count() / total_count()``.
-
-        Example:
-            >>> from torch import nn
-            >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
-            >>> pruner = Pruner(nn.Linear(4, 2), OneShotSchedule(0.25))
-            >>> pruner.sparsity(), pruner.step(), pruner.sparsity()
-            (0.0, 2, 0.25)
-        """
+        """``pruned_count() / total_count()`` (see :meth:`pruned_count`)."""
         return self.pruned_count() / self.total_count()
 
     def report(self) -> SparsityReport:
@@ -581,12 +441,8 @@ class Pruner:
             weight  (2, 4)      8       2    25.00%
             total               8       2    25.00%  (target 25.00%)
         """
-        rows = (
-            TensorSparsity(target.name, tuple(target.parameter().shape), numel, pruned)
-            for target, numel, pruned in zip(
-                self._targets, self._numels(), self._pruned_counts(), strict=True
-            )
-        )
+        counts = zip(self._targets, self._numels(), self._pruned_counts(), strict=True)
+        rows = (TensorSparsity(t.name, tuple(t.parameter().shape), n, k) for t, n, k in counts)
         return SparsityReport(tuple(rows), self.target_sparsity())
 
     def _pruned_counts(self) -> list[int]:
@@ -603,18 +459,9 @@ class Pruner:
     def _numels(self) -> list[int]:
         return [target.parameter().numel() for target in self._targets]
 
-    # -- masks -----------------------------------------------------------------------------
-
     def reparametrize(self) -> None:
-        """Give every target not pruned yet an all-ones mask (``<name>_orig``/``<name>_mask``).
-
-        A pruned checkpoint holds ``<name>_orig`` and ``<name>_mask``; reparametrizing before
-        the first pruning step keeps the model's state_dict keys the same at every step, so a
-        run resumed at any step loads its checkpoint strictly. Every holder of a tied target
-        gets the same mask buffer.
-
-        With ``masking="inplace"``, every target without a mask gets an all-``True`` bool
-        ``<name>_mask`` buffer instead (the parameter stays as it is).
+        """Give every target without a mask an all-kept one, so the state_dict keys are the same
+        at every step and a resumed run loads its checkpoint strictly.
 
         Example:
             >>> from torch import nn
@@ -631,12 +478,8 @@ class Pruner:
         self._mode.ensure_masks(self._targets)
 
     def make_permanent(self) -> None:
-        """Remove the reparametrization of every target, keeping its zeros; pruning then ends.
-
-        Every holder of a tied target gets the one parameter back (``a.weight is b.weight``),
-        holding the masked values its holders computed with, so outputs do not change; pruned
-        units hold ``+0.0`` (``remove`` alone leaves ``-0.0`` where a negative weight was pruned,
-        as torch does). :meth:`pruned_count` then counts the zeros of the targets.
+        """Drop every target's mask, keeping its zeros (``+0.0``) and ties (``a.weight is
+        b.weight``); the hooks of :meth:`attach` are taken off and pruning ends.
 
         Example:
             >>> from torch import nn
@@ -647,9 +490,6 @@ class Pruner:
             >>> pruner.make_permanent()
             >>> sorted(model.state_dict()), int((model.weight == 0).sum())
             (['bias', 'weight'], 2)
-
-        With ``masking="inplace"`` the mask buffers are dropped (the weights are zero already)
-        and the hooks of :meth:`attach` are taken off.
         """
         self._optimizers.remove_hooks()
         self._mode.make_permanent(self._targets)
@@ -663,28 +503,22 @@ class Pruner:
                 f"called: {why}."
             )
 
-    # -- rewinding -------------------------------------------------------------------------
-
     def snapshot(self) -> dict[str, Tensor]:
-        """Clones of the targets' unpruned values (``<name>_orig`` if pruned), by target name
-        (one entry per tied parameter).
+        """Clones of the targets' unpruned values, by target name (one per tied parameter).
 
         Example:
             >>> from torch import nn
             >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
             >>> model = nn.Linear(4, 2)
-            >>> snapshot = Pruner(model, OneShotSchedule(0.5)).snapshot()
-            >>> list(snapshot), snapshot["weight"].equal(model.weight)
-            (['weight'], True)
+            >>> Pruner(model, OneShotSchedule(0.5)).snapshot()["weight"].equal(model.weight)
+            True
         """
         return snapshot_of(self._targets)
 
     def take_snapshot(self) -> None:
-        """Keep the targets' current values as those rewinding restores.
-
-        ``rewind="init"`` takes the snapshot when the pruner is made and ``rewind="step"`` at
-        ``rewind_step``; call this when the weights are replaced afterwards (pretrained weights
-        loaded, or DDP's broadcast of rank zero's weights), before the first pruning step.
+        """Keep the targets' current values as those rewinding restores: ``rewind="init"`` takes
+        it when the pruner is made, ``"step"`` at ``rewind_step``; call this when the weights are
+        replaced afterwards (pretrained weights loaded, DDP's broadcast), before pruning.
 
         Example:
             >>> import torch
@@ -702,20 +536,13 @@ class Pruner:
         self._progress.snapshot = self.snapshot()
 
     def rewind(self, state: Mapping[str, Tensor]) -> None:
-        """Copy ``state`` into the targets' unpruned values, keeping the masks (lottery tickets).
-
-        With ``masking="inplace"`` the values are copied into the parameters and their pruned
-        entries zeroed again: the pruned values are gone, ``state`` (e.g. the rewind snapshot)
-        is the only copy of them.
-
-        Args:
-            state: Values by target name (or any alias of it), e.g. from :meth:`snapshot` at
-                initialisation; targets not in ``state`` are left alone.
+        """Copy ``state`` (values by target name or alias; others are left alone) into the targets'
+        unpruned values, keeping the masks (lottery tickets). Lean masks keep no pruned values:
+        ``state`` (e.g. the rewind snapshot) is then their only copy.
 
         Raises:
             RuntimeError: After :meth:`make_permanent`.
-            ValueError: A name that is not a target, two names of one target, or a value of
-                another shape.
+            TypeError, ValueError: As :func:`~tensorplay.ao.pruning.rewind.check_values`.
 
         Example:
             >>> import torch
@@ -728,27 +555,16 @@ class Pruner:
             >>> with torch.no_grad():
             ...     _ = model.weight_orig.add_(1.0)
             >>> pruner.rewind(initial)
-            >>> model.weight_orig.equal(initial["weight"])
-            True
             >>> model.weight.equal(initial["weight"] * model.weight_mask)
             True
         """
         self._check_not_permanent("there are no `_orig` parameters left to rewind")
         copy_back(self._targets, state, self._mode)
 
-    # -- state -----------------------------------------------------------------------------
-
     def state_dict(self) -> dict[str, Any]:
-        """The pruner's state: plain data by name, and the rewind snapshot's tensors.
-
-        ``{"version": 3, "step", "last_pruned_step", "targets", "schedule", "method", "scope",
-        "min_density", "rewind", "rewind_step", "seed", "history", "permanent", "snapshot",
-        "masking"}``.
-        ``"schedule"`` is its ``{"class_path", "init_args"}`` form, ``None`` when it cannot be
-        serialised (a lambda in a :class:`~tensorplay.ao.pruning.schedules.CallableSchedule`);
-        like the method, scope, minimum density and rewinding it is informative only: the
-        pruner's own configuration is kept on load. ``"snapshot"`` holds the values rewinding
-        restores, by target name (``None`` before it is taken or without rewinding).
+        """The pruner's state: plain data by name and the rewind snapshot's tensors
+        (:func:`~tensorplay.ao.pruning.pruner_state.state_dict` lists the keys). The schedule,
+        method, scope, minimum density, rewinding and masking in it are informative only.
 
         Example:
             >>> from torch import nn
@@ -756,31 +572,17 @@ class Pruner:
             >>> state = Pruner(nn.Linear(4, 2), OneShotSchedule(0.5), seed=3).state_dict()
             >>> state["version"], state["targets"], state["method"], state["seed"]
             (3, ['weight'], 'l1_unstructured', 3)
-            >>> state["schedule"]["class_path"], state["snapshot"]
-            ('tensorplay.ao.pruning.schedules.OneShotSchedule', None)
         """
         return state_dict(self._progress, self.config, self._targets)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore counters, history, seed and rewind snapshot from :meth:`state_dict`.
-
-        Load the model's state_dict too (it holds the masks; see
-        :func:`~tensorplay.ao.pruning.checkpoint.restore_pruning` for a fresh model). The
-        pruner's own configuration is kept; a state saved with a different schedule, method,
-        scope, minimum density or rewinding only warns. The saved seed replaces the pruner's, so
-        a resumed run draws what an uninterrupted one would.
-
-        A version-2 state (saved before the lean mode existed) loads as one with ``"masking":
-        "reparametrize"``. A version-1 state (saved by tensorplay 0.1, before the pruner rewound or
-        seeded) is accepted: it restores the counters and history and keeps the pruner's seed; it
-        has no snapshot (unless it carries the ``"seed"`` and ``"snapshot"`` that 0.1's callback
-        kept beside it), so a pruner that rewinds raises at its next step unless the snapshot's step
-        is still ahead.
+        """Restore counters, history, seed and rewind snapshot from :meth:`state_dict` of any
+        version (:mod:`~tensorplay.ao.pruning.pruner_state`); load the model's state_dict too
+        (a fresh model: :func:`~tensorplay.ao.pruning.checkpoint.restore_pruning`). The pruner
+        keeps its configuration, warning where the state's differs; the saved seed is taken.
 
         Raises:
-            TypeError: ``state`` or its snapshot is not a mapping.
-            ValueError: An unknown version, missing or unknown keys, other targets, bad
-                counters, a bad seed, or a snapshot of other names or shapes.
+            TypeError, ValueError: As :func:`~tensorplay.ao.pruning.pruner_state.load_progress`.
 
         Example:
             >>> from torch import nn

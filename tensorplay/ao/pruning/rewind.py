@@ -28,17 +28,41 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
+from tensorplay.ao.pruning.config import PrunerConfig
 from tensorplay.ao.pruning.masking.lean_masks import local_tensor
 from tensorplay.ao.pruning.masking.mode import MaskingMode
 from tensorplay.ao.pruning.sharded import local_values
 from tensorplay.ao.pruning.tied_targets import Target
 
-__all__ = ["check_values", "copy_back", "snapshot_of"]
+__all__ = ["check_values", "copy_back", "snapshot_due", "snapshot_of"]
 
 
 def snapshot_of(targets: Sequence[Target]) -> dict[str, Tensor]:
     """Clones of the targets' unpruned values, by canonical name."""
     return {target.name: target.parameter().detach().clone() for target in targets}
+
+
+def snapshot_due(config: PrunerConfig, step: int, taken: bool) -> bool:
+    """Whether the snapshot is to be taken now, at ``step`` (``"step"`` at ``rewind_step``).
+
+    Raises:
+        RuntimeError: The snapshot is due and was neither ``taken`` nor loaded.
+
+    Example:
+        >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+        >>> config = PrunerConfig(OneShotSchedule(0.5), rewind="step", rewind_step=2)
+        >>> [snapshot_due(config, step, False) for step in (1, 2)]
+        [False, True]
+    """
+    if config.rewind == "none" or taken:
+        return False
+    if config.rewind == "step" and step <= config.rewind_step:
+        return step == config.rewind_step
+    due = "the initial values" if config.rewind == "init" else f"step {config.rewind_step}"
+    raise RuntimeError(
+        f"Expected the rewind snapshot of {due} to be taken or loaded with "
+        f"load_state_dict(), but the pruner has none at step {step}."
+    )
 
 
 def check_values(values: object, targets: Sequence[Target], key: str) -> dict[int, Tensor]:
