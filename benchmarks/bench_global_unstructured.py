@@ -178,7 +178,8 @@ def _label(params: int) -> str:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     plan: list[tuple[int, str, tuple[str, ...]]] = [
-        (size, "transformer", LIBRARIES) for size in args.sizes
+        (size, "transformer", ("tensorplay",) if args.skip_torch else LIBRARIES)
+        for size in args.sizes
     ]
     if args.billion:
         plan.append((1_000_000_000, "transformer", ("tensorplay",)))
@@ -291,6 +292,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="2M and 10M, one repeat, no 1B")
     parser.add_argument("--no-billion", dest="billion", action="store_false", help="skip 1B")
     parser.add_argument("--no-layouts", dest="layouts", action="store_false", help="skip 64/1024")
+    parser.add_argument(
+        "--skip-torch", action="store_true", help="no torch runs (e.g. in an A/B of two commits)"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the JSON and .md")
     args = parser.parse_args(argv)
     if args.quick:

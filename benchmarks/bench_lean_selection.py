@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for call in ("first", "second"):
             row: dict[str, Any] = {"size": _label(size), "call": call}
             for mode in MODES:
-                if mode == "torch" and size > args.torch_max:
+                if mode == "torch" and (args.skip_torch or size > args.torch_max):
                     continue
                 row[mode] = measure(mode, size, call, args.repeats)
                 _progress(row, mode)
@@ -245,6 +245,9 @@ def main(argv: list[str] | None = None) -> None:
         "--torch-max", default="200M", help="largest size torch runs at (it needs ~47 B/param)"
     )
     parser.add_argument("--quick", action="store_true", help="2M, one repeat")
+    parser.add_argument(
+        "--skip-torch", action="store_true", help="no torch runs (e.g. in an A/B of two commits)"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the JSON and .md")
     args = parser.parse_args(argv)
     if args.quick:

@@ -1,0 +1,104 @@
+"""The A/B harness: two revisions alternated in fresh processes, each checked for its tree."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import tempfile
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests.benchmarks.scripts import BENCHMARKS, run_script
+
+
+def _ab() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("ab", BENCHMARKS / "ab.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_measurements_are_keyed_by_the_rows_fields_and_the_mode() -> None:
+    results = {
+        "global_unstructured": {
+            "machine": {"cpus": 2},
+            "rows": [
+                {
+                    "size": "1M",
+                    "layout": "transformer",
+                    "call": "first",
+                    "tensorplay": {"seconds": 0.5, "params": 10},
+                },
+                {
+                    "size": "1M",
+                    "layout": "transformer",
+                    "call": "second",
+                    "torch": {"error": ["boom"]},
+                },
+            ],
+            "layouts": [{"size": "5M", "layout": "tensors64", "tensorplay": {"seconds": 2.0}}],
+        }
+    }
+    assert _ab().measurements(results) == {
+        ("global_unstructured", "1M", "transformer", "first", "tensorplay"): 0.5,
+        ("global_unstructured", "1M", "transformer", "second", "torch"): None,
+        ("global_unstructured", "layouts", "5M", "tensors64", "tensorplay"): 2.0,
+    }
+
+
+def test_rounds_alternate_which_side_goes_first() -> None:
+    assert list(_ab().alternate(3)) == [
+        (0, "old"),
+        (0, "new"),
+        (1, "new"),
+        (1, "old"),
+        (2, "old"),
+        (2, "new"),
+    ]
+
+
+@pytest.mark.slow
+def test_a_run_refuses_tensorplay_from_another_tree(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "tree"
+    elsewhere.mkdir()  # no tensorplay here: the import falls through to the installed one
+    script = BENCHMARKS / "bench_global_unstructured.py"
+    with pytest.raises(RuntimeError, match="not from"):
+        _ab().run_once(elsewhere, script, ["--sizes", "1M"], tmp_path / "out")
+
+
+@pytest.mark.slow
+def test_ab_compares_two_revisions_end_to_end(tmp_path: Path) -> None:
+    has_parent = subprocess.run(
+        ["git", "-C", str(BENCHMARKS), "rev-parse", "--verify", "-q", "HEAD~1"],
+        capture_output=True,
+        check=False,
+    )
+    if has_parent.returncode != 0:
+        pytest.skip("needs a git checkout with HEAD~1")
+    report = tmp_path / "ab.md"
+    out = run_script(
+        "ab.py",
+        *("--old", "HEAD~1", "--new", "HEAD", "--rounds", "2", "--out", str(report), "--"),
+        str(BENCHMARKS / "bench_global_unstructured.py"),
+        *("--sizes", "1M", "--repeats", "1", "--no-billion", "--no-layouts", "--skip-torch"),
+    )
+    text = report.read_text()
+    assert text in out
+    assert out.index("round 1/2 old") < out.index("round 1/2 new")
+    assert out.index("round 2/2 new") < out.index("round 2/2 old")
+    for call in ("first", "second"):
+        row = next(line for line in text.splitlines() if f"| 1M / transformer / {call} /" in line)
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        assert cells[0].endswith("tensorplay") and "error" not in row, row
+        assert float(cells[3]) == pytest.approx(float(cells[2]) / float(cells[1]), rel=0.05)
+    assert "torch 2." in text and "load average" in text
+    trees = subprocess.run(
+        ["git", "-C", str(BENCHMARKS), "worktree", "list", "--porcelain"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert f"worktree {Path(tempfile.gettempdir()) / 'ab-'}" not in trees  # removed at the end
