@@ -22,7 +22,6 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
@@ -33,6 +32,7 @@ from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.stats import SparsityReport
 from tensorplay.ao.pruning.targets import KeepDense
 from tensorplay.callbacks._loading import pruner_state, schedule_key
+from tensorplay.callbacks._strategies import check_disjoint, check_strategy
 
 __all__ = ["GradualPruning"]
 
@@ -164,7 +164,7 @@ class GradualPruning(Callback):
         restores checkpoints after set-up (then :meth:`on_fit_start` does)."""
         if stage != "fit" or self._built_for(pl_module):
             return
-        _check_strategy(trainer.strategy, self.config)
+        check_strategy(trainer.strategy, self.config)
         if not trainer.strategy.restore_checkpoint_after_setup:
             self._build(trainer, pl_module)
 
@@ -237,7 +237,7 @@ class GradualPruning(Callback):
         # Rank zero's seed on every rank: random methods then draw the same masks everywhere.
         config = dataclasses.replace(self.config, seed=int(trainer.strategy.broadcast(seed, 0)))
         pruner = Pruner(pl_module, **config.as_kwargs())
-        _check_disjoint(trainer, self, pruner)
+        check_disjoint(trainer, self, pruner)
         self._pruner = pruner
         # Lightning loads the model's state before any callback's: the keys must match already.
         pruner.reparametrize()
@@ -251,7 +251,7 @@ class GradualPruning(Callback):
 
     def _start(self, trainer: pl.Trainer) -> None:
         self._detach()  # the optimizers of an earlier fit
-        if self.config.masking == "inplace" and not self.pruner.permanent:
+        if self.pruner.mode.hooks_optimizers and not self.pruner.permanent:
             # Lightning masks the gradients in on_before_optimizer_step, before clipping.
             self._attachment = self.pruner.attach(*trainer.optimizers, mask_gradients=False)
         if self.reset_optimizer_state:
@@ -308,45 +308,3 @@ _KEY_FIELDS = ("parameters", "module_types", "include", "exclude")
 
 def _listed(value: Sequence[Any] | None) -> list[Any] | None:
     return None if value is None else list(value)
-
-
-def _check_strategy(strategy: object, config: PrunerConfig) -> None:
-    """Refuse the strategies whose parameters the pruner cannot mask."""
-    if isinstance(strategy, FSDPStrategy):
-        raise ValueError(
-            "Expected a strategy whose parameters keep their shape, but got Lightning's "
-            "`FSDPStrategy` (FSDP1): it flattens them into one `FlatParameter` per unit and "
-            "gives each rank an unshaped slice, and it shards no buffers, so a mask can be "
-            "neither placed nor saved sharded. Use `ModelParallelStrategy` with `fully_shard` "
-            "in `configure_model` (FSDP2) and `masking='inplace'`, or DDP."
-        )
-    if not isinstance(strategy, ModelParallelStrategy):
-        return
-    if config.masking != "inplace":
-        raise ValueError(
-            "Expected `masking='inplace'` under `ModelParallelStrategy` (the "
-            "reparametrization cannot hold DTensor parameters), but got "
-            f"masking={config.masking!r}."
-        )
-    if config.rewind != "none":
-        raise ValueError(
-            "Expected `rewind='none'` under `ModelParallelStrategy` (the snapshot of sharded "
-            f"weights is not saved in distributed checkpoints), but got rewind={config.rewind!r}."
-        )
-
-
-def _check_disjoint(trainer: pl.Trainer, callback: GradualPruning, pruner: Pruner) -> None:
-    """Refuse a pruner whose tensors another ``GradualPruning`` already prunes, naming both
-    callbacks by their index in ``trainer.callbacks`` and every shared tensor."""
-    callbacks = list(trainer.callbacks)  # type: ignore[attr-defined]
-    for index, other in enumerate(callbacks):
-        if other is callback or not isinstance(other, GradualPruning) or other._pruner is None:
-            continue
-        shared = pruner.shared_targets(other._pruner)
-        if shared:
-            raise ValueError(
-                "Expected GradualPruning callbacks to prune disjoint tensors, but "
-                f"trainer.callbacks[{callbacks.index(callback)}] and trainer.callbacks[{index}] "
-                f"both select {shared}. Give each callback its own `parameters`, or "
-                "`include`/`exclude` patterns that do not overlap."
-            )
