@@ -1,14 +1,15 @@
 """Loading pruned checkpoints: into a fresh ``LightningModule`` strictly, and those of 0.1.
 
 :class:`PrunableMixin` rebuilds the reparametrization before Lightning loads a checkpoint's
-weights. :func:`schedule_key` and :func:`pruner_state` keep checkpoints written by tensorplay
-0.1's ``GradualPruning`` resumable: the callback's state key as 0.1 wrote it, and the pruner's
-state out of 0.1's callback state.
+weights. :func:`state_key_fields` (with :func:`schedule_key`) and :func:`pruner_state` keep
+checkpoints written by tensorplay 0.1's ``GradualPruning`` resumable: the callback's state key
+as 0.1 wrote it, and the pruner's state out of 0.1's callback state.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from lightning.pytorch.core.hooks import CheckpointHooks
@@ -16,9 +17,10 @@ from torch import nn
 from typing_extensions import override
 
 from tensorplay.ao.pruning.checkpoint import restore_pruning
+from tensorplay.ao.pruning.config import PrunerConfig
 from tensorplay.ao.pruning.schedules import Schedule
 
-__all__ = ["PrunableMixin", "pruner_state", "schedule_key"]
+__all__ = ["PrunableMixin", "pruner_state", "schedule_key", "state_key_fields"]
 
 
 class PrunableMixin(CheckpointHooks):
@@ -65,6 +67,33 @@ class PrunableMixin(CheckpointHooks):
         if "state_dict" in checkpoint:  # absent from a distributed checkpoint's metadata
             restore_pruning(self, checkpoint["state_dict"])
         super().on_load_checkpoint(checkpoint)
+
+
+def state_key_fields(config: PrunerConfig) -> dict[str, Any]:
+    """The fields of ``GradualPruning``'s state key, in the order tensorplay 0.1 wrote them;
+    ``names`` and ``keep_dense`` only when set, so keys written before they existed stay valid.
+
+    Example:
+        >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+        >>> state_key_fields(PrunerConfig(OneShotSchedule(0.5), names=["fc"]))
+        {'schedule': {'type': 'one_shot', 'sparsity': 0.5, 'step': 0},
+         'method': 'l1_unstructured', 'parameters': None, 'module_types': None,
+         'include': None, 'exclude': None, 'names': ['fc']}
+    """
+    fields: dict[str, Any] = {"schedule": schedule_key(config.schedule), "method": config.method}
+    fields.update({key: _listed(getattr(config, key)) for key in _KEY_FIELDS})
+    if config.names is not None:
+        fields["names"] = list(config.names)
+    if config.keep_dense:
+        fields["keep_dense"] = list(config.keep_dense)
+    return fields
+
+
+_KEY_FIELDS = ("parameters", "module_types", "include", "exclude")
+
+
+def _listed(value: Sequence[Any] | None) -> list[Any] | None:
+    return None if value is None else list(value)
 
 
 def schedule_key(schedule: Schedule) -> object:

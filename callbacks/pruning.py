@@ -1,16 +1,11 @@
 """Gradual pruning while a Lightning ``Trainer`` fits: an adapter over the pruner.
 
 Every pruning decision belongs to :class:`~tensorplay.ao.pruning.pruner.Pruner`; the callback
-builds it, hands it rank zero's seed and the trainer's optimizers, steps it with
-``trainer.global_step`` (0 before the first optimizer step, ``k`` right after the ``k``-th), logs,
-and carries its state in checkpoints.
-
-When the pruner is built depends on when Lightning restores a checkpoint: the masks must exist
-by then so the load is strict, and the model must be final (sharded in ``configure_model``). DDP
-and single-device strategies restore before ``on_fit_start``, so the pruner is built in
-``setup``; ``ModelParallelStrategy`` (``restore_checkpoint_after_setup``) runs ``configure_model``
-after ``setup`` and restores after ``on_fit_start``, so it is built there, on the DTensor
-parameters, and its bool masks are DTensors sharded like them.
+builds it, gives it rank zero's seed and the trainer's optimizers, steps it with
+``trainer.global_step`` (``k`` right after the ``k``-th optimizer step), logs, and checkpoints
+its state. The masks must exist on the final model before Lightning restores a checkpoint (the
+load is strict): the pruner is built in ``setup``, or in ``on_fit_start`` where the strategy
+restores after set-up (``ModelParallelStrategy``, the model sharded in ``configure_model``).
 """
 
 from __future__ import annotations
@@ -22,7 +17,6 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
@@ -32,7 +26,8 @@ from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.stats import SparsityReport
 from tensorplay.ao.pruning.targets import KeepDense
-from tensorplay.callbacks._loading import pruner_state, schedule_key
+from tensorplay.callbacks._loading import pruner_state, state_key_fields
+from tensorplay.callbacks._strategies import check_disjoint, check_strategy
 
 __all__ = ["GradualPruning"]
 
@@ -40,29 +35,20 @@ __all__ = ["GradualPruning"]
 class GradualPruning(Callback):
     """Prune a model on a sparsity schedule while it trains, and log its sparsity.
 
-    The pruning arguments are those of :class:`~tensorplay.ao.pruning.pruner.Pruner`, checked by
-    the same :class:`~tensorplay.ao.pruning.config.PrunerConfig`, so a bad value fails here with
-    the pruner's message. Logged after every optimizer step through
-    :meth:`~lightning.pytorch.core.LightningModule.log` (filed by Lightning under the index of the
-    batch that just ended): ``pruning/sparsity``, ``pruning/target_sparsity``, ``pruning/pruned``
+    The pruning arguments are :class:`~tensorplay.ao.pruning.pruner.Pruner`'s, checked by the
+    same :class:`~tensorplay.ao.pruning.config.PrunerConfig`. Logged through
+    :meth:`~lightning.pytorch.core.LightningModule.log` after every optimizer step (filed under
+    the batch that ended): ``pruning/sparsity``, ``pruning/target_sparsity``, ``pruning/pruned``
     (cumulative units) and, with ``log_per_tensor``, ``pruning/sparsity/<module>.<name>``.
+    Masks exist before a checkpoint is restored, so ``Trainer.fit(ckpt_path=...)`` loads
+    strictly and resumes exactly; a fresh model loads a pruned checkpoint with
+    :class:`~tensorplay.callbacks.PrunableMixin`. See :doc:`/callback` for YAML, several
+    callbacks on one model, and resuming.
 
-    Every selected tensor gets its mask before any checkpoint is restored (in :meth:`setup`, or
-    in :meth:`on_fit_start` under ``ModelParallelStrategy``), so ``Trainer.fit(ckpt_path=...)``
-    loads strictly and resumes mid-schedule exactly. To load a pruned checkpoint into a fresh
-    model, give the module :class:`~tensorplay.callbacks.PrunableMixin`. See :doc:`/callback` for
-    YAML, several callbacks on one model, and resuming.
-
-    With ``masking="inplace"`` (lean) the weights stay plain parameters with a bool
-    ``<name>_mask`` beside them; the callback attaches the trainer's optimizers to the pruner
-    (pruned weights stay zero after every step) and masks the gradients in
-    :meth:`on_before_optimizer_step`, before Lightning clips them. It is the mode that works
-    under ``ModelParallelStrategy`` (FSDP2, the model sharded with ``fully_shard`` in
-    ``configure_model``): selection is exact over all shards, masks are sharded like the
-    weights and saved in the distributed checkpoint. Lightning's ``FSDPStrategy`` (FSDP1) is
-    refused at set-up: it flattens the parameters into per-rank slices of a ``FlatParameter``
-    that carry no layout of their own and shards no buffers, so a mask could be neither
-    placed nor saved sharded.
+    With ``masking="inplace"`` the trainer's optimizers are attached to the pruner and the
+    gradients masked in :meth:`on_before_optimizer_step`, before clipping. It is the mode for
+    ``ModelParallelStrategy`` (FSDP2): masks are sharded like the weights and saved in the
+    distributed checkpoint. Lightning's ``FSDPStrategy`` (FSDP1) is refused.
 
     Args:
         schedule: The pruner's, as are ``method`` (by name or import path in YAML),
@@ -80,9 +66,8 @@ class GradualPruning(Callback):
 
     Raises:
         TypeError: As :class:`~tensorplay.ao.pruning.config.PrunerConfig`.
-        ValueError: As :class:`~tensorplay.ao.pruning.config.PrunerConfig`; at set-up, under
-            ``FSDPStrategy``, or under ``ModelParallelStrategy`` without ``masking="inplace"``
-            or with rewinding.
+        ValueError: As it; at set-up, under ``FSDPStrategy``, or under ``ModelParallelStrategy``
+            without ``masking="inplace"`` or with rewinding.
 
     Example:
         >>> from tensorplay.ao.pruning.schedules import CubicSchedule
@@ -132,55 +117,33 @@ class GradualPruning(Callback):
     @property
     @override
     def state_key(self) -> str:
-        """The key of this callback's state in a checkpoint; differs between configurations and
-        is the one tensorplay 0.1 wrote, so its checkpoints resume."""
-        config = self.config
-        extra: dict[str, Any] = {}  # only when set: keys written before they existed stay valid
-        if config.names is not None:
-            extra["names"] = list(config.names)
-        if config.keep_dense:
-            extra["keep_dense"] = list(config.keep_dense)
-        return self._generate_state_key(
-            schedule=schedule_key(config.schedule),
-            method=config.method,
-            **{key: _listed(getattr(config, key)) for key in _KEY_FIELDS},
-            **extra,
-        )
+        """Differs between configurations, and is the key tensorplay 0.1 wrote."""
+        return self._generate_state_key(**state_key_fields(self.config))
 
     @property
     def pruner(self) -> Pruner:
-        """The pruner built in :meth:`setup`.
-
-        Raises:
-            RuntimeError: Before :meth:`setup` has run.
-        """
+        """The pruner, built when ``Trainer.fit`` sets up (before, a ``RuntimeError``)."""
         if self._pruner is None:
             raise RuntimeError("`GradualPruning.pruner` exists once `Trainer.fit` has set it up.")
         return self._pruner
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        """Check the strategy; build the pruner and mask its tensors unless the strategy
-        restores checkpoints after set-up (then :meth:`on_fit_start` does)."""
+        """Check the strategy; build the pruner unless it restores checkpoints after set-up."""
         if stage != "fit" or self._built_for(pl_module):
             return
-        _check_strategy(trainer.strategy, self.config)
-        if not trainer.strategy.restore_checkpoint_after_setup:
-            self._build(trainer, pl_module)
+        self._set_up(trainer, pl_module)
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """Build the pruner if :meth:`setup` left it to now (the model sharded in
-        ``configure_model``), and hand it the optimizers and the weights DDP synchronised."""
-        if not self._built_for(pl_module):
-            self._build(trainer, pl_module)
-        self._start(trainer)
+        """Build the pruner if :meth:`setup` did not; hand it the optimizers and weights."""
+        self._start(trainer, pl_module)
 
     @override
     def on_before_optimizer_step(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
-        """Lean mode: zero the gradients of pruned weights before clipping and the step."""
+        """With attached optimizers: zero the pruned weights' gradients before clipping."""
         if self._attachment is not None:
             self.pruner.mask_gradients()
 
@@ -214,14 +177,13 @@ class GradualPruning(Callback):
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        """The pruner's :meth:`~tensorplay.ao.pruning.pruner.Pruner.state_dict`; empty before
-        :meth:`setup`."""
+        """The pruner's :meth:`~tensorplay.ao.pruning.pruner.Pruner.state_dict` (or ``{}``)."""
         return {} if self._pruner is None else self._pruner.state_dict()
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore the pruner's state (kept until :meth:`setup` if early); a checkpoint of
-        tensorplay 0.1 (``{"version": 1, "pruner", "seed", "snapshot"}``) is accepted."""
+        """Restore the pruner's state (kept until it is built if early); tensorplay 0.1's
+        callback state (``{"version": 1, "pruner", "seed", "snapshot"}``) is accepted."""
         self._pending_state = pruner_state(state_dict) or None
         if self._pruner is not None:
             self._load_pending()
@@ -232,12 +194,17 @@ class GradualPruning(Callback):
     def _built_for(self, pl_module: pl.LightningModule) -> bool:
         return self._pruner is not None and self._pruner.model is pl_module
 
+    def _set_up(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        check_strategy(trainer.strategy, self.config)
+        if not trainer.strategy.restore_checkpoint_after_setup:
+            self._build(trainer, pl_module)
+
     def _build(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         seed = torch.initial_seed() if self.config.seed is None else self.config.seed
         # Rank zero's seed on every rank: random methods then draw the same masks everywhere.
         config = dataclasses.replace(self.config, seed=int(trainer.strategy.broadcast(seed, 0)))
         pruner = Pruner(pl_module, **config.as_kwargs())
-        _check_disjoint(trainer, self, pruner)
+        check_disjoint(trainer, self, pruner)
         self._pruner = pruner
         # Lightning loads the model's state before any callback's: the keys must match already.
         pruner.reparametrize()
@@ -249,9 +216,11 @@ class GradualPruning(Callback):
         if state is not None:
             self.pruner.load_state_dict(state)
 
-    def _start(self, trainer: pl.Trainer) -> None:
+    def _start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not self._built_for(pl_module):
+            self._build(trainer, pl_module)
         self._detach()  # the optimizers of an earlier fit
-        if self.config.masking == "inplace" and not self.pruner.permanent:
+        if self.pruner.mode.hooks_optimizers and not self.pruner.permanent:
             # Lightning masks the gradients in on_before_optimizer_step, before clipping.
             self._attachment = self.pruner.attach(*trainer.optimizers, mask_gradients=False)
         if self.reset_optimizer_state:
@@ -301,52 +270,3 @@ class GradualPruning(Callback):
             rank_zero_info(f"GradualPruning: final sparsity\n{self.pruner.report()}")
         if self.make_permanent:
             self.pruner.make_permanent()
-
-
-_KEY_FIELDS = ("parameters", "module_types", "include", "exclude")
-
-
-def _listed(value: Sequence[Any] | None) -> list[Any] | None:
-    return None if value is None else list(value)
-
-
-def _check_strategy(strategy: object, config: PrunerConfig) -> None:
-    """Refuse the strategies whose parameters the pruner cannot mask."""
-    if isinstance(strategy, FSDPStrategy):
-        raise ValueError(
-            "Expected a strategy whose parameters keep their shape, but got Lightning's "
-            "`FSDPStrategy` (FSDP1): it flattens them into one `FlatParameter` per unit and "
-            "gives each rank an unshaped slice, and it shards no buffers, so a mask can be "
-            "neither placed nor saved sharded. Use `ModelParallelStrategy` with `fully_shard` "
-            "in `configure_model` (FSDP2) and `masking='inplace'`, or DDP."
-        )
-    if not isinstance(strategy, ModelParallelStrategy):
-        return
-    if config.masking != "inplace":
-        raise ValueError(
-            "Expected `masking='inplace'` under `ModelParallelStrategy` (the "
-            "reparametrization cannot hold DTensor parameters), but got "
-            f"masking={config.masking!r}."
-        )
-    if config.rewind != "none":
-        raise ValueError(
-            "Expected `rewind='none'` under `ModelParallelStrategy` (the snapshot of sharded "
-            f"weights is not saved in distributed checkpoints), but got rewind={config.rewind!r}."
-        )
-
-
-def _check_disjoint(trainer: pl.Trainer, callback: GradualPruning, pruner: Pruner) -> None:
-    """Refuse a pruner whose tensors another ``GradualPruning`` already prunes, naming both
-    callbacks by their index in ``trainer.callbacks`` and every shared tensor."""
-    callbacks = list(trainer.callbacks)  # type: ignore[attr-defined]
-    for index, other in enumerate(callbacks):
-        if other is callback or not isinstance(other, GradualPruning) or other._pruner is None:
-            continue
-        shared = pruner.shared_targets(other._pruner)
-        if shared:
-            raise ValueError(
-                "Expected GradualPruning callbacks to prune disjoint tensors, but "
-                f"trainer.callbacks[{callbacks.index(callback)}] and trainer.callbacks[{index}] "
-                f"both select {shared}. Give each callback its own `parameters`, or "
-                "`include`/`exclude` patterns that do not overlap."
-            )

@@ -1,0 +1,80 @@
+"""The Lightning strategies ``GradualPruning`` refuses, and callbacks that would share tensors.
+
+Which strategy a masking mode can serve is the mode's to say
+(:attr:`~tensorplay.ao.pruning.masking.mode.MaskingMode.holds_dtensors`); these checks only
+read it, so the callback never names a mode.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import lightning.pytorch as pl
+from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
+
+from tensorplay.ao.pruning.config import PrunerConfig
+from tensorplay.ao.pruning.masking import masking_mode
+from tensorplay.ao.pruning.pruner import Pruner
+
+if TYPE_CHECKING:
+    from tensorplay.callbacks.pruning import GradualPruning
+
+__all__ = ["check_disjoint", "check_strategy"]
+
+
+def check_strategy(strategy: object, config: PrunerConfig) -> None:
+    """Refuse the strategies whose parameters the pruner cannot mask.
+
+    Lightning's ``FSDPStrategy`` (FSDP1) flattens the parameters into per-rank slices of a
+    ``FlatParameter`` that carry no layout of their own and shards no buffers, so a mask could
+    be neither placed nor saved sharded. ``ModelParallelStrategy`` (FSDP2) needs a mode that
+    holds ``DTensor`` targets, and no rewinding: the snapshot is not in distributed checkpoints.
+
+    Raises:
+        ValueError: Under ``FSDPStrategy``; under ``ModelParallelStrategy`` with a mode that
+            holds no ``DTensor`` or with rewinding.
+    """
+    if isinstance(strategy, FSDPStrategy):
+        raise ValueError(
+            "Expected a strategy whose parameters keep their shape, but got Lightning's "
+            "`FSDPStrategy` (FSDP1): it flattens them into one `FlatParameter` per unit and "
+            "gives each rank an unshaped slice, and it shards no buffers, so a mask can be "
+            "neither placed nor saved sharded. Use `ModelParallelStrategy` with `fully_shard` "
+            "in `configure_model` (FSDP2) and `masking='inplace'`, or DDP."
+        )
+    if not isinstance(strategy, ModelParallelStrategy):
+        return
+    if not masking_mode(config.masking).holds_dtensors:
+        raise ValueError(
+            "Expected `masking='inplace'` under `ModelParallelStrategy` (the "
+            "reparametrization cannot hold DTensor parameters), but got "
+            f"masking={config.masking!r}."
+        )
+    if config.rewind != "none":
+        raise ValueError(
+            "Expected `rewind='none'` under `ModelParallelStrategy` (the snapshot of sharded "
+            f"weights is not saved in distributed checkpoints), but got rewind={config.rewind!r}."
+        )
+
+
+def check_disjoint(trainer: pl.Trainer, callback: GradualPruning, pruner: Pruner) -> None:
+    """Refuse a pruner whose tensors another ``GradualPruning`` already prunes, naming both
+    callbacks by their index in ``trainer.callbacks`` and every shared tensor.
+
+    Raises:
+        ValueError: Two callbacks select a tensor in common.
+    """
+    from tensorplay.callbacks.pruning import GradualPruning  # it imports this module
+
+    callbacks = list(trainer.callbacks)  # type: ignore[attr-defined]
+    for index, other in enumerate(callbacks):
+        if other is callback or not isinstance(other, GradualPruning) or other._pruner is None:
+            continue
+        shared = pruner.shared_targets(other._pruner)
+        if shared:
+            raise ValueError(
+                "Expected GradualPruning callbacks to prune disjoint tensors, but "
+                f"trainer.callbacks[{callbacks.index(callback)}] and trainer.callbacks[{index}] "
+                f"both select {shared}. Give each callback its own `parameters`, or "
+                "`include`/`exclude` patterns that do not overlap."
+            )
