@@ -35,8 +35,8 @@ __all__ = ["GradualPruning"]
 class GradualPruning(Callback):
     """Prune a model on a sparsity schedule while it trains, and log its sparsity.
 
-    The pruning arguments are :class:`~tensorplay.ao.pruning.pruner.Pruner`'s, checked by the
-    same :class:`~tensorplay.ao.pruning.config.PrunerConfig`. Logged through
+    The pruning arguments are the fields of :class:`~tensorplay.ao.pruning.config.PrunerConfig`
+    (documented there), checked by it as the pruner's are. Logged through
     :meth:`~lightning.pytorch.core.LightningModule.log` after every optimizer step (filed under
     the batch that ended): ``pruning/sparsity``, ``pruning/target_sparsity``, ``pruning/pruned``
     (cumulative units) and, with ``log_per_tensor``, ``pruning/sparsity/<module>.<name>``.
@@ -51,8 +51,8 @@ class GradualPruning(Callback):
     distributed checkpoint. Lightning's ``FSDPStrategy`` (FSDP1) is refused.
 
     Args:
-        schedule: The pruner's, as are ``method`` (by name or import path in YAML),
-            ``parameters``, ``module_types``, ``names``, ``include``, ``exclude``,
+        schedule: A field of ``PrunerConfig``, as are ``method`` (by name or import path in
+            YAML), ``parameters``, ``module_types``, ``names``, ``include``, ``exclude``,
             ``keep_dense``, ``scope``, ``min_density``, ``rewind`` (``"init"`` restores the
             weights training starts from), ``rewind_step`` and ``masking``.
         seed: The pruner's; by default rank zero's ``torch.initial_seed()`` (set by
