@@ -49,7 +49,6 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from tensorplay.ao.pruning.checkpoint import pruned_names
 from tensorplay.ao.pruning.masking.readers import saved_mask_names
 from tensorplay.ao.pruning.serialization import share_storage
 from tensorplay.ao.pruning.stats import SparsityReport, TensorSparsity
@@ -247,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as error:
         parser.error(str(error))  # prints usage and the message, exits with status 2
     report = SparsityReport(tuple(rows))
-    if pruned_names(state_dict):
+    if saved_mask_names(state_dict):
         kind = "pruned state_dict (units whose mask is 0 counted)"
     else:
         kind = "permanent or dense state_dict (zeros counted)"

@@ -11,6 +11,8 @@ import torch
 from torch import nn
 
 from tensorplay.ao.pruning.methods import l1_unstructured, remove
+from tensorplay.ao.pruning.pruner import Pruner
+from tensorplay.ao.pruning.schedules import OneShotSchedule
 from tensorplay.report import load_state_dict, main, state_dict_report
 
 EXPECTED_TABLE = """\
@@ -118,6 +120,23 @@ def test_command_on_a_permanent_checkpoint(
         "permanent or dense state_dict (zeros counted)",
     ]
     assert out[2:] == [*EXPECTED_TABLE.splitlines(), "global sparsity 35.00%: 7 of 20 units pruned"]
+
+
+def test_command_on_a_lean_checkpoint_counts_its_masks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
+    Pruner(model, OneShotSchedule(0.5), masking="inplace").step()
+    path = _save(model.state_dict(), tmp_path / "lean.pt")
+
+    assert main([str(path)]) == 0
+
+    out = capsys.readouterr().out.splitlines()
+    assert out[:2] == [
+        f"torch.save file (state_dict): {path}",
+        "pruned state_dict (units whose mask is 0 counted)",
+    ]
+    assert out[-1] == "global sparsity 50.00%: 12 of 24 units pruned"
 
 
 def test_command_saves_the_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
