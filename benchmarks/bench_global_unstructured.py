@@ -6,6 +6,7 @@ for the 200M torch runs and the 1B tensorplay runs; run nothing heavy next to it
     python benchmarks/bench_global_unstructured.py                 # 10M, 50M, 200M, 1B, layouts
     python benchmarks/bench_global_unstructured.py --quick         # 2M and 10M, 1 repeat
     python benchmarks/bench_global_unstructured.py --sizes 10M,50M --repeats 5 --no-billion
+    python benchmarks/bench_global_unstructured.py --libraries tensorplay   # no torch rows
 
 Every measurement runs in a fresh subprocess (so no allocator state or cache carries over): the
 model is built, the library is warmed up on a small stand-in model (which pages in its code and
@@ -178,7 +179,7 @@ def _label(params: int) -> str:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     plan: list[tuple[int, str, tuple[str, ...]]] = [
-        (size, "transformer", LIBRARIES) for size in args.sizes
+        (size, "transformer", args.libraries) for size in args.sizes
     ]
     if args.billion:
         plan.append((1_000_000_000, "transformer", ("tensorplay",)))
@@ -291,11 +292,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="2M and 10M, one repeat, no 1B")
     parser.add_argument("--no-billion", dest="billion", action="store_false", help="skip 1B")
     parser.add_argument("--no-layouts", dest="layouts", action="store_false", help="skip 64/1024")
+    parser.add_argument(
+        "--libraries", default=",".join(LIBRARIES), help="comma-separated subset of the defaults"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the JSON and .md")
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes, args.repeats, args.torch_repeats_large, args.billion = "2M,10M", 1, 1, False
     args.sizes = [_size(s) for s in args.sizes.split(",")]
+    args.libraries = tuple(name for name in LIBRARIES if name in args.libraries.split(","))
+    if "tensorplay" not in args.libraries:
+        parser.error("--libraries must include tensorplay (the table compares against it)")
     results = run(args)
     results["repeats"] = args.repeats
     args.out.mkdir(parents=True, exist_ok=True)

@@ -30,6 +30,17 @@ def test_global_unstructured_benchmark_compares_with_torch(tmp_path: Path) -> No
 
 
 @pytest.mark.slow
+def test_global_unstructured_benchmark_runs_tensorplay_alone(tmp_path: Path) -> None:
+    run_script(
+        "bench_global_unstructured.py",
+        *("--sizes", "1M", "--repeats", "1", "--no-billion", "--no-layouts"),
+        *("--libraries", "tensorplay", "--out", str(tmp_path)),
+    )
+    results = json.loads((tmp_path / "global_unstructured.json").read_text())
+    assert all("torch" not in row and row["tensorplay"]["seconds"] > 0 for row in results["rows"])
+
+
+@pytest.mark.slow
 def test_callback_overhead_benchmark_compares_with_model_pruning(tmp_path: Path) -> None:
     run_script(
         "bench_callback_overhead.py", "--width", "32", "--repeats", "1", "--out", str(tmp_path)
