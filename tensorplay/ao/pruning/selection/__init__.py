@@ -52,14 +52,16 @@ gather, and the rest is selected among the units left. Masks known to be all ``T
 read at all. No mask-sized temporary: memory beyond the masks is the chunk buffers and the
 candidates.
 
-Sharded (``sharding.py``): with a process group each rank passes its local pieces (FSDP2
-``DTensor`` shards: ``Shard(0)`` on a 1-D mesh, uneven or empty) and their
-:class:`ShardLayout`. The sample is drawn over the full sources and gathered (every rank gets
-the band one process would), every count is summed with one ``all_reduce`` of a small vector,
-the candidates stay on their ranks and are narrowed by counting collectives until a few
-thousand are left, which are gathered; a ``k``-th key too tied to gather is resolved from every
-rank's per-source tie counts. Each rank writes only its pieces; the masks are bit-identical to
-one process on the full tensors (ties by the *global* flat index; random keys follow it too).
+Sharded (``sharding.py``, which also holds the one DTensor rule: :func:`is_dtensor`,
+:func:`check_placement`): with a process group each rank passes its local pieces (FSDP2
+``DTensor`` shards: ``Shard(0)`` on a 1-D mesh, uneven or empty; a replicated tensor is
+refused, its units would count once per rank) and their :class:`ShardLayout`. The sample is
+drawn over the full sources and gathered (every rank gets the band one process would), every
+count is summed with one ``all_reduce`` of a small vector, the candidates stay on their ranks
+and are narrowed by counting collectives until a few thousand are left, which are gathered; a
+``k``-th key too tied to gather is resolved from every rank's per-source tie counts. Each rank
+writes only its pieces; the masks are bit-identical to one process on the full tensors (ties
+by the *global* flat index; random keys follow it too).
 :class:`SelectionCost` reports the bytes and collectives.
 
 Caps (``capped.py``): :func:`capped_keep_masks` gives no source more than its cap of units (the
@@ -78,7 +80,9 @@ from tensorplay.ao.pruning.selection.masks import keep_masks, multiply_in_place
 from tensorplay.ao.pruning.selection.sharding import (
     SelectionCost,
     ShardLayout,
+    check_placement,
     global_counts,
+    is_dtensor,
     local_part,
     shard_layout,
 )
@@ -98,6 +102,8 @@ __all__ = [
     # sources sharded across ranks (FSDP2 DTensors)
     "ShardLayout",
     "shard_layout",
+    "is_dtensor",
+    "check_placement",
     "local_part",
     "global_counts",
     # under per-source caps (min_density)
