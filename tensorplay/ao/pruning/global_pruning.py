@@ -50,13 +50,12 @@ from tensorplay.ao.pruning.base import (
     check_importance_scores,
     own_hook,
 )
-from tensorplay.ao.pruning.method_selection import (
-    Sources,
-    concatenated_masks,
-    has_streaming_keys,
-    select_units,
-    streaming_keys,
-)
+from tensorplay.ao.pruning.method_selection import Sources, select_units
+
+# Moved to method_selection; still importable from here.
+from tensorplay.ao.pruning.method_selection import concatenated_masks as concatenated_masks
+from tensorplay.ao.pruning.method_selection import has_streaming_keys as has_streaming_keys
+from tensorplay.ao.pruning.method_selection import streaming_keys as streaming_keys
 from tensorplay.ao.pruning.methods import CustomFromMask
 from tensorplay.ao.pruning.reparametrization import install, pruned_parts
 from tensorplay.ao.pruning.selection import (
@@ -68,13 +67,10 @@ from tensorplay.ao.pruning.selection import (
 )
 
 __all__ = [
-    "concatenated_masks",
     "global_unstructured",
-    "has_streaming_keys",
     "prune_globally",
     "reads_buffer",
     "share_mask",
-    "streaming_keys",
 ]
 
 _RELEASED = torch.empty(0)
