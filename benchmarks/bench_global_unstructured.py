@@ -6,6 +6,7 @@ for the 200M torch runs and the 1B tensorplay runs; run nothing heavy next to it
     python benchmarks/bench_global_unstructured.py                 # 10M, 50M, 200M, 1B, layouts
     python benchmarks/bench_global_unstructured.py --quick         # 2M and 10M, 1 repeat
     python benchmarks/bench_global_unstructured.py --sizes 10M,50M --repeats 5 --no-billion
+    python benchmarks/bench_global_unstructured.py --skip-torch    # no torch rows
 
 Every measurement runs in a fresh subprocess (so no allocator state or cache carries over): the
 model is built, the library is warmed up on a small stand-in model (which pages in its code and

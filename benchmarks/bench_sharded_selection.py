@@ -8,7 +8,7 @@ Run (about a minute on a 2-core machine)::
 
 The same scores (``--sources`` fp32 matrices of about ``--size`` units in all, each generated
 block of rows by block of rows from its own seeds, so a rank makes only its own rows) are
-selected on by :func:`tensorplay.ao.pruning.selection.inplace.clear_lowest` with global L1 keys:
+selected on by :func:`tensorplay.ao.pruning.selection.clear.clear_lowest` with global L1 keys:
 
 * **1 process**: the full tensors, no process group (the reference);
 * **n processes** (spawned, ``gloo`` over TCP on this machine): each rank holds a contiguous
@@ -93,7 +93,7 @@ def run_rank(rank: int, world: int, port: int, args: dict[str, Any], out: str) -
     import torch.distributed as dist
 
     from tensorplay.ao.pruning.selection import AbsKeys
-    from tensorplay.ao.pruning.selection.inplace import clear_lowest
+    from tensorplay.ao.pruning.selection.clear import clear_lowest
     from tensorplay.ao.pruning.selection.sharding import ShardLayout
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))

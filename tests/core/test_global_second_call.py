@@ -19,7 +19,7 @@ from torch import Tensor, nn
 import tensorplay.ao.pruning.global_pruning as global_pruning
 import tensorplay.ao.pruning.selection.masks as selection_masks
 from tensorplay.ao.pruning import L1Unstructured, RandomUnstructured, global_unstructured
-from tensorplay.ao.pruning.selection import tuning
+from tensorplay.ao.pruning.selection import AbsKeys, cut, scans, tuning
 
 
 def _layers(seed: int = 0) -> list[nn.Linear]:
@@ -71,7 +71,7 @@ def test_second_call_masks_equal_uint8_keep_factors() -> None:
         scores,
         masks,
         round(0.3 * eligible),
-        global_pruning.AbsKeys(torch.float32),
+        AbsKeys(torch.float32),
         [torch.uint8] * 3,
     )
     for layer, mask, factor in zip(ours, masks, factors, strict=True):
@@ -94,10 +94,10 @@ def test_second_call_on_spread_weights_runs_no_fallback_pass(
     monkeypatch.setattr(tuning, "SAMPLE", 1 << 14)
     torch.manual_seed(0)
     layers = [nn.Linear(200, 100, bias=False), nn.Linear(100, 200, bias=False)]
-    passes = mock.Mock(wraps=selection_masks.fused_pass)
-    refines = mock.Mock(wraps=selection_masks.refine)
-    monkeypatch.setattr(selection_masks, "fused_pass", passes)
-    monkeypatch.setattr(selection_masks, "refine", refines)
+    passes = mock.Mock(wraps=scans.fused_pass)
+    refines = mock.Mock(wraps=cut.cut_between)
+    monkeypatch.setattr(scans, "fused_pass", passes)
+    monkeypatch.setattr(cut, "cut_between", refines)
     for call in range(3):
         global_unstructured(_pairs(layers), L1Unstructured, amount=0.5)
         assert (passes.call_count, refines.call_count) == (call + 1, 0)

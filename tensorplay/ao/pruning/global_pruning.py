@@ -34,7 +34,7 @@ differs where torch is fragile:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,36 +50,30 @@ from tensorplay.ao.pruning.base import (
     check_importance_scores,
     own_hook,
 )
-from tensorplay.ao.pruning.methods import CustomFromMask, L1Unstructured, RandomUnstructured
+from tensorplay.ao.pruning.method_selection import Sources, select_units
+
+# Moved to method_selection; still importable from here.
+from tensorplay.ao.pruning.method_selection import concatenated_masks as concatenated_masks
+from tensorplay.ao.pruning.method_selection import has_streaming_keys as has_streaming_keys
+from tensorplay.ao.pruning.method_selection import streaming_keys as streaming_keys
+from tensorplay.ao.pruning.methods import CustomFromMask
 from tensorplay.ao.pruning.reparametrization import install, pruned_parts
 from tensorplay.ao.pruning.selection import (
-    AbsKeys,
     KeySpec,
-    UniformKeys,
     capped_keep_masks,
-    check_finite_scores,
     count_eligible,
     keep_masks,
     multiply_in_place,
-    settle_caps,
 )
 
 __all__ = [
-    "concatenated_masks",
     "global_unstructured",
-    "has_streaming_keys",
     "prune_globally",
     "reads_buffer",
     "share_mask",
-    "streaming_keys",
 ]
 
 _RELEASED = torch.empty(0)
-# The methods whose order the streaming selection reproduces. Taken at import, so a method
-# patched later (``unittest.mock.patch.object(L1Unstructured, "compute_mask")``) or overridden
-# in a subclass is honoured through the reference path instead.
-_L1_COMPUTE_MASK = L1Unstructured.compute_mask
-_RANDOM_COMPUTE_MASK = RandomUnstructured.compute_mask
 
 Pair = tuple[nn.Module, str]
 
@@ -195,10 +189,7 @@ def prune_globally(
             'Only "unstructured" PRUNING_TYPE supported for the `pruning_method`. '
             f"Found method {pruning_method} of type {method.PRUNING_TYPE}"
         )
-    if caps is None:
-        masks, factors = _select(targets, method)
-    else:
-        masks, factors = _select_capped(targets, method, _target_caps(targets, caps)), True
+    masks, factors = _select(targets, method, caps)
     plan = [(target.pairs, target.mask) for target in targets]
     del targets  # the parameters' reference counts then tell whether others hold them
     left = unmasked_holders([pairs for pairs, mask in plan if mask is None])
@@ -306,67 +297,68 @@ def _check_tie(target: _Target, mask: Tensor | None, score: Tensor | None, label
         )
 
 
-def _select(targets: list[_Target], method: BasePruningMethod) -> tuple[list[Tensor], bool]:
-    """Per target: its new mask (first pruning) or, if the flag returned is true, the keep
-    factor of its mask (pruned before: a ``bool`` tensor, ``False`` for the units pruned now)."""
-    keys = _keys(targets, method)
-    if keys is None:
-        return _select_by_method(targets, method), False
-    scores = [t.scores.to(t.param.device) for t in targets]
-    eligible = [t.mask for t in targets]
-    n_eligible = count_eligible(
-        [None if e is None else e.reshape(-1) for e in eligible], [s.numel() for s in scores]
+def _select(
+    targets: list[_Target], method: BasePruningMethod, caps: dict[Pair, int] | None
+) -> tuple[list[Tensor], bool]:
+    """The masks of :class:`_Masks`, as :func:`~.method_selection.select_units` decides."""
+    limits = None if caps is None else _target_caps(targets, caps)
+    count = None if limits is None else _count(method, sum(limits))
+    sources = Sources(
+        [t.scores for t in targets],
+        [t.mask for t in targets],
+        [t.label for t in targets],
+        [t.param.device for t in targets],
     )
-    count = _count(method, n_eligible)
-    # A tensor pruned before gets a bool keep factor: a float compare is written to bool
-    # vectorised (about 6x faster than to uint8), and it is read back as bytes (_apply).
-    out_dtypes = [t.param.dtype if t.mask is None else torch.bool for t in targets]
-    labels = [t.label for t in targets]
-    masks = keep_masks(
-        scores, eligible, count, keys, out_dtypes, labels=labels, n_eligible=n_eligible
-    )
-    return masks, True
+    selector = _Masks(targets, method, count)
+    return select_units(type(method), count, sources, selector, limits, instance=method)
 
 
-def _keys(targets: list[_Target], method: BasePruningMethod) -> KeySpec | None:
-    """The keys the streaming selection orders units by, or None for other methods."""
-    return streaming_keys(type(method), [t.scores.dtype for t in targets])
+class _Masks:
+    """``global_unstructured``'s selector: per target, its new mask (first pruning) or, if the
+    flag returned is true, the keep factor of its mask (pruned before: a ``bool`` tensor,
+    ``False`` for the units pruned now)."""
 
+    def __init__(
+        self, targets: list[_Target], method: BasePruningMethod, count: int | None
+    ) -> None:
+        self.targets, self.method, self.count = targets, method, count
 
-def has_streaming_keys(method: type[BasePruningMethod]) -> bool:
-    """Whether the streaming selection orders ``method``'s units (L1 and random unstructured,
-    as taken at import), rather than the method's own ``compute_mask``.
+    def stream(self, keys: KeySpec, caps: list[int] | None) -> tuple[list[Tensor], bool]:
+        targets = self.targets
+        scores = [t.scores.to(t.param.device) for t in targets]
+        eligible = [t.mask for t in targets]
+        labels = [t.label for t in targets]
+        if caps is not None:
+            assert self.count is not None  # counted under the caps by prune_globally
+            keeps = capped_keep_masks(scores, eligible, self.count, caps, keys, labels=labels)
+            return [
+                keep.to(t.param.dtype) if t.mask is None else keep
+                for t, keep in zip(targets, keeps, strict=True)
+            ], True
+        n_eligible = count_eligible(
+            [None if e is None else e.reshape(-1) for e in eligible], [s.numel() for s in scores]
+        )
+        count = _count(self.method, n_eligible)
+        # A tensor pruned before gets a bool keep factor: a float compare is written to bool
+        # vectorised (about 6x faster than to uint8), and it is read back as bytes (_apply).
+        out_dtypes = [t.param.dtype if t.mask is None else torch.bool for t in targets]
+        masks = keep_masks(
+            scores, eligible, count, keys, out_dtypes, labels=labels, n_eligible=n_eligible
+        )
+        return masks, True
 
-    Example:
-        >>> from tensorplay.ao.pruning import L1Unstructured, LnStructured
-        >>> has_streaming_keys(L1Unstructured), has_streaming_keys(LnStructured)
-        (True, False)
-    """
-    return method.compute_mask in (_L1_COMPUTE_MASK, _RANDOM_COMPUTE_MASK)
-
-
-def streaming_keys(
-    method: type[BasePruningMethod], dtypes: Sequence[torch.dtype]
-) -> KeySpec | None:
-    """The keys the streaming selection orders ``method``'s units by, for scores of ``dtypes``;
-    ``None`` where the method's own ``compute_mask`` decides (see :func:`has_streaming_keys`).
-
-    A random method draws its seed once from the global RNG here, so ``torch.manual_seed``
-    makes the masks reproducible.
-
-    Example:
-        >>> from tensorplay.ao.pruning import L1Unstructured, LnStructured
-        >>> streaming_keys(L1Unstructured, [torch.bfloat16]).dtype
-        torch.float32
-        >>> streaming_keys(LnStructured, [torch.float32]) is None
-        True
-    """
-    compute_mask = method.compute_mask
-    if compute_mask is _L1_COMPUTE_MASK:
-        return AbsKeys(_key_dtype(list(dtypes)))
-    if compute_mask is _RANDOM_COMPUTE_MASK:
-        return UniformKeys(int(torch.randint(0, 2**62, (1,)).item()))
-    return None
+    def apply(self, masks: dict[int, Tensor]) -> tuple[list[Tensor], bool]:
+        out = []
+        for index, target in enumerate(self.targets):
+            param = target.param
+            part = masks.get(index)
+            if part is None:  # capped out: its mask stays
+                kept = torch.ones(param.shape, dtype=param.dtype, device=param.device)
+                out.append(kept if target.mask is None else target.mask)
+                continue
+            mask = part.reshape(param.shape).to(param.device, param.dtype)
+            out.append(mask.clone(memory_format=torch.contiguous_format))
+        return out, False
 
 
 def _count(method: BasePruningMethod, n_eligible: int) -> int:
@@ -383,115 +375,6 @@ def _target_caps(targets: list[_Target], caps: dict[Pair, int]) -> list[int]:
         eligible = target.param.numel() if target.mask is None else int(target.mask.sum())
         out.append(min([eligible, *given]))
     return out
-
-
-def _select_capped(
-    targets: list[_Target], method: BasePruningMethod, caps: list[int]
-) -> list[Tensor]:
-    """:func:`_select` with at most ``caps[i]`` units from target ``i`` (greedy, exact)."""
-    count = _count(method, sum(caps))
-    keys = _keys(targets, method)
-    if keys is not None:
-        scores = [t.scores.to(t.param.device) for t in targets]
-        keeps = capped_keep_masks(
-            scores, [t.mask for t in targets], count, caps, keys, labels=[t.label for t in targets]
-        )
-    else:
-
-        def select(indices: list[int], k: int) -> list[Tensor]:
-            subset = [targets[i] for i in indices]
-            masks = _select_by_method(subset, type(method)(amount=k))  # type: ignore[call-arg]
-            return [
-                (mask != 0).to(torch.uint8) if t.mask is None else (mask != 0) | (t.mask == 0)
-                for t, mask in zip(subset, masks, strict=True)
-            ]
-
-        settled = settle_caps(select, count, caps)
-        keeps = [
-            settled[i].to(torch.uint8)
-            if i in settled
-            else torch.ones(t.param.shape, dtype=torch.uint8, device=t.param.device)
-            for i, t in enumerate(targets)
-        ]
-    return [
-        keep.to(t.param.dtype) if t.mask is None else keep
-        for t, keep in zip(targets, keeps, strict=True)
-    ]
-
-
-def _key_dtype(dtypes: list[torch.dtype]) -> torch.dtype:
-    """A float dtype that holds every score exactly: float32 unless one needs float64."""
-    exact_in_float32 = {torch.float16, torch.bfloat16, torch.float32, torch.int8, torch.uint8}
-    exact_in_float32 |= {torch.int16, torch.bool}
-    return torch.float32 if set(dtypes) <= exact_in_float32 else torch.float64
-
-
-def _select_by_method(targets: list[_Target], method: BasePruningMethod) -> list[Tensor]:
-    """The reference path (user-defined methods), each target's new mask in its own shape,
-    device and dtype."""
-    parts = concatenated_masks(
-        method,
-        [t.scores for t in targets],
-        [t.mask for t in targets],
-        [t.label for t in targets],
-        targets[0].param.device,
-    )
-    masks = []
-    for target, part in zip(targets, parts, strict=True):
-        mask = part.reshape(target.param.shape).to(target.param.device, target.param.dtype)
-        masks.append(mask.clone(memory_format=torch.contiguous_format))
-    return masks
-
-
-def concatenated_masks(
-    method: BasePruningMethod,
-    scores: Sequence[Tensor],
-    masks: Sequence[Tensor | None],
-    labels: Sequence[str],
-    device: torch.device,
-) -> list[Tensor]:
-    """The reference path for methods the streaming selection does not reproduce: concatenate
-    the scores on ``device``, as torch does, apply ``method`` over them with the earlier masks
-    (``None``: all ones), and split the result.
-
-    Args:
-        method: the method instance (its ``amount`` counts across all sources).
-        scores: per source, its scores.
-        masks: per source, its earlier mask or ``None``.
-        labels: per source, its name for errors.
-        device: where the scores are concatenated.
-
-    Returns:
-        Per source, its new mask, flat, in the scores' dtype, on ``device``.
-
-    Raises:
-        ValueError: an eligible score is NaN or infinite (the message names the source).
-
-    Example:
-        >>> from tensorplay.ao.pruning import L1Unstructured
-        >>> parts = concatenated_masks(
-        ...     L1Unstructured(amount=2),
-        ...     [torch.tensor([0.5, -0.1]), torch.tensor([0.2])],
-        ...     [None, None],
-        ...     ["a", "b"],
-        ...     torch.device("cpu"),
-        ... )
-        >>> [part.tolist() for part in parts]
-        [[1.0, 0.0], [0.0]]
-    """
-    check_finite_scores(list(scores), list(masks), list(labels))
-    flat = torch.cat([s.detach().reshape(-1).to(device) for s in scores])
-    default_mask = torch.cat(
-        [
-            torch.ones(s.numel(), device=device, dtype=flat.dtype)
-            if m is None
-            else m.detach().reshape(-1).to(device=device, dtype=flat.dtype)
-            for s, m in zip(scores, masks, strict=True)
-        ]
-    )
-    method._tensor_name = "global"
-    final = PruningContainer(method).compute_mask(flat, default_mask)
-    return list(torch.split(final, [s.numel() for s in scores]))
 
 
 def _apply(

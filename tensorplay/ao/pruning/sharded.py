@@ -34,10 +34,12 @@ from torch import Tensor
 from tensorplay.ao.pruning.reparametrization import count_zeros
 from tensorplay.ao.pruning.selection import (
     ShardLayout,
+    check_placement,
     global_counts,
     local_part,
     shard_layout,
 )
+from tensorplay.ao.pruning.selection import is_dtensor as is_sharded
 
 __all__ = [
     "Sharding",
@@ -71,21 +73,6 @@ class Sharding:
     group: ProcessGroup | None
 
 
-def is_sharded(tensor: object) -> bool:
-    """Whether ``tensor`` is a ``DTensor`` (imported only if ``tensor`` has a device mesh).
-
-    Example:
-        >>> import torch
-        >>> is_sharded(torch.zeros(2))
-        False
-    """
-    if not hasattr(tensor, "device_mesh"):
-        return False
-    from torch.distributed.tensor import DTensor
-
-    return isinstance(tensor, DTensor)
-
-
 def sharding_of(params: Sequence[Tensor], labels: Sequence[str]) -> Sharding:
     """The sharding of ``params`` (one pruning step's targets), checked.
 
@@ -116,18 +103,10 @@ def sharding_of(params: Sequence[Tensor], labels: Sequence[str]) -> Sharding:
             f"Expected every target to be a DTensor when {dtensor} is one, but got a plain "
             f"tensor for {plain}: shard every pruned module (fully_shard), or exclude {plain}."
         )
-    from torch.distributed.tensor import Shard
-
     groups = []
     for param, label in zip(params, labels, strict=True):
+        check_placement(param, label)
         mesh: Any = param.device_mesh  # type: ignore[attr-defined]
-        placements = tuple(param.placements)  # type: ignore[attr-defined]
-        if mesh.ndim != 1 or placements != (Shard(0),):
-            raise ValueError(
-                f"Expected {label} to be a DTensor placed (Shard(dim=0),) on a 1-D device mesh "
-                f"(FSDP2's fully_shard), but got placements {placements} on a {mesh.ndim}-D "
-                "mesh: replicated or otherwise placed shards would be counted more than once."
-            )
         groups.append(mesh.get_group())
         if groups[-1] != groups[0]:
             raise ValueError(

@@ -14,9 +14,8 @@ from tensorplay.ao.pruning.selection import (
     AbsKeys,
     UniformKeys,
     count_eligible,
+    cut,
     keep_masks,
-    masks,
-    passes,
 )
 from tests.core.selection.reference import (
     assert_masks_equal,
@@ -107,19 +106,17 @@ def test_bad_band_guess_falls_back_exactly(guess: tuple[float, float]) -> None:
     scores = [torch.randn(5000, generator=g), torch.randn(3000, generator=g)]
     with (
         small_constants(chunk=256, band=64),
-        mock.patch.object(masks, "guess_band", return_value=guess),
+        mock.patch.object(cut, "guess_band", return_value=guess),
     ):
         got = fast(scores, [None, None], 4000)
     assert_masks_equal(got, reference(scores, [None, None], 4000))
 
 
 def test_tie_pass_resolves_by_position() -> None:
-    from tensorplay.ao.pruning.selection import refine
-
     scores = [torch.zeros(4000), torch.ones(1000), torch.zeros(2000)]
     with (
         small_constants(chunk=256, band=16),
-        mock.patch.object(refine, "tied_pass", wraps=passes.tied_pass) as tied,
+        mock.patch.object(cut, "tie_cut", wraps=cut.tie_cut) as tied,
     ):
         got = fast(scores, [None] * 3, 5000)
     assert tied.called

@@ -130,7 +130,7 @@ def dtensor_case(world: int) -> dict[str, Any]:
     """Real DTensors: ``distribute_tensor`` pieces and an FSDP2 ``fully_shard`` MLP."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
-    from torch.distributed.tensor import Shard, distribute_tensor
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
     mesh = init_device_mesh("cpu", (world,))
     torch.manual_seed(0)
@@ -148,7 +148,14 @@ def dtensor_case(world: int) -> dict[str, Any]:
         for p in params
     ]
     clear_lowest(params, masks, 50, UniformKeys(3))
+    replicated = distribute_tensor(torch.ones(4), mesh, [Replicate()])
+    try:  # every rank holds all of it: its units would count once per rank
+        clear_lowest([replicated], [torch.ones(4, dtype=torch.bool)], 1, AbsKeys())
+        refused = ""
+    except ValueError as error:
+        refused = str(error)
     return {
+        "replicate_refused": refused,
         "distributed": [m.full_tensor() for m in keep],  # gathered only to compare
         "fsdp": [m.full_tensor() for m in masks],
         "fsdp_weights": [p.full_tensor().detach() for p in params],
@@ -193,6 +200,7 @@ def assert_sharded_equals_whole(world: int, seeds: list[int], tmp_path: Path) ->
     keep = [torch.ones(w.shape, dtype=torch.bool) for w in weights]
     clear_lowest(weights, keep, 50, UniformKeys(3))
     assert all(torch.equal(a, b) for a, b in zip(dtensor["fsdp"], keep, strict=True))
+    assert "counted more than once" in dtensor["replicate_refused"]
 
 
 def test_two_ranks_equal_one_process(tmp_path: Path) -> None:

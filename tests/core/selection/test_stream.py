@@ -20,9 +20,9 @@ from tensorplay.ao.pruning.selection import (
     capped_keep_masks,
     clear_lowest,
     clear_lowest_capped,
+    cut,
     keep_masks,
 )
-from tensorplay.ao.pruning.selection import inplace as inplace_module
 from tensorplay.ao.pruning.selection.checks import count_true
 from tensorplay.ao.pruning.selection.passes import nonzero_columns
 from tests.core.selection.reference import small_constants
@@ -116,7 +116,7 @@ def test_every_branch_of_the_band_path_equals_keep_masks(
         hi = float(keys[keys > lo][0])
     weights = [s.clone() for s in scores]
     masks = [m.clone() for m in keep]
-    fixed = mock.patch.object(inplace_module, "guess_band", lambda *args: (lo, hi))
+    fixed = mock.patch.object(cut, "guess_band", lambda *args: (lo, hi))
     with small_constants(chunk=64, band=256), fixed:
         clear_lowest(weights, masks, k, AbsKeys(), zero=weights)
     assert_same(masks, expected(scores, keep, k, AbsKeys()))

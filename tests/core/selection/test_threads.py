@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning import L1Unstructured, global_unstructured
-from tensorplay.ao.pruning.selection import masks, threads
+from tensorplay.ao.pruning.selection import cut, threads
 from tests.core.selection.reference import assert_masks_equal, fast, reference, small_constants
 
 
@@ -104,7 +104,7 @@ def test_a_refined_band_held_by_one_thread_is_gathered_whole() -> None:
     scores = [torch.arange(2000.0).div(6).floor(), torch.arange(2000.0) + 10_000]
     with (
         small_constants(chunk=64, band=8),
-        mock.patch.object(masks, "guess_band", return_value=(0.0, 1e-6)),
+        mock.patch.object(cut, "guess_band", return_value=(0.0, 1e-6)),
         mock.patch.object(
             threads, "run_in_own_threads", wraps=threads.run_in_own_threads
         ) as spread,

@@ -40,7 +40,6 @@ from torch.optim import Optimizer
 
 from tensorplay.ao.pruning.base import BasePruningMethod
 from tensorplay.ao.pruning.config import counts_itself
-from tensorplay.ao.pruning.global_pruning import has_streaming_keys
 from tensorplay.ao.pruning.masking.lean_masks import (
     apply_masks,
     install_mask,
@@ -54,7 +53,7 @@ from tensorplay.ao.pruning.masking.lean_masks import (
 )
 from tensorplay.ao.pruning.masking.mode import own_masks
 from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerHooks
-from tensorplay.ao.pruning.method_selection import select_in_place
+from tensorplay.ao.pruning.method_selection import STREAMING, has_streaming_keys, select_in_place
 from tensorplay.ao.pruning.reparametrization import is_pruned_tensor
 from tensorplay.ao.pruning.sharded import (
     Sharding,
@@ -114,10 +113,11 @@ class LeanMasks:
         if _sharding(targets).shards is None:
             return
         if counts_itself(method) or not has_streaming_keys(method):
+            streaming = " or ".join(known.name for known in STREAMING.values())
             raise ValueError(
-                "Expected l1_unstructured or random_unstructured for the sharded (DTensor) "
-                f"targets {[t.name for t in targets]}, but got {method.__name__}: its mask "
-                "needs the full tensors, which no rank holds."
+                f"Expected {streaming} for the sharded (DTensor) targets "
+                f"{[t.name for t in targets]}, but got {method.__name__}: its mask needs the "
+                "full tensors, which no rank holds."
             )
 
     def mask(self, module: nn.Module, name: str) -> Tensor | None:

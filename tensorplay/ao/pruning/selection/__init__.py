@@ -8,52 +8,60 @@ Tie rule:
     earlier source is pruned first, and within one source the lower flat (row-major) index.
     The rule does not depend on the device, the dtype layout or the chunk size.
 
-How (the streaming algorithm, no vector of all scores is ever built):
+Where the ``k``-th key is decided: :func:`~.cut.find_cut` (``cut.py``), for every caller, out
+of place and in place, sharded or not. The streaming algorithm (no vector of all scores is
+ever built):
 
 1. **Guess a band** (``sample.py``). A seeded sample of keys (a private
    :class:`torch.Generator`, so the global RNG is untouched) gives two keys ``lo <= hi`` whose
    ranks bracket ``k`` with overwhelming probability. For uniform random keys the band follows
    from the quantile directly.
-2. **One fused pass** (``passes.py``). Each source is read once, in chunks small enough to stay
-   in cache (``plan.py``: sources smaller than a chunk share one, so a thousand tiny tensors cost
-   about what one tensor of their total size does), spread over the CPU threads in order
-   (``threads.py``). Every chunk writes its speculative *keep* mask (``key >= lo``) straight
-   into the output, counts the eligible units below ``lo`` and gathers the few candidates in
-   ``[lo, hi]`` (value and position).
-3. **Resolve exactly.** If ``count(below lo) < k <= count(below lo) + candidates``, the
-   ``k - count(below lo)`` lowest candidates (tie rule) are the rest of the answer; their few
-   positions are cleared in the keep masks. Done: one read of every score.
-4. **Fallbacks, still exact** (``refine.py``). A bad sample or a band swollen by ties falls back
-   to counting passes over thresholds (the sampled quantiles, then a bisection of the keys' bit
-   patterns, which for non-negative floats is monotone and converges in a few passes) until the
-   band is small enough to gather, or narrows to one value. Then the tie at that value is
-   resolved by position while the masks are written (the running count of tied units decides).
+2. **One pass over the band** (``passes.py``). Each source is read once, in chunks small enough
+   to stay in cache (``plan.py``: sources smaller than a chunk share one, so a thousand tiny
+   tensors cost about what one tensor of their total size does), spread over the CPU threads
+   in order (``threads.py``). Every chunk counts the eligible units below ``lo`` and gathers
+   the few candidates in ``[lo, hi]`` (value and position). What the pass writes on the way is
+   the caller's *scan* (``scans.py``): nothing; out of place, the speculative keep masks
+   (``key >= lo``); in place, after a first pass that only counts, the units below ``lo``,
+   which are then certainly pruned, cleared in the masks and zeroed in the weights.
+3. **Resolve exactly** (``cut.resolve``). If ``count(below lo) < k <= count(below lo) +
+   candidates``, the cut is the ``(k - count(below lo))``-th lowest candidate in the tie-rule
+   order: a ``(key, order)`` pair.
+4. **Fallbacks, still exact** (``refine.py``, ``cut.cut_between``, ``cut.tie_cut``). A bad
+   sample or a band swollen by ties falls back to counting passes over thresholds (the sampled
+   quantiles, then a bisection of the keys' bit patterns, which for non-negative floats is
+   monotone and converges in a few passes) until the interval is small enough to gather, or
+   narrows to one value, whose tied units are counted per source to place the cut.
+5. **Write** (``write.py``). If the band pass wrote the masks, the candidates at or below the
+   cut are cleared (a few positions); otherwise one pass writes every mask at the cut.
 
 Memory: the keep masks (which the caller needs anyway), three buffers of one chunk per device
 and thread (keys, flags, scratch; ``buffers.py``), and the candidates (a small fraction of the
 units). Counts are kept on the device and read once per pass.
 
-In place (``inplace.py``, :func:`clear_lowest`): the caller's bool keep masks are the
-eligibility and the output, and the tensors given as ``zero`` (the weights) are multiplied by
-the new masks in the same passes. Two passes (``stream.py``): the first counts the eligible
-units below the band's ``lo`` and writes nothing; if fewer than ``k`` are, all of them are
-certainly pruned, so the second clears them in the masks and zeroes them in the weights chunk
-by chunk while the chunk is in cache, and gathers the band's candidates; the cut among those is
-resolved exactly and their few positions are cleared. A sample that misses costs passes, never
-exactness: ``lo`` too high, and the cut below it is found by counting (``cut.py``) before
-anything is written; a band too small or too big to gather, and the rest is selected among the
-units left. Masks known to be all ``True`` (``n_eligible`` equal to every unit, as counted
-eight bytes at a time when not given) are not read at all. No mask-sized temporary: memory
-beyond the masks is the chunk buffers and the candidates.
+Out of place (``masks.py``, :func:`keep_masks`): new keep masks, written by the band pass; one
+read of every score when the band brackets the ``k``-th key.
 
-Sharded (``sharding.py``): with a process group each rank passes its local pieces (FSDP2
-``DTensor`` shards: ``Shard(0)`` on a 1-D mesh, uneven or empty) and their
-:class:`ShardLayout`. The sample is drawn over the full sources and gathered (every rank gets
-the band one process would), every count is summed with one ``all_reduce`` of a small vector,
-the candidates stay on their ranks and are narrowed by counting collectives until a few
-thousand are left, which are gathered; a ``k``-th key too tied to gather is resolved from every
-rank's per-source tie counts. Each rank writes only its pieces; the masks are bit-identical to
-one process on the full tensors (ties by the *global* flat index; random keys follow it too).
+In place (``clear.py``, :func:`clear_lowest`): the caller's bool keep masks are the
+eligibility and the output, and the tensors given as ``zero`` (the weights) are multiplied by
+the new masks in the same passes (``stream.py``): two reads of the scores, one write of the
+masks and weights. A sample that misses costs passes, never exactness: ``lo`` too high, and
+nothing is written before the cut is found by counting; a band too small or too big to
+gather, and the rest is selected among the units left. Masks known to be all ``True``
+(``n_eligible`` equal to every unit, as counted eight bytes at a time when not given) are not
+read at all. No mask-sized temporary: memory beyond the masks is the chunk buffers and the
+candidates.
+
+Sharded (``sharding.py``, which also holds the one DTensor rule: :func:`is_dtensor`,
+:func:`check_placement`): with a process group each rank passes its local pieces (FSDP2
+``DTensor`` shards: ``Shard(0)`` on a 1-D mesh, uneven or empty; a replicated tensor is
+refused, its units would count once per rank) and their :class:`ShardLayout`. The sample is
+drawn over the full sources and gathered (every rank gets the band one process would), every
+count is summed with one ``all_reduce`` of a small vector, the candidates stay on their ranks
+and are narrowed by counting collectives until a few thousand are left, which are gathered; a
+``k``-th key too tied to gather is resolved from every rank's per-source tie counts. Each rank
+writes only its pieces; the masks are bit-identical to one process on the full tensors (ties
+by the *global* flat index; random keys follow it too).
 :class:`SelectionCost` reports the bytes and collectives.
 
 Caps (``capped.py``): :func:`capped_keep_masks` gives no source more than its cap of units (the
@@ -66,13 +74,15 @@ it may run in several threads at once.
 
 from tensorplay.ao.pruning.selection.capped import SubsetKeys, capped_keep_masks, settle_caps
 from tensorplay.ao.pruning.selection.checks import check_finite_scores, count_eligible
-from tensorplay.ao.pruning.selection.inplace import clear_lowest, clear_lowest_capped
+from tensorplay.ao.pruning.selection.clear import clear_lowest, clear_lowest_capped
 from tensorplay.ao.pruning.selection.keys import AbsKeys, KeySpec, UniformKeys
 from tensorplay.ao.pruning.selection.masks import keep_masks, multiply_in_place
 from tensorplay.ao.pruning.selection.sharding import (
     SelectionCost,
     ShardLayout,
+    check_placement,
     global_counts,
+    is_dtensor,
     local_part,
     shard_layout,
 )
@@ -92,6 +102,8 @@ __all__ = [
     # sources sharded across ranks (FSDP2 DTensors)
     "ShardLayout",
     "shard_layout",
+    "is_dtensor",
+    "check_placement",
     "local_part",
     "global_counts",
     # under per-source caps (min_density)

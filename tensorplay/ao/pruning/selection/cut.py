@@ -1,20 +1,25 @@
-"""The cut: the ``k``-th lowest unit in the tie-rule order, found by passes that write nothing.
+"""The k-th key engine: where every selection decides its cut, by passes that count and gather.
 
 A cut is a pair ``(value, order)``: the units pruned are the eligible ones whose
 ``(key, order)`` is at most the cut's, where a unit's *order* is its global position in the
 tie-rule order (its source's base, the units of all earlier full sources, plus its global flat
 index). Locally that is, per source, every key below ``value`` and the keys equal to it at a
-local flat index below the source's *stop* (:func:`local_stops`), so one pass writes the masks.
+local flat index below the source's *stop* (:func:`local_stops`), so one pass writes the masks
+(:mod:`~.write`).
 
-Sharded, the candidates stay on their ranks: counting collectives narrow them until a few are
-left, which are then gathered (:func:`resolve`); a ``k``-th key held by more units than a pass
-may gather is resolved by counting the tied units of every source on every rank
-(:func:`tie_cut`).
+The band policy, once for every caller (:func:`find_cut`): a sampled band, one pass over it
+(what it writes on the way is the caller's :class:`~.scans.Scan`), the cut among its
+candidates if they bracket the ``k``-th key (:func:`resolve`), else counting passes that narrow
+an interval until it can be gathered (:func:`cut_between`), or a ``k``-th key held by more
+units than a pass may gather, resolved by counting the tied units of every source
+(:func:`tie_cut`). Sharded, the candidates stay on their ranks: counting collectives narrow
+them until a few are left, which are then gathered.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -22,24 +27,45 @@ from torch import Tensor
 from tensorplay.ao.pruning.selection import tuning
 from tensorplay.ao.pruning.selection.buffers import Worker
 from tensorplay.ao.pruning.selection.floats import largest, next_down, next_up
-from tensorplay.ao.pruning.selection.passes import Band, count_below, fused_pass
-from tensorplay.ao.pruning.selection.plan import Chunk, Selection
+from tensorplay.ao.pruning.selection.passes import Band
+from tensorplay.ao.pruning.selection.plan import Chunk, Selection, piece_slices
 from tensorplay.ao.pruning.selection.refine import bounds_after, narrow, split_points
 from tensorplay.ao.pruning.selection.sample import guess_band
+from tensorplay.ao.pruning.selection.scans import Scan
 from tensorplay.ao.pruning.selection.sharding import Collectives
-from tensorplay.ao.pruning.selection.stream import zero_chunk
 from tensorplay.ao.pruning.selection.threads import run_chunks
 
 __all__ = [
-    "count_cut",
+    "Cut",
+    "bases",
     "cut_between",
     "find_cut",
     "local_stops",
     "lowest",
+    "orders",
     "resolve",
     "tie_cut",
-    "write_cut",
 ]
+
+
+@dataclass(frozen=True)
+class Cut:
+    """The ``k``-th unit in the tie-rule order, and what the engine's passes wrote.
+
+    Attributes:
+        value: the ``k``-th key.
+        order: the ``k``-th unit's global position in the tie-rule order.
+        band: the band whose pass wrote the masks, so that only its candidates at or below the
+            cut are left to clear; ``None``: the masks are still to be written at the cut.
+
+    Example:
+        >>> Cut(0.5, 3)
+        Cut(value=0.5, order=3, band=None)
+    """
+
+    value: float
+    order: int
+    band: Band | None = None
 
 
 def bases(selection: Selection) -> list[int]:
@@ -51,7 +77,16 @@ def bases(selection: Selection) -> list[int]:
     return out
 
 
-def find_cut(selection: Selection, k: int, n_eligible: int) -> tuple[float, int]:
+def orders(selection: Selection, band: Band) -> list[Tensor]:
+    """Per piece of the band, its candidates' global positions in the tie-rule order."""
+    start = bases(selection)
+    return [
+        positions + (start[i] + selection.layouts[i].offset)
+        for i, positions in zip(band.sources, band.positions, strict=True)
+    ]
+
+
+def find_cut(selection: Selection, k: int, n_eligible: int, scan: Scan | None = None) -> Cut:
     """The cut of the ``k`` eligible units of lowest key (``0 < k < n_eligible``), checking on
     the way that every eligible score is finite.
 
@@ -59,28 +94,45 @@ def find_cut(selection: Selection, k: int, n_eligible: int) -> tuple[float, int]
         selection: the selection (sharded or not).
         k: how many eligible units to prune.
         n_eligible: the eligible units (over all ranks).
+        scan: what the passes write on the way (default: nothing).
 
     Returns:
-        ``(value, order)``.
+        The cut, and the band left to clear if a pass wrote the masks.
+
+    Example:
+        >>> from tensorplay.ao.pruning.selection.keys import AbsKeys
+        >>> selection = Selection([torch.tensor([0.3, 0.1, 0.3, 0.2])], [None], AbsKeys(), [])
+        >>> cut = find_cut(selection, 3, 4)
+        >>> cut.value, cut.order
+        (0.30000001192092896, 0)
     """
+    scan = Scan() if scan is None else scan
     dtype = selection.keys.dtype
     if n_eligible <= selection.cap:
         lo, hi = -math.inf, largest(dtype)
     else:
         lo, hi = guess_band(selection, k, n_eligible)
     if lo == hi:  # the sample says the k-th key is heavily tied: pin it down by counting
-        return cut_between(selection, k, 0.0, math.inf, check=True)
-    band = fused_pass(selection, lo, hi, None, check=True)
-    below, size, overflow = selection.comm.sum([band.below, band.size, band.overflow])
-    if not overflow and below < k <= below + size:
-        return resolve(selection, band, k - below, lo, next_up(hi, dtype))
-    low, high = bounds_after(Band(below, overflow=bool(overflow)), k, lo, hi, dtype)
-    return cut_between(selection, k, low, high)
+        return cut_between(selection, k, 0.0, math.inf, scan, check=True)
+    band = scan.band(selection, k, lo, hi)
+    if not band.overflow and band.below < k <= band.below + band.size:
+        value, order = resolve(selection, band, k - band.below, lo, next_up(hi, dtype))
+        return Cut(value, order, band if band.written else None)
+    low, high = bounds_after(band, k, lo, hi, dtype)
+    # Units the band pass cleared for good are no longer eligible: the rest is chosen among
+    # the units left.
+    return cut_between(selection, k - band.cleared, low, high, scan)
 
 
 def cut_between(
-    selection: Selection, k: int, low: float, high: float, *, check: bool = False
-) -> tuple[float, int]:
+    selection: Selection,
+    k: int,
+    low: float,
+    high: float,
+    scan: Scan | None = None,
+    *,
+    check: bool = False,
+) -> Cut:
     """The cut of the ``k`` eligible units of lowest key, known to lie in ``[low, high)``.
 
     Counting passes narrow the interval (:func:`~.refine.narrow`), then one pass gathers it,
@@ -91,17 +143,19 @@ def cut_between(
         k: how many eligible units to prune.
         low: a key with fewer than ``k`` eligible keys below it.
         high: a key with at least ``k`` eligible keys below it.
+        scan: what the gathering pass writes on the way (default: nothing).
         check: whether the first pass checks that every eligible score is finite.
 
     Returns:
-        ``(value, order)``.
+        The cut, and the band left to clear if the gathering pass wrote the masks.
     """
+    scan = Scan() if scan is None else scan
     low, high, below, inside = narrow(selection, k, low, high, check=check)
     if inside > selection.cap:
-        return tie_cut(selection, k - below, low)
-    dtype = selection.keys.dtype
-    band = fused_pass(selection, low, next_down(high, dtype), None, check=False, bounded=False)
-    return resolve(selection, band, k - below, low, high)
+        return Cut(*tie_cut(selection, k - below, low))
+    band = scan.interval(selection, low, next_down(high, selection.keys.dtype))
+    value, order = resolve(selection, band, k - below, low, high)
+    return Cut(value, order, band if band.written else None)
 
 
 def resolve(
@@ -121,15 +175,9 @@ def resolve(
     """
     device = band.values[0].device if band.values else torch.device("cpu")
     dtype = selection.keys.dtype
-    start = bases(selection)
     values = torch.cat([v.to(device) for v in band.values]) if band.values else torch.empty(0)
     order = (
-        torch.cat(
-            [
-                p.to(device) + (start[i] + selection.layouts[i].offset)
-                for i, p in zip(band.sources, band.positions, strict=True)
-            ]
-        )
+        torch.cat([p.to(device) for p in orders(selection, band)])
         if band.positions
         else torch.empty(0, dtype=torch.int64)
     )
@@ -211,7 +259,7 @@ def tie_cut(selection: Selection, wanted: int, value: float) -> tuple[float, int
             key = worker.chunk_keys(chunk)
             flags = worker.flags(key.device)[: key.numel()]
             torch.eq(key, value, out=flags)
-            for i, a, b in _piece_slices(chunk):
+            for i, a, b in piece_slices(chunk):
                 ties[i] = ties[i] + flags[a:b].sum().to("cpu", torch.int64)
         return ties
 
@@ -246,7 +294,7 @@ def _nth_tie(selection: Selection, source: int, value: float, nth: int) -> int:
         if all(i != source for i, _, _ in chunk):
             continue
         key = worker.chunk_keys(chunk)
-        for (i, start, _), (_, a, b) in zip(chunk, _piece_slices(chunk), strict=True):
+        for (i, start, _), (_, a, b) in zip(chunk, piece_slices(chunk), strict=True):
             if i != source:
                 continue
             at = torch.nonzero(key[a:b] == value).view(-1)
@@ -254,15 +302,6 @@ def _nth_tie(selection: Selection, source: int, value: float, nth: int) -> int:
                 return start + int(at[nth - 1])
             nth -= at.numel()
     raise RuntimeError("Lost the tied k-th key: please report.")
-
-
-def _piece_slices(chunk: Chunk) -> list[tuple[int, int, int]]:
-    """Per piece of a chunk: (source, first, stop) within the chunk's buffers."""
-    out, offset = [], 0
-    for i, start, stop in chunk:
-        out.append((i, offset, offset + stop - start))
-        offset += stop - start
-    return out
 
 
 def local_stops(selection: Selection, order: int) -> list[int]:
@@ -273,80 +312,3 @@ def local_stops(selection: Selection, order: int) -> list[int]:
             bases(selection), selection.layouts, selection.sizes, strict=True
         )
     ]
-
-
-def write_cut(
-    selection: Selection,
-    values: list[float],
-    stops: list[int],
-    outs: list[Tensor],
-    zero: list[Tensor | None] | None = None,
-) -> None:
-    """Clear in ``outs`` (the flat bool keep masks) the eligible units of each source ``i``
-    with a key below ``values[i]``, or equal to it at a local flat index below ``stops[i]``.
-
-    Args:
-        selection: the selection; its eligibility is ``outs`` themselves (or every unit, where
-            a source's eligibility is ``None``).
-        values: per source, the cut's key (``-inf``: nothing pruned).
-        stops: per source, where the pruned ties end.
-        outs: the flat keep masks, updated in place.
-        zero: per source, a flat tensor multiplied by its new keep mask in the same pass, or
-            ``None``.
-    """
-
-    def work(worker: Worker, chunks: list[Chunk]) -> None:
-        for chunk in chunks:
-            key = worker.raw_keys(chunk)
-            keep = worker.flags(key.device)[: key.numel()]
-            for (i, start, _), (_, a, b) in zip(chunk, _piece_slices(chunk), strict=True):
-                value = values[i]
-                if value == -math.inf:
-                    keep[a:b].fill_(1)
-                    continue
-                torch.ge(key[a:b], value, out=keep[a:b])
-                tied = min(max(stops[i] - start, 0), b - a)
-                if tied:
-                    torch.gt(key[a : a + tied], value, out=keep[a : a + tied])
-            if any(selection.eligible[i] is not None for i, _, _ in chunk):
-                scratch = worker.scratch(key.device)[: key.numel()]
-                keep.mul_(worker.eligible_flags(chunk, scratch))
-            worker.write(chunk, keep, outs)
-            if zero is not None:
-                zero_chunk(chunk, keep, zero)
-
-    run_chunks(selection, work)
-
-
-def count_cut(selection: Selection, values: list[float], stops: list[int]) -> list[int]:
-    """Per source, the eligible units :func:`write_cut` would clear, over all ranks.
-
-    Args:
-        selection: the selection.
-        values: per source, the cut's key.
-        stops: per source, where the pruned ties end.
-
-    Returns:
-        One count per source.
-    """
-    n = len(selection.sizes)
-
-    def work(worker: Worker, chunks: list[Chunk]) -> list[Tensor]:
-        counts = [torch.zeros((), dtype=torch.int64) for _ in range(n)]
-        for chunk in chunks:
-            key = worker.chunk_keys(chunk)
-            for (i, start, _), (_, a, b) in zip(chunk, _piece_slices(chunk), strict=True):
-                tied = min(max(stops[i] - start, 0), b - a)
-                found = torch.count_nonzero(key[a:b] < values[i])
-                if tied:
-                    found = found + torch.count_nonzero(key[a : a + tied] == values[i])
-                counts[i] = counts[i] + found.to("cpu")
-        return counts
-
-    local = [sum(int(part[i]) for part in run_chunks(selection, work)) for i in range(n)]
-    return selection.comm.sum(local)
-
-
-def check_pass(selection: Selection) -> None:
-    """One counting pass that checks every eligible score is finite (``k`` is 0 or all)."""
-    count_below(selection, [], check=True)

@@ -10,13 +10,13 @@ from torch import Tensor
 
 from tensorplay.ao.pruning.selection import tuning
 from tensorplay.ao.pruning.selection.checks import count_eligible
-from tensorplay.ao.pruning.selection.floats import largest
+from tensorplay.ao.pruning.selection.cut import find_cut
 from tensorplay.ao.pruning.selection.keys import KeySpec
-from tensorplay.ao.pruning.selection.passes import clear_selected, fused_pass
+from tensorplay.ao.pruning.selection.passes import fused_pass
 from tensorplay.ao.pruning.selection.plan import Selection, chunk_size
-from tensorplay.ao.pruning.selection.refine import bounds_after, refine
-from tensorplay.ao.pruning.selection.sample import guess_band
+from tensorplay.ao.pruning.selection.scans import Speculative
 from tensorplay.ao.pruning.selection.threads import own_threads, run_on_own_thread
+from tensorplay.ao.pruning.selection.write import apply_cut
 
 __all__ = ["keep_masks", "multiply_in_place"]
 
@@ -87,6 +87,10 @@ def keep_masks(
 def select_into(selection: Selection, k: int, n_eligible: int, flat: list[Tensor]) -> None:
     """Write the keep masks of :func:`keep_masks` into the flat views ``flat``.
 
+    The cut is :func:`~.cut.find_cut`'s; its band pass writes the speculative keep masks
+    (``key >= lo``), so a band that brackets the ``k``-th key leaves only its candidates at or
+    below the cut to clear.
+
     Args:
         selection: the selection.
         k: how many eligible units to prune (in range).
@@ -96,18 +100,8 @@ def select_into(selection: Selection, k: int, n_eligible: int, flat: list[Tensor
     if k in (0, n_eligible):  # nothing or everything eligible: no band to resolve
         fused_pass(selection, -math.inf if k == 0 else math.inf, -math.inf, flat, check=True)
         return
-    if n_eligible <= selection.cap:
-        lo, hi = -math.inf, largest(selection.keys.dtype)
-    else:
-        lo, hi = guess_band(selection, k, n_eligible)
-    if lo == hi:  # the sample says the k-th key is heavily tied: pin it down by counting
-        band = refine(selection, k, 0.0, math.inf, flat, check=True)
-    else:
-        band = fused_pass(selection, lo, hi, flat, check=True)
-        if band.overflow or not band.below < k <= band.below + band.size:
-            low, high = bounds_after(band, k, lo, hi, selection.keys.dtype)
-            band = refine(selection, k, low, high, flat)
-    clear_selected(band, k, flat)
+    cut = find_cut(selection, k, n_eligible, Speculative(flat))
+    apply_cut(selection, cut, flat, factors=True)
 
 
 def multiply_in_place(mask: Tensor, keep: Tensor) -> None:

@@ -1,10 +1,10 @@
-"""The passes over every chunk: the fused pass, counting passes and the tie pass.
+"""The passes over every chunk: the fused pass and counting passes.
 
 Each pass reads every source once, a chunk at a time (see
-:func:`~tensorplay.ao.pruning.selection.threads.run_chunks`). The fused pass writes the
-speculative keep masks, counts the eligible units below the band and gathers the candidates
-inside it; :func:`clear_selected` then prunes the right candidates. Counting passes narrow an
-interval of keys; the tie pass resolves a heavily tied ``k``-th key by position.
+:func:`~tensorplay.ao.pruning.selection.threads.run_chunks`). The fused pass counts the eligible
+units below a band, gathers the candidates inside it and may write the speculative keep masks
+on the way; counting passes narrow an interval of keys. What the counts and candidates decide
+is :mod:`~tensorplay.ao.pruning.selection.cut`'s.
 """
 
 from __future__ import annotations
@@ -23,14 +23,13 @@ from tensorplay.ao.pruning.selection.threads import run_chunks
 
 __all__ = [
     "Band",
+    "check_pass",
     "check_sums",
-    "clear_selected",
     "count_below",
     "fused_pass",
     "gather_band",
     "nonzero_columns",
     "pieces",
-    "tied_pass",
 ]
 
 
@@ -45,6 +44,10 @@ class Band:
         positions: the flat positions of each piece's candidates in its source.
         size: the number of candidates.
         overflow: whether there were more candidates than a pass may gather (none kept).
+        written: whether the pass wrote the keep masks so that only its candidates at or below
+            the cut are left to clear.
+        cleared: the eligible units the pass cleared for good (in place, below ``lo``): they
+            are no longer eligible.
     """
 
     below: int
@@ -53,6 +56,8 @@ class Band:
     positions: list[Tensor] = field(default_factory=list)
     size: int = 0
     overflow: bool = False
+    written: bool = False
+    cleared: int = 0
 
     def merge(self, other: Band) -> None:
         """Append ``other``'s counts and candidates (the next share of the chunks)."""
@@ -272,64 +277,6 @@ def check_sums(selection: Selection, sums: list[Sums]) -> None:
         )
 
 
-def tied_pass(selection: Selection, k: int, value: float, below: int, outs: list[Tensor]) -> Band:
-    """Write the masks when the ``k``-th key is ``value``, held by too many units to gather.
-
-    Units below ``value`` are pruned, units above kept, and of the units equal to it the first
-    ``k - below`` in the tie-rule order are pruned: a running count decides chunk by chunk.
-
-    Args:
-        selection: the selection.
-        k: how many eligible units are pruned.
-        value: the ``k``-th key.
-        below: the number of eligible units with a key below ``value``.
-        outs: the flat keep masks, written in full.
-
-    Returns:
-        A band with nothing left to clear.
-    """
-    ties = k - below
-    worker = Worker(selection)
-    selection.passes += 1
-    for chunk in selection.chunks():  # in order, in this thread: the running count decides
-        key = worker.chunk_keys(chunk)
-        keep = worker.scratch(key.device)[: key.numel()]
-        torch.gt(key, value, out=keep)
-        equal = torch.nonzero(key == value).view(-1)
-        if equal.numel() > max(ties, 0):
-            keep[equal[max(ties, 0) :]] = 1
-        ties -= equal.numel()
-        worker.write(chunk, keep, outs)
-    return Band(below=k)
-
-
-def clear_selected(band: Band, k: int, outs: list[Tensor]) -> None:
-    """Clear the ``k - band.below`` lowest candidates (tie rule) in the keep masks.
-
-    Args:
-        band: the band of the last pass, its candidates in the tie-rule order.
-        k: how many eligible units are pruned.
-        outs: the flat keep masks.
-    """
-    wanted = k - band.below
-    if wanted <= 0:
-        return
-    device = band.values[0].device
-    values = torch.cat([v.to(device) for v in band.values])
-    threshold = torch.kthvalue(values, wanted).values
-    pruned = values < threshold
-    equal = values == threshold
-    ties = wanted - int(torch.count_nonzero(pruned))
-    if ties == int(torch.count_nonzero(equal)):
-        pruned |= equal
-    else:  # only some of the tied candidates go: the earliest in the tie-rule order
-        pruned |= equal & (torch.cumsum(equal, 0) <= ties)
-    for part, i, positions in zip(
-        torch.split(pruned, [v.numel() for v in band.values]),
-        band.sources,
-        band.positions,
-        strict=True,
-    ):
-        chosen = positions[part.to(positions.device)]
-        if chosen.numel():
-            outs[i][chosen] = 0
+def check_pass(selection: Selection) -> None:
+    """One counting pass that checks every eligible score is finite (``k`` is 0 or all)."""
+    count_below(selection, [], check=True)

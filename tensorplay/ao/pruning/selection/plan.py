@@ -11,7 +11,7 @@ from tensorplay.ao.pruning.selection import tuning
 from tensorplay.ao.pruning.selection.keys import KeySpec
 from tensorplay.ao.pruning.selection.sharding import Collectives, ShardLayout
 
-__all__ = ["Chunk", "Selection", "chunk_length", "chunk_size"]
+__all__ = ["Chunk", "Selection", "chunk_length", "chunk_size", "piece_slices"]
 
 # A chunk: the (source, start, stop) pieces whose units are processed together, in order.
 Chunk = list[tuple[int, int, int]]
@@ -35,6 +35,20 @@ def chunk_length(chunk: Chunk) -> int:
         30
     """
     return sum(stop - start for _, start, stop in chunk)
+
+
+def piece_slices(chunk: Chunk) -> list[tuple[int, int, int]]:
+    """Per piece of a chunk: (source, first, stop) within the chunk's buffers.
+
+    Example:
+        >>> piece_slices([(0, 5, 7), (1, 0, 3)])
+        [(0, 0, 2), (1, 2, 5)]
+    """
+    out, offset = [], 0
+    for i, start, stop in chunk:
+        out.append((i, offset, offset + stop - start))
+        offset += stop - start
+    return out
 
 
 class Selection:

@@ -14,12 +14,12 @@ import torch
 from torch import Tensor
 
 from tensorplay.ao.pruning.selection import tuning
-from tensorplay.ao.pruning.selection.floats import from_bits, next_down, next_up, to_bits
-from tensorplay.ao.pruning.selection.passes import Band, count_below, fused_pass, tied_pass
+from tensorplay.ao.pruning.selection.floats import from_bits, next_up, to_bits
+from tensorplay.ao.pruning.selection.passes import Band, count_below
 from tensorplay.ao.pruning.selection.plan import Selection
 from tensorplay.ao.pruning.selection.sample import sample_keys
 
-__all__ = ["bounds_after", "narrow", "refine", "split_points"]
+__all__ = ["bounds_after", "narrow", "split_points"]
 
 
 def bounds_after(
@@ -46,36 +46,6 @@ def bounds_after(
     if band.overflow:
         return max(lo, 0.0), math.inf
     return next_up(hi, dtype), math.inf
-
-
-def refine(
-    selection: Selection,
-    k: int,
-    low: float,
-    high: float,
-    outs: list[Tensor],
-    *,
-    check: bool = False,
-) -> Band:
-    """Narrow ``[low, high)`` by counting passes until it can be gathered or is one value.
-
-    Args:
-        selection: the selection.
-        k: how many eligible units are pruned.
-        low: a key with fewer than ``k`` eligible keys below it.
-        high: a key with at least ``k`` eligible keys below it.
-        outs: the flat keep masks, written in full by the last pass.
-        check: whether the first counting pass checks that every eligible score is finite.
-
-    Returns:
-        The band of the last pass, for :func:`~.passes.clear_selected`.
-    """
-    low, high, below, inside = narrow(selection, k, low, high, check=check)
-    if inside > selection.cap:
-        return tied_pass(selection, k, low, below, outs)
-    return fused_pass(
-        selection, low, next_down(high, selection.keys.dtype), outs, check=False, bounded=False
-    )
 
 
 def narrow(

@@ -4,6 +4,8 @@ few small collectives a sharded selection needs (counts, the band's sample and c
 A rank holds of every source one contiguous range of the full tensor's flat (row-major) units:
 a :class:`ShardLayout`. That is how FSDP2 (``fully_shard``) shards a parameter: a ``DTensor``
 on a 1-D device mesh with the placement ``Shard(0)``, whose local tensor is a block of rows.
+The DTensor rules live here, once (:func:`is_dtensor`, :func:`check_placement`); the pruner's
+glue (:mod:`tensorplay.ao.pruning.sharded`) uses them.
 Every collective goes through a :class:`Collectives`, which counts what it sends in a
 :class:`SelectionCost`; without a process group it is the identity and costs nothing.
 """
@@ -22,7 +24,9 @@ __all__ = [
     "Collectives",
     "SelectionCost",
     "ShardLayout",
+    "check_placement",
     "global_counts",
+    "is_dtensor",
     "local_part",
     "mesh_group",
     "shard_layout",
@@ -64,8 +68,13 @@ class SelectionCost:
     passes: int = 0
 
 
-def _is_dtensor(tensor: Tensor) -> bool:
-    """Whether ``tensor`` is a ``DTensor`` (imported lazily: plain tensors need no import)."""
+def is_dtensor(tensor: object) -> bool:
+    """Whether ``tensor`` is a ``DTensor`` (imported only if ``tensor`` has a device mesh).
+
+    Example:
+        >>> is_dtensor(torch.zeros(2))
+        False
+    """
     if not hasattr(tensor, "device_mesh"):
         return False
     from torch.distributed.tensor import DTensor
@@ -73,13 +82,40 @@ def _is_dtensor(tensor: Tensor) -> bool:
     return isinstance(tensor, DTensor)
 
 
-def shard_layout(tensor: Tensor) -> ShardLayout:
+def check_placement(tensor: Tensor, label: str = "the tensor") -> None:
+    """The one placement a sharded selection takes: ``Shard(0)`` on a 1-D device mesh.
+
+    That is FSDP2's (``fully_shard``): each rank holds a contiguous block of rows, uneven or
+    empty. Any other placement is refused: a replicated tensor, whose every rank holds all of
+    it, would have each unit counted once per rank.
+
+    Args:
+        tensor: a ``DTensor``.
+        label: its name, for the message.
+
+    Raises:
+        ValueError: for another placement or a mesh of more than one dimension.
+    """
+    from torch.distributed.tensor import Shard
+
+    mesh: Any = tensor.device_mesh  # type: ignore[attr-defined]
+    placements = tuple(tensor.placements)  # type: ignore[attr-defined]
+    if mesh.ndim != 1 or placements != (Shard(0),):
+        raise ValueError(
+            f"Expected {label} to be a DTensor placed (Shard(dim=0),) on a 1-D device mesh "
+            f"(FSDP2's fully_shard), but got placements {placements} on a {mesh.ndim}-D "
+            "mesh: replicated or otherwise placed shards would be counted more than once."
+        )
+
+
+def shard_layout(tensor: Tensor, label: str = "the tensor") -> ShardLayout:
     """The layout of this rank's local piece of ``tensor``.
 
     Args:
-        tensor: a plain tensor (the whole source: ``(numel, 0)``), or a ``DTensor`` on a 1-D
-            device mesh placed ``Shard(0)`` (FSDP2's parameters; uneven and empty shards
-            included) or ``Replicate()``.
+        tensor: a plain tensor (the whole source: ``(numel, 0)``), or a ``DTensor`` placed as
+            :func:`check_placement` requires (FSDP2's parameters; uneven and empty shards
+            included).
+        label: its name, for the message.
 
     Returns:
         The full tensor's units and the global flat index of the local piece's first unit.
@@ -91,27 +127,15 @@ def shard_layout(tensor: Tensor) -> ShardLayout:
         >>> shard_layout(torch.zeros(3, 4))
         ShardLayout(numel=12, offset=0)
     """
-    if not _is_dtensor(tensor):
+    if not is_dtensor(tensor):
         return ShardLayout(tensor.numel(), 0)
-    from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
-    placements = tuple(tensor.placements)  # type: ignore[attr-defined]
-    if (
-        len(placements) != 1
-        or not isinstance(placements[0], Shard | Replicate)
-        or (isinstance(placements[0], Shard) and placements[0].dim != 0)
-    ):
-        raise ValueError(
-            "Expected a DTensor on a 1-D device mesh placed Shard(0) or Replicate(), but got "
-            f"placements {placements}."
-        )
-    if isinstance(placements[0], Replicate):
-        return ShardLayout(tensor.numel(), 0)
+    check_placement(tensor, label)
     _, offset = compute_local_shape_and_global_offset(
         tensor.shape,
         tensor.device_mesh,  # type: ignore[attr-defined]
-        placements,
+        tuple(tensor.placements),  # type: ignore[attr-defined]
     )
     row = tensor.numel() // tensor.shape[0] if tensor.shape[0] else 0
     return ShardLayout(tensor.numel(), offset[0] * row if offset else 0)
@@ -125,7 +149,7 @@ def local_part(tensor: Tensor) -> Tensor:
         >>> local_part(t) is t
         True
     """
-    if _is_dtensor(tensor):
+    if is_dtensor(tensor):
         return tensor.to_local()  # type: ignore[attr-defined,no-any-return]
     return tensor
 

@@ -1,4 +1,4 @@
-"""The two-pass selection in place: count below the sampled band, then write, zero and gather.
+"""The in-place band passes: count below the sampled band, then clear, zero and gather.
 
 1. :func:`count_under` counts the eligible units with a key below the band's ``lo`` (and
    checks every eligible score is finite); it writes nothing.
@@ -6,9 +6,8 @@
    :func:`write_band` clears them all in the keep masks and, chunk by chunk while the chunk is
    in cache, zeroes them in the tensors to zero (the weights), and gathers the candidates in
    ``[lo, hi]`` (value and position).
-3. The rest of the ``k`` lowest are candidates (the cut among them is resolved exactly, over
-   all ranks) and :func:`clear_candidates` clears their few positions; if the band held too
-   few, all of it goes and the rest is selected among the units left, exactly as before.
+3. Once the cut among the candidates is decided (:mod:`~.cut`), :func:`clear_candidates`
+   clears the few at or below it.
 
 So a call reads the scores twice and writes the masks and the tensors to zero once.
 """

@@ -1,10 +1,11 @@
-"""The selection in place: clear bits of the caller's bool keep masks, locally or across ranks.
+"""Clearing bits of the caller's bool keep masks in place, locally or across ranks.
 
-First the cut is found by passes that write nothing (:func:`~.cut.find_cut`: the fused pass
-counts and gathers the band, the fallbacks count), then one pass writes every mask. Memory
-beyond the masks: chunk buffers and the band's candidates. With a process group each rank
-passes its local pieces; counts are summed, candidates narrowed by counting collectives and
-the last few gathered, and each rank writes only its own pieces.
+The cut is :func:`~.cut.find_cut`'s, the band pass clearing on the way the units certainly
+pruned (:class:`~.scans.Certain`: the scores are read twice, the masks and the tensors to zero
+written once); :func:`~.write.apply_cut` finishes the masks. Memory beyond the masks: chunk
+buffers and the band's candidates. With a process group each rank passes its local pieces;
+counts are summed, candidates narrowed by counting collectives and the last few gathered, and
+each rank writes only its own pieces.
 """
 
 from __future__ import annotations
@@ -17,21 +18,11 @@ from torch import Tensor
 
 from tensorplay.ao.pruning.selection.capped import SubsetKeys, settle_caps
 from tensorplay.ao.pruning.selection.checks import count_eligible
-from tensorplay.ao.pruning.selection.cut import (
-    bases,
-    check_pass,
-    count_cut,
-    cut_between,
-    find_cut,
-    local_stops,
-    resolve,
-    write_cut,
-)
-from tensorplay.ao.pruning.selection.floats import next_up
+from tensorplay.ao.pruning.selection.cut import find_cut, local_stops
 from tensorplay.ao.pruning.selection.keys import KeySpec
-from tensorplay.ao.pruning.selection.passes import Band
+from tensorplay.ao.pruning.selection.passes import check_pass
 from tensorplay.ao.pruning.selection.plan import Selection
-from tensorplay.ao.pruning.selection.sample import guess_band
+from tensorplay.ao.pruning.selection.scans import Certain
 from tensorplay.ao.pruning.selection.sharding import (
     Collectives,
     ProcessGroup,
@@ -41,8 +32,8 @@ from tensorplay.ao.pruning.selection.sharding import (
     mesh_group,
     shard_layout,
 )
-from tensorplay.ao.pruning.selection.stream import clear_candidates, count_under, write_band
 from tensorplay.ao.pruning.selection.threads import own_threads, run_on_own_thread
+from tensorplay.ao.pruning.selection.write import apply_cut, count_cut, write_cut
 
 __all__ = ["clear_lowest", "clear_lowest_capped"]
 
@@ -128,11 +119,10 @@ def _clear(
     n_eligible: int,
     flat: list[Tensor],
     zero: list[Tensor | None],
-    by_band: bool = True,
 ) -> None:
     """Clear the ``k`` lowest eligible units of ``selection`` in its masks ``flat`` and zero
-    them in ``zero`` (first by the two-pass band selection if ``by_band``)."""
-    n = len(flat)
+    them in ``zero``: the band pass clears the units certainly pruned (:class:`~.scans.Certain`),
+    then the cut's few candidates, or a pass at the cut, finish the masks."""
     if k in (0, n_eligible):  # nothing, or every eligible unit: no cut to find
         check_pass(selection)
         if k:
@@ -141,63 +131,8 @@ def _clear(
             selection.passes += 1
         _zero_late([(t, i) for i, t in enumerate(zero) if t is not None], flat)
         return
-    if (
-        by_band
-        and n_eligible > selection.cap
-        and _clear_by_band(selection, k, n_eligible, flat, zero)
-    ):
-        return
-    value, order = find_cut(selection, k, n_eligible)
-    write_cut(selection, [value] * n, local_stops(selection, order), flat, zero)
-
-
-def _clear_by_band(
-    selection: Selection,
-    k: int,
-    n_eligible: int,
-    flat: list[Tensor],
-    zero: list[Tensor | None],
-) -> bool:
-    """The two-pass selection of :mod:`~.stream` from the sampled band; ``False`` if the
-    band is one tied key (nothing done then).
-
-    If the sample put ``lo`` too high, the cut below it is found by counting and written; if
-    the band held too few candidates or too many to gather, what is certain is cleared and
-    the rest is selected among the units left.
-    """
-    dtype = selection.keys.dtype
-    lo, hi = guess_band(selection, k, n_eligible)
-    if not lo < hi:
-        return False
-    comm = selection.comm
-    below = comm.sum([count_under(selection, lo, check=True)])[0]
-    if below >= k:  # the sample put lo too high: nothing written yet
-        value, order = cut_between(selection, k, 0.0, lo)
-        write_cut(selection, [value] * len(flat), local_stops(selection, order), flat, zero)
-        return True
-    band = write_band(selection, lo, hi, flat, zero)
-    size, overflow = comm.sum([band.size, band.overflow])
-    wanted = k - below
-    orders = _orders(selection, band)
-    if not overflow and wanted <= size:
-        cut = resolve(selection, band, wanted, lo, next_up(hi, dtype))
-        clear_candidates(band, orders, cut, flat, zero)
-        return True
-    if not overflow:  # all of the band goes, and more
-        clear_candidates(band, orders, (math.inf, 0), flat, zero)
-        wanted -= size
-    selection.eligible = list(flat)  # the masks now say which units are left
-    _clear(selection, wanted, n_eligible - (k - wanted), flat, zero, by_band=False)
-    return True
-
-
-def _orders(selection: Selection, band: Band) -> list[Tensor]:
-    """Per piece of the band, its candidates' global positions in the tie-rule order."""
-    start = bases(selection)
-    return [
-        positions + (start[i] + selection.layouts[i].offset)
-        for i, positions in zip(band.sources, band.positions, strict=True)
-    ]
+    cut = find_cut(selection, k, n_eligible, Certain(flat, zero))
+    apply_cut(selection, cut, flat, zero)
 
 
 def _zero_targets(
@@ -306,11 +241,11 @@ def clear_lowest_capped(
             check_pass(part)
             whole.passes += part.passes
             return [(cut, n) for cut, n in zip(cuts, _per_source_eligible(part), strict=True)]
-        value, order = find_cut(part, count, available)
-        stops = local_stops(part, order)
-        given = count_cut(part, [value] * len(sources), stops)
+        cut = find_cut(part, count, available)
+        stops = local_stops(part, cut.order)
+        given = count_cut(part, [cut.value] * len(sources), stops)
         whole.passes += part.passes
-        return [((value, stop), n) for stop, n in zip(stops, given, strict=True)]
+        return [((cut.value, stop), n) for stop, n in zip(stops, given, strict=True)]
 
     def run() -> None:
         settled = settle_caps(select, k, caps, given=lambda result: result[1])
