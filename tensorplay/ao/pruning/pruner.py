@@ -62,12 +62,12 @@ class Pruner:
     pruning steps it prunes the units still due, chosen by ``method`` across all targets or
     within each (``scope``). A tied parameter is one target (:attr:`aliases`), with one mask.
 
+    Every argument but ``model``, ``importance_fn`` and ``optimizers`` is a field of
+    :class:`~tensorplay.ao.pruning.config.PrunerConfig`, documented there (the Lightning
+    callback takes the same).
+
     Args:
         model: The model to prune.
-        schedule, parameters, module_types, names, include, exclude, keep_dense, method,
-            scope, min_density, rewind, rewind_step, seed, masking: The fields of
-            :class:`~tensorplay.ao.pruning.config.PrunerConfig`, documented there (the Lightning
-            callback takes the same).
         importance_fn: ``(module, name) -> scores`` of the tensor's shape; the method ranks
             units by these instead of the tensor's current values.
         optimizers: Optimizers whose state (momentum, Adam moments) is cleared after each
