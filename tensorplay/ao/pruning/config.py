@@ -173,7 +173,7 @@ class PrunerConfig:
             ``<name>_mask``, pruned weights zeroed in place and kept zero by the optimizers
             given to ``Pruner.attach``, pruned values gone once pruned (:ref:`lean-masks`).
             FSDP2 models (``DTensor`` parameters) need ``"inplace"``; counts and reports are
-            then collectives (:mod:`~tensorplay.ao.pruning.sharded`).
+            then collectives (:mod:`~tensorplay.ao.pruning.dtensor_targets`).
 
     Raises:
         TypeError: A value of the wrong type (``schedule``, ``min_density``, ``rewind_step``,

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from tensorplay.ao.pruning.base import BasePruningMethod, PruningContainer
+from tensorplay.ao.pruning.dtensor_targets import Sharding, shared_seed
 from tensorplay.ao.pruning.methods import L1Unstructured, RandomUnstructured
 from tensorplay.ao.pruning.selection import (
     AbsKeys,
@@ -38,7 +39,6 @@ from tensorplay.ao.pruning.selection import (
     clear_lowest_capped,
     settle_caps,
 )
-from tensorplay.ao.pruning.sharded import Sharding, shared_seed
 
 __all__ = [
     "STREAMING",
@@ -347,11 +347,12 @@ def select_in_place(
     most ``caps[i]`` from source ``i``. The tensors ``zero`` (the weights) are multiplied by
     the new masks, in the selection's own passes where it streams.
 
-    With a ``sharding`` of shards and a group (see :func:`~tensorplay.ao.pruning.sharded.
-    sharding_of`), ``scores`` and ``keep`` are this rank's local pieces and ``count`` and
-    ``caps`` are global: the ranks select together, exactly as one process would on the full
-    tensors. Random methods then use rank zero's draw (broadcast); methods the streaming
-    selection does not reproduce need the full tensors and are refused before anything changes.
+    With a ``sharding`` of shards and a group (see
+    :func:`~tensorplay.ao.pruning.dtensor_targets.sharding_of`), ``scores`` and ``keep`` are this
+    rank's local pieces and ``count`` and ``caps`` are global: the ranks select together, exactly as
+    one process would on the full tensors. Random methods then use rank zero's draw (broadcast);
+    methods the streaming selection does not reproduce need the full tensors and are refused before
+    anything changes.
 
     Raises:
         ValueError: with a sharding, a method whose selection needs the full tensors.

@@ -40,6 +40,7 @@ from tensorplay.ao.pruning.config import (
     check_int,
     counts_itself,
 )
+from tensorplay.ao.pruning.dtensor_targets import global_zeros
 from tensorplay.ao.pruning.masking import MaskingMode, masking_mode
 from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerAttachment
 from tensorplay.ao.pruning.pruner_state import Progress, load_progress, state_dict
@@ -47,7 +48,6 @@ from tensorplay.ao.pruning.rewind import copy_back, snapshot_due, snapshot_of
 from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.scores import ImportanceFn, target_scores
 from tensorplay.ao.pruning.seeding import cuda_devices, seeded
-from tensorplay.ao.pruning.sharded import global_zeros
 from tensorplay.ao.pruning.stats import SparsityReport, TensorSparsity
 from tensorplay.ao.pruning.targets import KeepDense, ModuleType
 from tensorplay.ao.pruning.tied_targets import Pair, resolve_targets

@@ -29,9 +29,9 @@ import torch
 from torch import Tensor
 
 from tensorplay.ao.pruning.config import PrunerConfig
+from tensorplay.ao.pruning.dtensor_targets import local_values
 from tensorplay.ao.pruning.masking.lean_masks import local_tensor
 from tensorplay.ao.pruning.masking.mode import MaskingMode
-from tensorplay.ao.pruning.sharded import local_values
 from tensorplay.ao.pruning.tied_targets import Target
 
 __all__ = ["check_values", "copy_back", "snapshot_due", "snapshot_of"]

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 
 from torch import Tensor, nn
 
-from tensorplay.ao.pruning.sharded import check_scores
+from tensorplay.ao.pruning.dtensor_targets import check_scores
 from tensorplay.ao.pruning.tied_targets import Target
 
 __all__ = ["ImportanceFn", "target_scores"]

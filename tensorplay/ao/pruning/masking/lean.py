@@ -1,11 +1,12 @@
 """The lean masks as a masking mode: a bool mask beside the plain parameter, zeros in place.
 
 ``masking="inplace"``. The parameter stays the same :class:`~torch.nn.Parameter` (or FSDP2
-``DTensor``), its mask is a bool buffer ``<name>_mask`` (:mod:`~tensorplay.ao.pruning.masking.
-lean_masks`) and its pruned entries are zero. Nothing is recomputed per forward; attached
-optimizers keep the zeros (:mod:`~tensorplay.ao.pruning.masking.optimizer_hooks`). Sharded
-targets are this mode's concern alone: :meth:`LeanMasks.check_step` checks their layout once per
-pruning step, the selection runs across ranks, and counts are global.
+``DTensor``), its mask is a bool buffer ``<name>_mask``
+(:mod:`~tensorplay.ao.pruning.masking.lean_masks`) and its pruned entries are zero. Nothing is
+recomputed per forward; attached optimizers keep the zeros
+(:mod:`~tensorplay.ao.pruning.masking.optimizer_hooks`). Sharded targets are this mode's concern
+alone: :meth:`LeanMasks.check_step` checks their layout once per pruning step, the selection runs
+across ranks, and counts are global.
 
 **Never silently dense.** A lean model's zeros are only as good as the loop that keeps them: an
 optimizer that is not attached, or a hand edit, brings pruned weights back. At every pruner
@@ -40,6 +41,13 @@ from torch.optim import Optimizer
 
 from tensorplay.ao.pruning.base import BasePruningMethod
 from tensorplay.ao.pruning.config import counts_itself
+from tensorplay.ao.pruning.dtensor_targets import (
+    Sharding,
+    global_zeros,
+    is_sharded,
+    sharding_of,
+    sum_over_ranks,
+)
 from tensorplay.ao.pruning.masking.lean_masks import (
     apply_masks,
     install_mask,
@@ -55,13 +63,6 @@ from tensorplay.ao.pruning.masking.mode import own_masks
 from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerHooks
 from tensorplay.ao.pruning.method_selection import STREAMING, has_streaming_keys, select_in_place
 from tensorplay.ao.pruning.reparametrization import is_pruned_tensor
-from tensorplay.ao.pruning.sharded import (
-    Sharding,
-    global_zeros,
-    is_sharded,
-    sharding_of,
-    sum_over_ranks,
-)
 
 if TYPE_CHECKING:
     from tensorplay.ao.pruning.tied_targets import Target
@@ -300,7 +301,7 @@ class LeanMasks:
 
 
 def _sharding(targets: Sequence[Target]) -> Sharding:
-    """The targets' sharding, checked (:func:`~tensorplay.ao.pruning.sharded.sharding_of`)."""
+    """The targets' sharding, checked by ``dtensor_targets.sharding_of``."""
     labels = [f"{target.label} ({target.name!r})" for target in targets]
     return sharding_of([target.parameter() for target in targets], labels)
 

@@ -8,15 +8,14 @@ recomputed per forward and the only extra state is one byte per unit; that is al
 tensor is told apart from a reparametrized one (which has ``<name>_orig``). Holders of one tied
 parameter register the same mask tensor.
 
-The invariant ``param[~mask] == 0`` holds right after pruning and after every step of an
-attached optimizer (:mod:`~tensorplay.ao.pruning.masking.optimizer_hooks`). It costs one pass
-over the weights' gradients per optimizer step and nothing else for the optimizers whose update
-provably keeps a zero weight zero (:func:`~tensorplay.ao.pruning.masking.optimizer_hooks.
-keeps_zeros`): their gradients are masked before the step (one fused multiply over all
-targets), and the pruned entries of their per-parameter state (momentum, Adam moments) are
-zeroed once at each pruning event (:func:`zero_state`), so the step maps zero gradient, zero
-state and zero weight to zero weight. Every other optimizer gets one more pass after its step
-that zeroes the pruned weights again.
+The invariant ``param[~mask] == 0`` holds right after pruning and after every step of an attached
+optimizer (:mod:`~tensorplay.ao.pruning.masking.optimizer_hooks`). It costs one pass over the
+weights' gradients per optimizer step and nothing else for the optimizers whose update provably
+keeps a zero weight zero (:func:`~tensorplay.ao.pruning.masking.optimizer_hooks.keeps_zeros`): their
+gradients are masked before the step (one fused multiply over all targets), and the pruned entries
+of their per-parameter state (momentum, Adam moments) are zeroed once at each pruning event
+(:func:`zero_state`), so the step maps zero gradient, zero state and zero weight to zero weight.
+Every other optimizer gets one more pass after its step that zeroes the pruned weights again.
 
 The values of pruned weights are gone once pruned: there is no ``<name>_orig`` to recover them
 from. Rewinding keeps its own snapshot.
@@ -24,7 +23,7 @@ from. Rewinding keeps its own snapshot.
 Two functions are the only places that know how a mask is made and how a tensor's local values
 are reached (:func:`mask_like`, :func:`local_tensor`). Under FSDP2 a parameter, its gradient and
 its optimizer state are ``DTensor`` shards: its mask is a bool ``DTensor`` sharded like it, and
-every pass works on the local tensors only (:mod:`~tensorplay.ao.pruning.sharded`).
+every pass works on the local tensors only (:mod:`~tensorplay.ao.pruning.dtensor_targets`).
 
 Example:
     >>> import torch
@@ -45,9 +44,9 @@ import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
+from tensorplay.ao.pruning.dtensor_targets import is_sharded
 from tensorplay.ao.pruning.selection import local_part
 from tensorplay.ao.pruning.selection.checks import count_true
-from tensorplay.ao.pruning.sharded import is_sharded
 
 __all__ = [
     "MASK_SUFFIX",

@@ -29,12 +29,12 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 
 from tensorplay.ao.pruning.base import BasePruningMethod
+from tensorplay.ao.pruning.dtensor_targets import global_zeros, is_sharded
 from tensorplay.ao.pruning.global_pruning import prune_globally, share_mask
 from tensorplay.ao.pruning.masking.lean_masks import is_lean_tensor
 from tensorplay.ao.pruning.masking.mode import own_masks
 from tensorplay.ao.pruning.methods import remove
 from tensorplay.ao.pruning.reparametrization import is_pruned_tensor, pruned_parts
-from tensorplay.ao.pruning.sharded import global_zeros, is_sharded
 
 if TYPE_CHECKING:
     from tensorplay.ao.pruning.tied_targets import Pair, Target

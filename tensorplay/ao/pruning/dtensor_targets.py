@@ -1,4 +1,4 @@
-"""The pruner's glue for sharded parameters: FSDP2 ``DTensor`` shards in lean mode.
+"""The pruner's targets that are FSDP2 ``DTensor`` shards: their layout, global counts, values.
 
 Under FSDP2 (``torch.distributed.fsdp.fully_shard``) every parameter is a ``DTensor`` placed
 ``Shard(0)`` on a 1-D device mesh: each rank holds a contiguous block of rows (uneven, possibly
