@@ -16,6 +16,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
+import torch.distributed as dist
 import torch.multiprocessing as mp
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.strategies import ModelParallelStrategy
@@ -159,3 +160,6 @@ def _entry(
     )
     torch.set_num_threads(1)  # two ranks on a shared two-core machine
     worker(rank, world_size, *args)
+    if dist.is_initialized():  # Lightning leaves it up: gloo must not exit with a peer mid-call
+        dist.barrier()
+        dist.destroy_process_group()

@@ -552,6 +552,7 @@ def _ddp_worker(rank: int, port: int, out: str) -> None:
         torch.save(
             {"state": model.state_dict(), "zero": pruned_are_zero(model)}, f"{out}/rank{rank}.pt"
         )
+        dist.barrier()  # gloo: no rank tears down while a peer's last collective is in flight
     finally:
         dist.destroy_process_group()
 

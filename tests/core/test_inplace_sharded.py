@@ -197,6 +197,7 @@ def _entry(rank: int, worker: Callable[..., None], world: int, port: int, out: P
     )
     try:
         worker(rank, out)
+        dist.barrier()  # gloo: no rank tears down while a peer's last collective is in flight
     finally:
         dist.destroy_process_group()
 

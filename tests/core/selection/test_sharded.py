@@ -123,6 +123,7 @@ def worker(rank: int, world: int, port: int, seeds: list[int], out: str) -> None
         for mode in ["global", "layer", "capped"]:
             results[f"{seed}-{mode}"] = (pieces, run_case(problem, pieces, dist.group.WORLD, mode))
     torch.save({"results": results, "dtensor": dtensor_case(world)}, f"{out}/rank{rank}.pt")
+    dist.barrier()  # gloo: no rank tears down while a peer's last collective is in flight
     dist.destroy_process_group()
 
 
