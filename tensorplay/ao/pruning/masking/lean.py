@@ -59,7 +59,7 @@ from tensorplay.ao.pruning.masking.lean_masks import (
     remove_mask,
     revived_counts,
 )
-from tensorplay.ao.pruning.masking.mode import own_masks
+from tensorplay.ao.pruning.masking.mode import masked_targets, own_masks
 from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerHooks
 from tensorplay.ao.pruning.method_selection import STREAMING, has_streaming_keys, select_in_place
 from tensorplay.ao.pruning.reparametrization import is_pruned_tensor
@@ -251,7 +251,7 @@ class LeanMasks:
         revived = self._revived([target.parameter() for target in targets], masks)
         if not any(revived):
             return
-        self._zero(*self.masked(targets))
+        self._zero(*self.masked([t for t, count in zip(targets, revived, strict=True) if count]))
         if self._warned:
             return
         self._warned = True
@@ -290,14 +290,7 @@ class LeanMasks:
 
     def masked(self, targets: Sequence[Target]) -> tuple[list[Tensor], list[Tensor]]:
         """The parameters and lean masks of the targets that have one, read now."""
-        params: list[Tensor] = []
-        masks: list[Tensor] = []
-        for target in targets:
-            mask = lean_mask(*target.pair)
-            if mask is not None:
-                params.append(target.parameter())
-                masks.append(mask)
-        return params, masks
+        return masked_targets(self.mask, targets)
 
 
 def _sharding(targets: Sequence[Target]) -> Sharding:

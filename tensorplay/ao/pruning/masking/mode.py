@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerHooks
     from tensorplay.ao.pruning.tied_targets import Target
 
-__all__ = ["MaskingMode", "own_masks"]
+__all__ = ["MaskingMode", "masked_targets", "own_masks"]
 
 
 @runtime_checkable
@@ -118,6 +118,31 @@ class MaskingMode(Protocol):
 
     def masked(self, targets: Sequence[Target]) -> tuple[list[Tensor], list[Tensor]]:
         """The parameters and masks of the targets that have a mask, read now."""
+
+
+def masked_targets(
+    mask: Callable[[nn.Module, str], Tensor | None], targets: Sequence[Target]
+) -> tuple[list[Tensor], list[Tensor]]:
+    """The parameters (``<name>_orig`` while reparametrized) and masks of the targets that
+    ``mask`` (a mode's :meth:`MaskingMode.mask`) finds one for, read now.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from tensorplay.ao.pruning.tied_targets import Target
+        >>> layer = nn.Linear(2, 1)
+        >>> targets = [Target(("weight",), ((layer, "weight"),))]
+        >>> masked_targets(lambda module, name: torch.ones(1, 2), targets)[0][0] is layer.weight
+        True
+    """
+    params: list[Tensor] = []
+    masks: list[Tensor] = []
+    for target in targets:
+        found = mask(*target.pair)
+        if found is not None:
+            params.append(target.parameter())
+            masks.append(found)
+    return params, masks
 
 
 def own_masks(

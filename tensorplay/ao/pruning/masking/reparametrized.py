@@ -32,7 +32,7 @@ from tensorplay.ao.pruning.base import BasePruningMethod
 from tensorplay.ao.pruning.dtensor_targets import global_zeros, is_sharded
 from tensorplay.ao.pruning.global_pruning import prune_globally, share_mask
 from tensorplay.ao.pruning.masking.lean_masks import is_lean_tensor
-from tensorplay.ao.pruning.masking.mode import own_masks
+from tensorplay.ao.pruning.masking.mode import masked_targets, own_masks
 from tensorplay.ao.pruning.methods import remove
 from tensorplay.ao.pruning.reparametrization import is_pruned_tensor, pruned_parts
 
@@ -203,11 +203,4 @@ class ReparametrizedMasks:
 
     def masked(self, targets: Sequence[Target]) -> tuple[list[Tensor], list[Tensor]]:
         """The ``<name>_orig`` parameters and float masks of the reparametrized targets."""
-        params: list[Tensor] = []
-        masks: list[Tensor] = []
-        for target in targets:
-            parts = pruned_parts(*target.pair)
-            if parts is not None:
-                params.append(parts.orig)
-                masks.append(parts.mask)
-        return params, masks
+        return masked_targets(self.mask, targets)
