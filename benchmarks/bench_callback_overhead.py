@@ -17,7 +17,8 @@ epochs of 10 optimizer steps, batch 64, SGD, CPU) runs three ways, each in a fre
 
 Printed: the median fit time of each, its ratio to the dense run, the cost per pruning event
 (the difference to the dense run divided by the number of events) and the final sparsity.
-Results go to ``benchmarks/results/callback_overhead.json`` and ``.md``.
+Results go to ``benchmarks/results/callback_overhead.json`` and ``.md``; ``--plot`` draws the
+docs' figure from that JSON, measuring nothing (``docs/figures/callback_overhead.png``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from plotting import add_plot_option, plot_saved
 
 RESULTS = Path(__file__).resolve().parent / "results"
 VARIANTS = ("dense", "tensorplay", "lightning")
@@ -177,6 +182,48 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plot(results: dict[str, Any], folder: Path) -> list[Path]:
+    """``callback_overhead.png``: the fit time of each run, its ratio to dense, per pruning event.
+
+    One bar per run (the median), a dot per fresh process, the ratio to the dense run and the
+    cost of one pruning event written beside it.
+    """
+    from plotting import COLORS, new_figure, save
+
+    figure = new_figure(9.0, 2.8)
+    axes = figure.add_subplot()
+    dense = results["variants"]["dense"]["seconds"]
+    for index, variant in enumerate(VARIANTS):
+        row = results["variants"][variant]
+        axes.barh(index, row["seconds"], height=0.6, color=COLORS[variant], alpha=0.85)
+        axes.plot(row["seconds_all"], [index] * len(row["seconds_all"]), "k.", markersize=5)
+        label = f"{row['seconds']:.1f} s, {row['seconds'] / dense:.2f}x dense"
+        if variant != "dense":
+            label += f", {(row['seconds'] - dense) / EPOCHS:.2f} s per pruning event"
+        right = max(row["seconds"], *row["seconds_all"])
+        axes.annotate(
+            label,
+            (right, index),
+            xytext=(6, 0),
+            textcoords="offset points",
+            va="center",
+            fontsize=9,
+        )
+    axes.set_yticks(
+        range(len(VARIANTS)), ["dense", "tensorplay\nGradualPruning", "Lightning\nModelPruning"]
+    )
+    axes.invert_yaxis()
+    axes.set_xlim(0, axes.get_xlim()[1] * 2.0)  # room for the labels
+    axes.set_xlabel("Trainer.fit time (s): bars the median, dots each fresh process")
+    axes.grid(True, axis="x", alpha=0.3)
+    axes.set_title(
+        f"Pruning inside Trainer.fit: {EPOCHS} pruning events to {FINAL_SPARSITY:.0%}, "
+        f"{results['params'] / 1e6:.1f}M weights, CPU",
+        fontsize=11,
+    )
+    return [save(figure, folder / "callback_overhead.png")]
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the comparison (or, with ``--worker``, one fit)."""
     argv = sys.argv[1:] if argv is None else argv
@@ -188,7 +235,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="fresh processes per variant")
     parser.add_argument("--quick", action="store_true", help="width 512, one repeat")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the JSON and .md")
+    add_plot_option(parser)
     args = parser.parse_args(argv)
+    if args.plot is not None:
+        plot_saved(plot, args.out / "callback_overhead.json", args.plot)
+        return
     if args.quick:
         args.width, args.repeats = 512, 1
     variants = {}

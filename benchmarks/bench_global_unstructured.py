@@ -20,7 +20,9 @@ spread 50M parameters over 64 or 1024 tensors instead. The *read pass* is the ti
 ``sum`` over every weight: the physical floor of any exact selection.
 
 Results go to ``benchmarks/results/global_unstructured.json`` and ``.md`` (the docs include the
-markdown table).
+markdown table). ``--plot`` draws the figure of the docs from that JSON, measuring nothing::
+
+    python benchmarks/bench_global_unstructured.py --plot   # docs/figures/global_unstructured.png
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from plotting import add_plot_option, plot_saved
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LIBRARIES = ("torch", "tensorplay")
@@ -277,6 +283,45 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plot(results: dict[str, Any], folder: Path) -> list[Path]:
+    """``global_unstructured.png``: time against model size, torch and tensorplay, per call.
+
+    One panel per call (first, second), log-log, each tensorplay point labelled with its
+    speed-up over torch, and the read pass (one ``sum`` over the weights) as the floor.
+    """
+    from plotting import legend_below, new_figure, save, time_vs_size
+
+    figure = new_figure(9.0, 3.8)
+    panels = figure.subplots(1, 2, sharey=True)
+    titles = {"first": "first call: 50% of an unpruned model", "second": "second call: 50% more"}
+    for axes, call in zip(panels, ("first", "second"), strict=True):
+        rows = [r for r in results["rows"] if r["call"] == call and "seconds" in r["tensorplay"]]
+        rows.sort(key=lambda row: row["tensorplay"]["params"])
+
+        def seconds(row: dict[str, Any], library: str) -> float | None:
+            return row.get(library, {}).get("seconds")
+
+        time_vs_size(
+            axes,
+            [row["tensorplay"]["params"] for row in rows],
+            [row["size"] for row in rows],
+            {
+                "torch": [seconds(row, "torch") for row in rows],
+                "tensorplay": [seconds(row, "tensorplay") for row in rows],
+                "read pass": [row["tensorplay"]["read_pass_seconds"] for row in rows],
+            },
+            reference="torch",
+        )
+        axes.set_title(titles[call], fontsize=10)
+    panels[1].set_ylabel("")
+    legend_below(figure, panels[0])
+    figure.suptitle(
+        "global_unstructured, L1, CPU fp32: time per call (labels: speed-up over torch)",
+        fontsize=11,
+    )
+    return [save(figure, folder / "global_unstructured.png")]
+
+
 def main(argv: list[str] | None = None) -> None:
     if argv is None:
         argv = sys.argv[1:]
@@ -297,7 +342,11 @@ def main(argv: list[str] | None = None) -> None:
         "--skip-torch", action="store_true", help="no torch runs (e.g. in an A/B of two commits)"
     )
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the JSON and .md")
+    add_plot_option(parser)
     args = parser.parse_args(argv)
+    if args.plot is not None:
+        plot_saved(plot, args.out / "global_unstructured.json", args.plot)
+        return
     if args.quick:
         args.sizes, args.repeats, args.torch_repeats_large, args.billion = "2M,10M", 1, 1, False
     args.sizes = [_size(s) for s in args.sizes.split(",")]

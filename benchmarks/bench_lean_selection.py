@@ -26,7 +26,8 @@ process warms its library up on a small stand-in model first and touches and fre
 the call may use (see ``bench_global_unstructured.py`` for why). Printed: a table with the
 speed-up of each mode against torch in the same run; results go to
 ``benchmarks/results/lean_selection.json`` and ``.md``. Timings from a busy machine are noisy:
-compare the ratios of one run.
+compare the ratios of one run. ``--plot`` draws the docs' two figures from that JSON, measuring
+nothing (``docs/figures/lean_selection_time.png`` and ``lean_selection_memory.png``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_global_unstructured import _label, _memory_kib, _shapes, _size, _warm_memory
+from plotting import add_plot_option, plot_saved
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODES = ("lean", "reparametrize", "torch")
@@ -231,6 +233,74 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plot(results: dict[str, Any], folder: Path) -> list[Path]:
+    """Two figures: time against model size per mode, and extra bytes per parameter per mode.
+
+    ``lean_selection_time.png``: one log-log panel per call, each pruner's point labelled with
+    its speed-up over torch. ``lean_selection_memory.png``: at the largest size measured, the
+    peak and the held extra bytes per parameter of each mode, one panel per call.
+    """
+    from plotting import COLORS, legend_below, new_figure, save, time_vs_size
+
+    def measured(row: dict[str, Any], mode: str) -> dict[str, Any] | None:
+        result = row.get(mode)
+        return result if result is not None and "seconds" in result else None
+
+    calls = {"first": "first call: 50% of an unpruned model", "second": "second call: on to 75%"}
+    rows = {call: [row for row in results["rows"] if row["call"] == call] for call in calls}
+    figure = new_figure(9.0, 3.8)
+    panels = figure.subplots(1, 2, sharey=True)
+    for axes, (call, title) in zip(panels, calls.items(), strict=True):
+        sizes = sorted(rows[call], key=lambda row: row["lean"]["params"])
+        time_vs_size(
+            axes,
+            [row["lean"]["params"] for row in sizes],
+            [row["size"] for row in sizes],
+            {mode: [(measured(row, mode) or {}).get("seconds") for row in sizes] for mode in MODES},
+            reference="torch",
+        )
+        axes.set_title(title, fontsize=10)
+    panels[1].set_ylabel("")
+    legend_below(figure, panels[0])
+    figure.suptitle(
+        "Global L1 selection, CPU fp32: time per call (labels: speed-up over torch)", fontsize=11
+    )
+    written = [save(figure, folder / "lean_selection_time.png")]
+
+    largest = max(results["rows"], key=lambda row: row["lean"]["params"])["size"]
+    figure = new_figure(9.0, 3.6)
+    panels = figure.subplots(1, 2, sharey=True)
+    for axes, (call, title) in zip(panels, calls.items(), strict=True):
+        row = next(r for r in rows[call] if r["size"] == largest)
+        modes = [mode for mode in MODES if measured(row, mode)]
+        for index, mode in enumerate(modes):
+            result = row[mode]
+            for offset, kind, alpha in ((-0.2, "peak", 0.45), (0.2, "held", 1.0)):
+                value = result[f"{kind}_bytes_per_param"]
+                axes.bar(index + offset, value, width=0.38, color=COLORS[mode], alpha=alpha)
+                axes.annotate(
+                    f"{round(value, 1) + 0.0:.1f}\n{kind}",  # + 0.0: -0.02 reads 0.0, not -0.0
+                    (index + offset, max(value, 0.0)),
+                    xytext=(0, 2),
+                    textcoords="offset points",
+                    ha="center",
+                    va="bottom",
+                    fontsize=9,
+                )
+        axes.set_xticks(range(len(modes)), modes)
+        axes.set_title(title, fontsize=10)
+        axes.grid(True, axis="y", alpha=0.3)
+    panels[0].set_ylabel("extra bytes per parameter")
+    top = max(axes.get_ylim()[1] for axes in panels)
+    panels[0].set_ylim(0, top * 1.18)  # room for the labels above the tallest bar
+    figure.suptitle(
+        f"Memory of one call at {largest} parameters: peak during it (light), held after (dark)",
+        fontsize=11,
+    )
+    written.append(save(figure, folder / "lean_selection_memory.png"))
+    return written
+
+
 def main(argv: list[str] | None = None) -> None:
     if argv is None:
         argv = sys.argv[1:]
@@ -249,7 +319,11 @@ def main(argv: list[str] | None = None) -> None:
         "--skip-torch", action="store_true", help="no torch runs (e.g. in an A/B of two commits)"
     )
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the JSON and .md")
+    add_plot_option(parser)
     args = parser.parse_args(argv)
+    if args.plot is not None:
+        plot_saved(plot, args.out / "lean_selection.json", args.plot)
+        return
     if args.quick:
         args.sizes, args.repeats = "2M", 1
     args.sizes = [_size(s) for s in args.sizes.split(",")]

@@ -27,7 +27,8 @@ size: the median time per step, the overhead against dense (the median over the 
 round's ratio to its own dense turn: load drifts between rounds far more than the overheads),
 and the lean overhead as a multiple of the floor. Results go to
 ``benchmarks/results/training_overhead.json`` and ``.md``. On a busy machine a 1-2% difference
-is within the noise: compare many rounds.
+is within the noise: compare many rounds. ``--plot`` draws the docs' figure from that JSON,
+measuring nothing (``docs/figures/training_overhead.png``).
 """
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from plotting import add_plot_option, plot_saved
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODES = ("dense", "lean", "reparametrize")
@@ -181,6 +186,55 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plot(results: dict[str, Any], folder: Path) -> list[Path]:
+    """``training_overhead.png``: each way's time per step over dense, beside the floor's.
+
+    One group of bars per batch size: the floor (one masked pass alone), lean and reparametrize,
+    each labelled with its overhead; the lean bar also with its multiple of the floor.
+    """
+    from plotting import COLORS, new_figure, save
+
+    figure = new_figure(8.0, 3.8)
+    axes = figure.add_subplot()
+    ways = ("floor", "lean", "reparametrize")
+    for group, row in enumerate(results["rows"]):
+        overhead = {"floor": row["floor_fraction"], **row["overhead"]}
+        for index, way in enumerate(ways):
+            x, value = group + (index - 1) * 0.27, 100 * overhead[way]
+            hatch = "//" if way == "floor" else None
+            axes.bar(x, value, width=0.25, color=COLORS[way], alpha=0.9, hatch=hatch)
+            label = f"{value:+.1f}%"
+            if way == "lean":
+                label += f"\n{row['lean_over_floor']:.2f}x floor"
+            axes.annotate(
+                label,
+                (x, max(value, 0.0)),
+                xytext=(0, 2),
+                textcoords="offset points",
+                ha="center",
+                va="bottom",
+                fontsize=9,
+            )
+    axes.set_xticks(
+        range(len(results["rows"])),
+        [
+            f"batch {r['batch']}\n(dense step {1e3 * r['seconds']['dense']:.0f} ms)"
+            for r in results["rows"]
+        ],
+    )
+    handles = [axes.bar(0, 0, color=COLORS[w], hatch="//" if w == "floor" else None) for w in ways]
+    axes.legend(handles, ["floor: one masked pass, alone", "lean", "reparametrize"], fontsize=9)
+    axes.set_ylabel("time per step over dense (%)")
+    axes.set_ylim(0, axes.get_ylim()[1] * 1.25)  # room for the labels
+    axes.grid(True, axis="y", alpha=0.3)
+    width = results["width"]
+    axes.set_title(
+        f"Per optimizer step at 90% sparsity: four {width}x{width} linear layers, SGD, CPU",
+        fontsize=11,
+    )
+    return [save(figure, folder / "training_overhead.png")]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--width", type=int, default=2048, help="features of each layer")
@@ -193,7 +247,11 @@ def main(argv: list[str] | None = None) -> None:
         "--quick", action="store_true", help="width 256, 3 rounds of 2 steps, one thread"
     )
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the JSON and .md")
+    add_plot_option(parser)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.plot is not None:
+        plot_saved(plot, args.out / "training_overhead.json", args.plot)
+        return
     if args.quick:
         args.width, args.rounds, args.steps, args.warmup, args.threads = 256, 3, 2, 1, 1
     if args.threads:
