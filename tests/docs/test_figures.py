@@ -93,3 +93,11 @@ def test_the_built_site_has_every_image_its_pages_show_and_copy_buttons(tmp_path
     assert len(shown["results.html"]) == 1  # the sweep's, written by examples/sweep.py
     assert (html / "_static" / "copybutton.js").is_file()
     assert 'src="_static/copybutton.js' in (html / "quickstart.html").read_text(encoding="utf-8")
+
+
+def test_every_image_the_readme_shows_exists() -> None:
+    readme = DOCS.parent / "README.md"
+    images = re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", readme.read_text(encoding="utf-8"))
+    assert images, "the README shows no figure"
+    for target in images:
+        assert (readme.parent / target).is_file(), f"README.md shows {target}, which does not exist"
