@@ -4,9 +4,10 @@ The sweep in the docs (48 runs; it took 5 minutes on 2 CPU cores with ``--jobs 2
 
     python examples/sweep.py --jobs 2
 
-A two-minute smoke version::
+A two-minute smoke version, and the plot alone redrawn from the runs of ``sweep.csv``::
 
     python examples/sweep.py --sparsities 0.9 --seeds 1 --epochs 20 --out /tmp/sweep
+    python examples/sweep.py --plot                   # docs/results/sweep.png, nothing trained
 
 Each method is one of the configs in ``examples/configs/`` with only its sparsity, seed and length
 changed, so a row of the table can be reproduced with ``examples/train.py`` and that config:
@@ -45,7 +46,7 @@ from train import TRAINER_DEFAULTS, main
 
 from tensorplay.ao.pruning.stats import sparsity_report
 
-__all__ = ["METHODS", "Run", "run", "scaled_config"]
+__all__ = ["METHODS", "Run", "plot_summary", "read_rows", "run", "scaled_config"]
 
 CONFIGS = Path(__file__).resolve().parent / "configs"
 
@@ -192,6 +193,25 @@ def write_rst(summary: dict[str, Any], sparsities: list[float], caption: str) ->
     return "\n".join(lines) + "\n"
 
 
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """The runs of a ``sweep.csv`` as :func:`run` returned them (the numbers as floats)."""
+    with open(path, newline="") as file:
+        return [
+            {**row, "target": float(row["target"]), "test_acc": float(row["test_acc"])}
+            for row in csv.DictReader(file)
+        ]
+
+
+def plot_summary(summary: dict[str, dict[float, tuple[float, float]]], path: Path) -> Path:
+    """Accuracy against sparsity, one line per method with its spread, the dense run as a band."""
+    curves = {
+        label: [(100 * sparsity, *acc) for sparsity, acc in summary[method].items()]
+        for method, label in METHODS.items()
+        if method in summary
+    }
+    return plot_accuracy_vs_sparsity(curves, summary.get(DENSE, {}).get(0.0), path)
+
+
 def main_sweep(argv: Sequence[str] | None = None) -> None:
     """Parse the flags, run the sweep, write the table, CSV and plot."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -218,7 +238,15 @@ def main_sweep(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (1 thread each)")
     parser.add_argument("--out", type=Path, default=Path("docs/results"), help="%(default)s")
+    parser.add_argument(
+        "--plot", action="store_true", help="only redraw sweep.png from the sweep.csv in --out"
+    )
     args = parser.parse_args(argv)
+    if args.plot:
+        if not (args.out / "sweep.csv").is_file():
+            parser.error(f"--plot needs the runs of a sweep: no {args.out / 'sweep.csv'}")
+        print(plot_summary(summarize(read_rows(args.out / "sweep.csv")), args.out / "sweep.png"))
+        return
 
     specs = [Run(DENSE, 0.0, seed, args.epochs) for seed in range(args.seeds)]
     specs += [
@@ -249,11 +277,7 @@ def main_sweep(argv: Sequence[str] | None = None) -> None:
     caption = _caption(summary, args.seeds, args.epochs)
     (args.out / "sweep.md").write_text(write_markdown(summary, args.sparsities, caption))
     (args.out / "sweep.rst").write_text(write_rst(summary, args.sparsities, caption))
-    curves = {
-        METHODS[m]: [(100 * s, *summary[m][s]) for s in args.sparsities if s in summary[m]]
-        for m in args.methods
-    }
-    plot_accuracy_vs_sparsity(curves, summary[DENSE][0.0], args.out / "sweep.png")
+    plot_summary(summary, args.out / "sweep.png")
     print(write_markdown(summary, args.sparsities, caption))
     names = ("sweep.md", "sweep.rst", "sweep.csv", "sweep.png")
     print("written: " + ", ".join(str(args.out / name) for name in names))

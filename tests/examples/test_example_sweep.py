@@ -113,3 +113,31 @@ def test_a_tiny_sweep_writes_its_files(tmp_path: Path) -> None:
     assert (tmp_path / "sweep.md").read_text().splitlines()[-1].startswith("| 50% | **")
     assert (tmp_path / "sweep.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "sweep.rst").is_file()
+
+
+def test_plot_redraws_the_figure_from_the_runs_of_sweep_csv_alone(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    fields = ["method", "target", "seed", "epochs", "sparsity", "test_acc", "seconds"]
+    with open(tmp_path / "sweep.csv", "w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=fields)
+        writer.writeheader()
+        for row in ROWS:
+            writer.writerow(
+                {**row, "seed": 0, "epochs": 1, "sparsity": row["target"], "seconds": 1}
+            )
+    main_sweep(["--plot", "--out", str(tmp_path)])
+
+    png = (tmp_path / "sweep.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    assert (int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")) == (1200, 480)
+    # Nothing was trained: the folder holds the runs it was given and the figure, no table.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep.csv", "sweep.png"]
+
+
+def test_plot_without_a_sweep_names_the_missing_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        main_sweep(["--plot", "--out", str(tmp_path)])
+    assert f"no {tmp_path / 'sweep.csv'}" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
