@@ -295,9 +295,10 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         saved: Any = state.stateful_callbacks or {}
         entries = saved.get(type(self).__name__, []) if isinstance(saved, dict) else []
         for entry in entries if isinstance(entries, list) else [entries]:
-            attributes = entry.get("attributes", {})
+            attributes: dict[str, Any] = entry.get("attributes", {})
             if attributes.get("state_key") == self.state_key and attributes.get("pruner"):
-                return from_json(dict(attributes["pruner"]))
+                loaded: dict[str, Any] = from_json(attributes["pruner"])
+                return loaded
         raise ValueError(
             f"Expected the checkpoint resumed at step {state.global_step} to hold the state of "
             f"this GradualPruningCallback (key {self.state_key}), but its trainer_state.json "
