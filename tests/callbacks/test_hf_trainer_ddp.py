@@ -1,0 +1,47 @@
+"""Two CPU processes (gloo, ``torchrun``) under the Trainer's own DDP: identical masks."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_masks_are_identical_on_two_ddp_ranks(tmp_path: Path) -> None:
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+        f"--master_port={_free_port()}", str(ROOT / "tests/callbacks/hf_ddp_worker.py"),
+        str(tmp_path),
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    rank0 = torch.load(tmp_path / "masks_rank0.pt", weights_only=True)
+    rank1 = torch.load(tmp_path / "masks_rank1.pt", weights_only=True)
+    assert sorted(rank0["masks"]) == sorted(rank1["masks"])
+    assert len(rank0["masks"]) == 8  # 4 Conv1D projections per block, 2 blocks
+    for name, mask in rank0["masks"].items():
+        assert torch.equal(mask, rank1["masks"][name]), name
+    # Each callback pruned exactly 60% of its block: 4 projections of 32 x (96, 32, 128, 32).
+    per_block = 32 * 96 + 32 * 32 + 32 * 128 + 128 * 32
+    assert rank0["pruned"] == rank1["pruned"] == [round(0.6 * per_block)] * 2
