@@ -8,12 +8,13 @@ look; needs ``pip install -c constraints.txt -e ".[examples,transformers]"``)::
 
 Both runs train the same network (a 4-block GPT-2, 128 wide, on byte tokens with a context of
 128) on the same batches of Python's help text for the same optimizer steps, as
-``configs/dense.yaml`` and ``configs/gradual.yaml`` do with Lightning. The second adds one
-callback, ``GradualPruningCallback``: the attention and MLP projections are pruned to 80% on a
-cubic schedule (dense for the first sixth of the steps, 80% at two thirds, fine-tuned after),
-the embeddings and the output head left dense. The report prints the validation perplexity (per
-byte) of both, the sparsity, and the perplexity of the pruned model saved by
-``trainer.save_model`` and reloaded by ``GPT2LMHeadModel.from_pretrained``: identical.
+``configs/dense.yaml`` and ``configs/gradual.yaml`` do with Lightning; this file needs no
+Lightning (the data and the network are ``byte_text.py``'s and ``gpt_bytes.py``'s). The second
+run adds one callback, ``GradualPruningCallback``: the attention and MLP projections are pruned
+to 80% on a cubic schedule (dense for the first sixth of the steps, 80% at two thirds,
+fine-tuned after), the embeddings and the output head left dense. The report prints the
+validation perplexity (per byte) of both, the sparsity, and the perplexity of the pruned model
+saved by ``trainer.save_model`` and reloaded by ``GPT2LMHeadModel.from_pretrained``: identical.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from transformers import GPT2LMHeadModel, Trainer, TrainingArguments
 # `python examples/lm/train_trainer.py` puts examples/lm/ on sys.path; this lets tests import us.
 sys.path.append(str(Path(__file__).resolve().parent))
 
-from pydoc_text import VAL_FRACTION, Windows, load_bytes
-from tiny_gpt import TinyGPT, perplexity
+from byte_text import VAL_FRACTION, Windows, load_bytes
+from gpt_bytes import gpt_config, perplexity
 
 from tensorplay.ao.pruning import CubicSchedule
 from tensorplay.callbacks.transformers import GradualPruningCallback
@@ -44,7 +45,7 @@ warnings.filterwarnings("ignore", ".*bos_token_id.*|.*eos_token_id.*")
 
 
 class LMWindows(Dataset[dict[str, torch.Tensor]]):
-    """:class:`pydoc_text.Windows` as the ``Trainer`` takes them: ``input_ids`` and ``labels``
+    """:class:`byte_text.Windows` as the ``Trainer`` takes them: ``input_ids`` and ``labels``
     are the same ``context + 1`` bytes (GPT-2 shifts the labels itself).
 
     Example:
@@ -86,7 +87,7 @@ def train(
     train_set = LMWindows(Windows(data[:split], options.context))
     torch.manual_seed(0)  # the same initial weights for both runs
     # context + 1 positions: each window's first `context` bytes predict the next.
-    config = TinyGPT.config(options.context + 1, options.n_layer, options.n_embd, options.n_head)
+    config = gpt_config(options.context + 1, options.n_layer, options.n_embd, options.n_head)
     net = GPT2LMHeadModel(config)
     callbacks: list[Any] = []
     pruning = None

@@ -51,6 +51,12 @@ SCRIPT = textwrap.dedent(
         assert "lightning" in str(error), error
     else:
         raise SystemExit("the Lightning callback imported without Lightning")
+    # The Trainer example needs no Lightning either.
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("example", "examples/lm/train_trainer.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    assert example.schedule_for(600).end_step == 400
     loaded = sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED)
     assert not loaded, loaded
     print("trainer callback ok without lightning")
