@@ -40,7 +40,9 @@ from tensorplay.callbacks._state import state_key_fields
 
 __all__ = ["GradualPruningCallback"]
 
-logger = logging.get_logger(__name__)
+# A child of the library's logger: the Trainer's `log_level` (and TRANSFORMERS_VERBOSITY) set its
+# level, and the library's handler prints it, as for the Trainer's own messages.
+logger = logging.get_logger(f"transformers.{__name__}")
 
 
 class GradualPruningCallback(TrainerCallback, ExportableState):

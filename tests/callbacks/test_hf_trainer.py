@@ -3,6 +3,8 @@ the default selection, the metrics in ``log_history``, and arguments checked bef
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -144,3 +146,39 @@ def test_the_trainers_restore_of_callback_states_is_refused_before_training(
     with pytest.raises(ValueError, match="restore_callback_states_from_checkpoint=False"):
         make_trainer(model, tmp_path, [pruning], restore_callback_states_from_checkpoint=True)
     assert masks(model) == {}
+
+
+VERBOSE = """
+import sys, tempfile
+from pathlib import Path
+from tensorplay.ao.pruning import OneShotSchedule
+from tensorplay.callbacks.transformers import GradualPruningCallback
+from tests.callbacks.hf_trainer_helpers import make_trainer
+from tests.hf_models import tiny_gpt2
+
+pruning = GradualPruningCallback(OneShotSchedule(0.5, step=1))
+with tempfile.TemporaryDirectory() as out:
+    trainer = make_trainer(tiny_gpt2().train(), Path(out), [pruning], max_steps=2,
+                           log_level=sys.argv[1])
+    trainer.train()
+print(pruning.pruner.total_count())
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("level", ["info", "warning"])
+def test_verbose_messages_follow_the_trainers_log_level(level: str) -> None:
+    # A fresh process: the library's log handler binds the stderr it finds first.
+    done = subprocess.run(
+        [sys.executable, "-c", VERBOSE, level],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    total = int(done.stdout.split()[-1])
+    event = f"GradualPruningCallback: step 1: pruned {round(0.5 * total)} more units"
+    shown = [event in done.stderr, "GradualPruningCallback: final sparsity" in done.stderr]
+    assert shown == ([True, True] if level == "info" else [False, False])
