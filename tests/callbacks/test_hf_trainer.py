@@ -182,3 +182,19 @@ def test_verbose_messages_follow_the_trainers_log_level(level: str) -> None:
     event = f"GradualPruningCallback: step 1: pruned {round(0.5 * total)} more units"
     shown = [event in done.stderr, "GradualPruningCallback: final sparsity" in done.stderr]
     assert shown == ([True, True] if level == "info" else [False, False])
+
+
+def test_the_arguments_are_the_lightning_callbacks_one_for_one() -> None:
+    """A field added to one adapter (and to PrunerConfig) must reach the other too."""
+    import inspect
+
+    from tensorplay.callbacks import GradualPruning
+
+    def parameters(cls: type) -> list[tuple[str, object]]:
+        signature = inspect.signature(cls.__init__)
+        return [(p.name, p.default) for p in signature.parameters.values() if p.name != "self"]
+
+    assert parameters(GradualPruningCallback) == parameters(GradualPruning)
+    kwargs = {"keep_dense": ["last"], "scope": "layerwise", "min_density": 0.1, "seed": 3}
+    lightning = GradualPruning(SCHEDULE, **kwargs)  # type: ignore[arg-type]
+    assert GradualPruningCallback(SCHEDULE, **kwargs).config == lightning.config  # type: ignore[arg-type]

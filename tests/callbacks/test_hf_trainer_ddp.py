@@ -45,3 +45,11 @@ def test_masks_are_identical_on_two_ddp_ranks(tmp_path: Path) -> None:
     # Each callback pruned exactly 60% of its block: 4 projections of 32 x (96, 32, 128, 32).
     per_block = 32 * 96 + 32 * 32 + 32 * 128 + 128 * 32
     assert rank0["pruned"] == rank1["pruned"] == [round(0.6 * per_block)] * 2
+    # The lean block's pruned weights are exactly zero, and DDP kept the ranks' weights equal.
+    for name, mask in rank0["masks"].items():
+        if ".h.0." in name:
+            assert mask.dtype == torch.bool, name
+            weight = rank0["weights"][name.removesuffix("_mask")]
+            assert torch.equal(weight[~mask], torch.zeros(int((~mask).sum()))), name
+    for name, weight in rank0["weights"].items():
+        assert torch.equal(weight, rank1["weights"][name]), name
