@@ -112,6 +112,9 @@ def test_metrics_join_every_training_log_entry(tmp_path: Path) -> None:
         pytest.param({"masking": "bitmask"}, ValueError, id="masking"),
         pytest.param({"seed": -1}, ValueError, id="seed"),
         pytest.param({"parameters": []}, ValueError, id="parameters"),
+        pytest.param({"keep_dense": ["middle"]}, ValueError, id="keep-dense"),
+        pytest.param({"include": ["("]}, ValueError, id="include-regex"),
+        pytest.param({"rewind_step": 1.5}, TypeError, id="rewind-step"),
     ],
 )
 def test_bad_arguments_fail_when_the_callback_is_made_with_the_pruners_message(
