@@ -90,7 +90,8 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
     Raises:
         TypeError: As :class:`~tensorplay.ao.pruning.config.PrunerConfig`.
         ValueError: As it; when the ``Trainer`` is made, as the ``Pruner`` (an unknown or empty
-            selection) or with ``restore_callback_states_from_checkpoint=True``.
+            selection), with ``restore_callback_states_from_checkpoint=True``, or with FSDP or
+            DeepSpeed (not supported yet).
 
     Example:
         >>> from tensorplay.ao.pruning.schedules import CubicSchedule
@@ -185,6 +186,13 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
                 "a new one built from JSON after the masks were made. The callback restores its "
                 "own state from the checkpoint's trainer_state.json."
             )
+        for option in ("fsdp", "deepspeed"):
+            if getattr(args, option, None):
+                raise ValueError(
+                    f"Expected a Trainer without `{option}` (DDP or one device): "
+                    f"GradualPruningCallback does not support it yet, but got "
+                    f"{option}={getattr(args, option)!r}."
+                )
         if model is not None:
             self._build(model)
 
