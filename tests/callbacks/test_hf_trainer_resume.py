@@ -50,9 +50,11 @@ def test_resume_into_a_fresh_model_continues_the_schedule(
     fresh = tiny_gpt2(seed=1).train()  # other weights: all of them must come from the checkpoint
     second = _callback(masking, rewind)
     resumed = StepRecorder(second)
-    trainer = make_trainer(fresh, tmp_path, [second, resumed], max_steps=8)
+    # Another global seed: the pruner's must come from the checkpoint.
+    trainer = make_trainer(fresh, tmp_path, [second, resumed], max_steps=8, seed=5)
     # The state of the first pruner differs from the fresh one's before the resume.
     assert second.pruner.last_step == -1 and second.pruner.history == []
+    assert second.pruner.seed == 5 != saved_state["seed"]
     trainer.train(resume_from_checkpoint=str(checkpoint))
 
     # The masks after the load are the checkpoint's, exactly (under every name of a tied one).
@@ -74,6 +76,18 @@ def test_resume_into_a_fresh_model_continues_the_schedule(
         for name, value in saved_state["snapshot"].items():
             assert torch.equal(snapshot[name], value), name
     assert masked_zeros(fresh) == round(0.6 * total)
+
+    # Random masks depend on the seed and the step alone: the resumed run's are, unit for unit,
+    # those of the same run never interrupted (its weights are not: the Trainer's resume is not
+    # bit-exact on CPU).
+    whole = _callback(masking, rewind)
+    straight = StepRecorder(whole)
+    make_trainer(
+        tiny_gpt2(seed=0).train(), tmp_path / "whole", [whole, straight], max_steps=8
+    ).train()
+    assert sorted(straight.masks[8]) == sorted(resumed.masks[8])
+    for name, mask in straight.masks[8].items():
+        assert torch.equal(resumed.masks[8][name], mask), name
 
 
 def test_resume_without_this_callbacks_state_is_an_error(tmp_path: Path) -> None:
