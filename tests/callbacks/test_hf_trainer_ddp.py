@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,23 +16,32 @@ pytest.importorskip("accelerate")
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+# Set by a distributed run earlier in this process (Lightning's DDP tests, say): torchrun and
+# Accelerate must see only what torchrun sets for its own workers.
+DISTRIBUTED_ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "NODE_RANK")
+
+
+def _clean_env() -> dict[str, str]:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in DISTRIBUTED_ENV
+        and not key.startswith(("TORCHELASTIC_", "PL_", "ACCELERATE_", "LOCAL_WORLD", "GROUP_"))
+    }
+    return {**env, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
 
 @pytest.mark.slow
 def test_masks_are_identical_on_two_ddp_ranks(tmp_path: Path) -> None:
+    # --standalone: a rendezvous on a free local port, chosen by torchrun itself.
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-        f"--master_port={_free_port()}", str(ROOT / "tests/callbacks/hf_ddp_worker.py"),
-        str(tmp_path),
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+        str(ROOT / "tests/callbacks/hf_ddp_worker.py"), str(tmp_path),
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
-        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240, check=False
-    )
+        command, cwd=ROOT, env=_clean_env(), capture_output=True, text=True, timeout=240,
+        check=False,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
 
     rank0 = torch.load(tmp_path / "masks_rank0.pt", weights_only=True)
