@@ -1,14 +1,45 @@
-"""Lightning callbacks for tensorplay, imported as ``tensorplay.callbacks``.
+"""Training-framework plugins for tensorplay, imported as ``tensorplay.callbacks``.
 
-Requires the ``lightning`` extra: ``pip install "tensorplay[lightning]"``.
+Each plugin needs only its own framework, so this package imports them lazily (PEP 562):
+``from tensorplay.callbacks import GradualPruning`` imports Lightning (the ``lightning`` extra,
+``pip install "tensorplay[lightning]"``), ``import tensorplay.callbacks.transformers`` imports
+only ``transformers`` (the ``transformers`` extra).
 """
 
-from tensorplay.callbacks._loading import PrunableMixin
-from tensorplay.callbacks.pruning import GradualPruning
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tensorplay.callbacks._loading import PrunableMixin
+    from tensorplay.callbacks.pruning import GradualPruning
+    from tensorplay.callbacks.transformers import GradualPruningCallback
 
 __all__ = [
-    # training
+    # training: Lightning
     "GradualPruning",
+    # training: the Hugging Face Trainer
+    "GradualPruningCallback",
     # loading
     "PrunableMixin",
 ]
+
+# The module of each name, imported on first use.
+_MODULES = {
+    "GradualPruning": "tensorplay.callbacks.pruning",
+    "GradualPruningCallback": "tensorplay.callbacks.transformers",
+    "PrunableMixin": "tensorplay.callbacks._loading",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MODULES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_MODULES[name]), name)
+    globals()[name] = value  # imported once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -26,7 +26,8 @@ from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.stats import SparsityReport
 from tensorplay.ao.pruning.targets import KeepDense
-from tensorplay.callbacks._loading import pruner_state, state_key_fields
+from tensorplay.callbacks._metrics import pruning_metrics
+from tensorplay.callbacks._state import pruner_state, state_key_fields
 from tensorplay.callbacks._strategies import check_disjoint, check_strategy
 
 __all__ = ["GradualPruning"]
@@ -245,14 +246,7 @@ class GradualPruning(Callback):
             self._log(pl_module, self._report)
 
     def _log(self, pl_module: pl.LightningModule, report: SparsityReport) -> None:
-        # Masks are identical on every rank (same weights after DDP's all-reduce, same seed for
-        # random methods), so these values need no reduction across ranks.
-        rows = report.rows if self.log_per_tensor else ()
-        metrics = {f"pruning/sparsity/{row.name}": row.sparsity for row in rows}
-        metrics["pruning/sparsity"] = report.sparsity
-        metrics["pruning/target_sparsity"] = self.pruner.target_sparsity()
-        metrics["pruning/pruned"] = float(report.pruned)
-        for name, value in metrics.items():
+        for name, value in pruning_metrics(self.pruner, report, self.log_per_tensor).items():
             # float64: Lightning turns a Python number into float32, exact only up to 2**24 units.
             value64 = torch.tensor(value, dtype=torch.float64)
             pl_module.log(

@@ -43,3 +43,25 @@ def test_callback_overhead_benchmark_compares_with_model_pruning(tmp_path: Path)
     assert variants["tensorplay"]["sparsity"] == round(0.9 * 4096) / 4096
     assert variants["lightning"]["sparsity"] == pytest.approx(0.9, abs=0.005)
     assert "| lightning |" in (tmp_path / "callback_overhead.md").read_text()
+
+
+@pytest.mark.slow
+def test_hf_trainer_overhead_benchmark_compares_both_modes_with_dense(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    out = run_script(
+        "bench_hf_trainer_overhead.py",
+        *("--width", "32", "--layers", "1", "--steps", "12", "--repeats", "1"),
+        *("--out", str(tmp_path)),
+    )
+    results = json.loads((tmp_path / "hf_trainer_overhead.json").read_text())
+    variants = results["variants"]
+    assert list(variants) == ["dense", "reparametrize", "inplace"]
+    assert variants["dense"]["sparsity"] == 0 and variants["dense"]["events"] == 0
+    for mode in ("reparametrize", "inplace"):
+        row = variants[mode]
+        # The projections and the tied embedding: exactly round(0.8 * weights), in 8 events.
+        selected = row["selected_weights"]
+        assert row["sparsity"] == round(0.8 * selected) / selected
+        assert row["events"] == 8 and row["seconds"] > 0
+    table = (tmp_path / "hf_trainer_overhead.md").read_text()
+    assert table in out and "| inplace |" in table and "x |" in table

@@ -149,11 +149,12 @@ def test_config_trains_reports_saves_and_reloads(
 
 
 def test_docstring_examples_run() -> None:
-    """The ``>>>`` examples of the three files (the examples are not part of pytest's doctests)."""
+    """The ``>>>`` examples of the five files (the examples are not part of pytest's doctests)."""
     finder = doctest.DocTestFinder()
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
-    # train.py imported its two neighbours under their own names.
-    modules = [lm_train, sys.modules["pydoc_text"], sys.modules["tiny_gpt"]]
+    # train.py imported its neighbours under their own names.
+    names = ("pydoc_text", "tiny_gpt", "byte_text", "gpt_bytes")
+    modules = [lm_train, *(sys.modules[name] for name in names)]
     attempted = 0
     for module in modules:
         for test in finder.find(module):

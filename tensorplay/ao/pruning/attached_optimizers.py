@@ -5,7 +5,9 @@ it clears the whole state of the optimizers it was given for that (``optimizers=
 moments after a rewind), and it zeroes the pruned entries of the state of the optimizers
 attached with ``attach()``, whose hooks (made by the masking mode) keep pruned weights zero
 through every step. :class:`AttachedOptimizers` holds both lists and is the only place that
-does either.
+does either. A framework's wrapper of an optimizer (Accelerate's ``AcceleratedOptimizer``,
+Lightning's ``LightningOptimizer``) is taken for the ``torch.optim.Optimizer`` it wraps
+(:func:`unwrap_optimizer`), so the hooks land where the step really runs.
 
 Example:
     >>> import torch
@@ -28,7 +30,7 @@ from torch.optim import Optimizer
 
 from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerAttachment, OptimizerHooks
 
-__all__ = ["AttachedOptimizers", "HookFactory"]
+__all__ = ["AttachedOptimizers", "HookFactory", "unwrap_optimizer"]
 
 # (optimizer, the params and masks of its targets, mask_gradients, generation) -> hooks.
 HookFactory = Callable[
@@ -37,17 +39,54 @@ HookFactory = Callable[
 ]
 
 
+def unwrap_optimizer(optimizer: object) -> object:
+    """The ``torch.optim.Optimizer`` that ``optimizer`` wraps, if it is a wrapper; else itself.
+
+    A wrapper is recognised by duck typing, so the core imports no framework: an object whose
+    ``optimizer`` attribute is, or through further ``optimizer`` attributes leads to, a
+    ``torch.optim.Optimizer`` (Accelerate's ``AcceleratedOptimizer``, itself an ``Optimizer``
+    subclass whose step calls the wrapped one's, or Lightning's ``LightningOptimizer``).
+
+    Example:
+        >>> import torch
+        >>> sgd = torch.optim.SGD([torch.nn.Parameter(torch.ones(2))], lr=0.1)
+        >>> class Wrapper:
+        ...     def __init__(self, optimizer):
+        ...         self.optimizer = optimizer
+        >>> unwrap_optimizer(Wrapper(Wrapper(sgd))) is sgd, unwrap_optimizer(sgd) is sgd
+        (True, True)
+    """
+    found, inner = optimizer, getattr(optimizer, "optimizer", None)
+    for _ in range(8):  # a wrapper of a wrapper, never a cycle
+        if inner is None:
+            break
+        if isinstance(inner, Optimizer):
+            found = inner
+        inner = getattr(inner, "optimizer", None)
+    return found
+
+
 class AttachedOptimizers:
     """The optimizers whose state a pruner resets and those it keeps hooks on.
 
     Args:
-        reset: Optimizers whose whole state is cleared after each pruning event.
+        reset: Optimizers whose whole state is cleared after each pruning event (wrappers are
+            unwrapped, see :func:`unwrap_optimizer`).
     """
 
     def __init__(self, reset: Sequence[Optimizer] = ()) -> None:
-        self.reset: list[Optimizer] = list(reset)
+        self.reset = reset
         self._hooks: list[OptimizerHooks] = []
         self.gradients_masked = 0  # counts mask_gradients() calls: the hooks skip a second pass
+
+    @property
+    def reset(self) -> list[Optimizer]:
+        """The optimizers whose whole state is cleared after each pruning event."""
+        return self._reset
+
+    @reset.setter
+    def reset(self, optimizers: Sequence[Optimizer]) -> None:
+        self._reset: list[Optimizer] = [unwrap_optimizer(o) for o in optimizers]  # type: ignore[misc]
 
     @property
     def hooks(self) -> list[OptimizerHooks]:
@@ -66,7 +105,8 @@ class AttachedOptimizers:
         """Hook each optimizer, after checking them all.
 
         Args:
-            optimizers: The optimizers to attach.
+            optimizers: The optimizers to attach (wrappers are unwrapped, see
+                :func:`unwrap_optimizer`).
             held: ``optimizer -> (() -> (params, masks))`` of the targets it holds, ``None``
                 if it holds none.
             make: The masking mode's hook factory.
@@ -83,6 +123,7 @@ class AttachedOptimizers:
         if not optimizers:
             raise ValueError("Expected at least one optimizer to attach, but got none.")
         attached = {id(hooks.optimizer) for hooks in self.hooks}
+        optimizers = [unwrap_optimizer(optimizer) for optimizer in optimizers]  # type: ignore[misc]
         readers = []
         for position, optimizer in enumerate(optimizers):
             kind = type(optimizer).__name__

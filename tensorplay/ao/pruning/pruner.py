@@ -241,7 +241,9 @@ class Pruner:
         gradients before each step and keep the weights and the state's pruned entries zero.
 
         Args:
-            *optimizers: ``torch.optim.Optimizer`` instances, each holding at least one target.
+            *optimizers: ``torch.optim.Optimizer`` instances, each holding at least one target;
+                a wrapper exposing its optimizer as ``.optimizer`` (Accelerate's
+                ``AcceleratedOptimizer``, Lightning's ``LightningOptimizer``) is unwrapped.
             mask_gradients: ``False`` when the loop calls :meth:`mask_gradients` itself before
                 every step (before gradient clipping, as the Lightning callback does).
 

@@ -1,0 +1,101 @@
+"""``trainer.train(resume_from_checkpoint=...)`` continues mid-schedule, into a fresh model too:
+the checkpoint's masks, the pruner's state (step, history, seed, rewind snapshot), exact counts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from tensorplay.ao.pruning.schedules import LinearSchedule
+from tensorplay.callbacks.transformers import GradualPruningCallback
+from tests.callbacks.hf_trainer_helpers import StepRecorder, make_trainer, masked_zeros
+from tests.hf_models import tiny_gpt2
+
+SCHEDULE = LinearSchedule(0.6, end_step=6, frequency=1)  # prunes at steps 1..6
+
+
+def _callback(masking: str, rewind: str) -> GradualPruningCallback:
+    return GradualPruningCallback(
+        SCHEDULE,
+        method="random_unstructured",  # the seed matters: it must come back too
+        masking=masking,  # type: ignore[arg-type]
+        rewind=rewind,  # type: ignore[arg-type]
+        verbose=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("masking", "rewind"),
+    [
+        pytest.param("reparametrize", "none", id="reparametrize"),
+        pytest.param("inplace", "init", id="inplace-rewind"),
+    ],
+)
+def test_resume_into_a_fresh_model_continues_the_schedule(
+    masking: str, rewind: str, tmp_path: Path
+) -> None:
+    first = _callback(masking, rewind)
+    recorder = StepRecorder(first)
+    trainer = make_trainer(
+        tiny_gpt2(seed=0).train(), tmp_path, [first, recorder], max_steps=3,
+        save_strategy="steps", save_steps=3,
+    )  # fmt: skip
+    trainer.train()
+    checkpoint = tmp_path / "checkpoint-3"
+    assert (checkpoint / "trainer_state.json").is_file()
+    saved_state = first.pruner.state_dict()
+
+    fresh = tiny_gpt2(seed=1).train()  # other weights: all of them must come from the checkpoint
+    second = _callback(masking, rewind)
+    resumed = StepRecorder(second)
+    # Another global seed: the pruner's must come from the checkpoint.
+    trainer = make_trainer(fresh, tmp_path, [second, resumed], max_steps=8, seed=5)
+    # The state of the first pruner differs from the fresh one's before the resume.
+    assert second.pruner.last_step == -1 and second.pruner.history == []
+    assert second.pruner.seed == 5 != saved_state["seed"]
+    trainer.train(resume_from_checkpoint=str(checkpoint))
+
+    # The masks after the load are the checkpoint's, exactly (under every name of a tied one).
+    assert sorted(resumed.begin) == sorted(recorder.masks[3])
+    for name, mask in recorder.masks[3].items():
+        assert torch.equal(resumed.begin[name], mask), name
+    # No unit pruned at the checkpoint comes back; the schedule reaches its exact final count.
+    for name, mask in recorder.masks[3].items():
+        assert not bool(resumed.masks[8][name][mask == 0].any()), name
+    total = second.pruner.total_count()
+    assert resumed.pruned == {step: round(SCHEDULE(step) * total) for step in range(4, 9)}
+    # The pruner's state came back: steps, history, seed, and the rewind snapshot.
+    assert second.pruner.history[:3] == saved_state["history"]
+    assert [step for step, _, _ in second.pruner.history] == [1, 2, 3, 4, 5, 6]
+    assert second.pruner.seed == saved_state["seed"]
+    if rewind == "init":
+        snapshot = second.pruner.state_dict()["snapshot"]
+        assert sorted(snapshot) == sorted(saved_state["snapshot"])
+        for name, value in saved_state["snapshot"].items():
+            assert torch.equal(snapshot[name], value), name
+    assert masked_zeros(fresh) == round(0.6 * total)
+
+    # Random masks depend on the seed and the step alone: the resumed run's are, unit for unit,
+    # those of the same run never interrupted (its weights are not: the Trainer's resume is not
+    # bit-exact on CPU).
+    whole = _callback(masking, rewind)
+    straight = StepRecorder(whole)
+    make_trainer(
+        tiny_gpt2(seed=0).train(), tmp_path / "whole", [whole, straight], max_steps=8
+    ).train()
+    assert sorted(straight.masks[8]) == sorted(resumed.masks[8])
+    for name, mask in straight.masks[8].items():
+        assert torch.equal(resumed.masks[8][name], mask), name
+
+
+def test_resume_without_this_callbacks_state_is_an_error(tmp_path: Path) -> None:
+    trainer = make_trainer(
+        tiny_gpt2().train(), tmp_path, [], max_steps=2, save_strategy="steps", save_steps=2
+    )
+    trainer.train()
+    pruning = _callback("reparametrize", "none")
+    trainer = make_trainer(tiny_gpt2().train(), tmp_path, [pruning], max_steps=4)
+    with pytest.raises(ValueError, match=r"trainer_state\.json has none"):
+        trainer.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
