@@ -682,7 +682,7 @@ def tied_model() -> nn.Sequential:
         pytest.param(
             {"scope": "local"},
             ValueError,
-            "Expected `scope` to be 'global' or 'layerwise', but got 'local'.",
+            "Expected `scope` to be 'global', 'layerwise' or 'row', but got 'local'.",
             id="scope",
         ),
         pytest.param(

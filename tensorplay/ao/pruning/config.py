@@ -24,6 +24,7 @@ from functools import cached_property
 from typing import Any, Literal
 
 from tensorplay.ao.pruning.base import BasePruningMethod
+from tensorplay.ao.pruning.methods import L1Unstructured, RandomUnstructured
 from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.targets import (
     KeepDense,
@@ -34,11 +35,11 @@ from tensorplay.ao.pruning.targets import (
 
 __all__ = ["Masking", "PrunerConfig", "Rewind", "Scope", "counts_itself"]
 
-Scope = Literal["global", "layerwise"]
+Scope = Literal["global", "layerwise", "row"]
 Rewind = Literal["none", "init", "step"]
 Masking = Literal["reparametrize", "inplace"]
 
-_SCOPES: tuple[str, ...] = ("global", "layerwise")  # the message below names them
+_SCOPES: tuple[str, ...] = ("global", "layerwise", "row")
 _REWINDS: tuple[str, ...] = ("none", "init", "step")
 _MASKINGS: tuple[str, ...] = ("reparametrize", "inplace")
 
@@ -94,7 +95,9 @@ def _check_parameters(parameters: object) -> None:
 
 def _check_scope(scope: object) -> None:
     if scope not in _SCOPES:
-        raise ValueError(f"Expected `scope` to be 'global' or 'layerwise', but got {scope!r}.")
+        raise ValueError(
+            f"Expected `scope` to be 'global', 'layerwise' or 'row', but got {scope!r}."
+        )
 
 
 def _check_min_density(min_density: object) -> None:
@@ -119,11 +122,18 @@ def _check_seed(seed: object) -> None:
         check_int("seed", seed, 0)
 
 
-def _check_method_options(method: type[BasePruningMethod], min_density: float) -> None:
+def _check_method_options(method: type[BasePruningMethod], min_density: float, scope: str) -> None:
     if min_density > 0 and counts_itself(method):
         raise ValueError(
             f"Expected `min_density` to be 0 with a method that decides its own count "
             f"({method.__name__} takes no `amount`), but got {min_density}."
+        )
+    # The per-row selection orders units by the keys of method_selection.STREAMING's methods.
+    streaming = (L1Unstructured.compute_mask, RandomUnstructured.compute_mask)
+    if scope == "row" and method.compute_mask not in streaming:
+        raise ValueError(
+            "Expected `method` to be 'l1_unstructured' or 'random_unstructured' with "
+            f"scope='row', but got {method.__name__}: the per-row selection ranks by their keys."
         )
 
 
@@ -153,7 +163,12 @@ class PrunerConfig:
             ``"random_unstructured"``) or an import path. One whose constructor takes no
             ``amount`` (an N:M method) decides its own count, applied to each target on its own
             on the pruning steps (:func:`counts_itself`).
-        scope: ``"global"`` ranks all targets together, ``"layerwise"`` each on its own.
+        scope: ``"global"`` ranks all targets together, ``"layerwise"`` each on its own,
+            ``"row"`` each output row of each target on its own (an output unit of a Linear,
+            convolution or ``Conv1D``, whose rows are the stored tensor's columns; a tensor of
+            fewer than two dimensions is one group): every row gets the same exact count,
+            ``round(target * row_size)`` minus its pruned units (:mod:`~tensorplay.ao.pruning.
+            row_pruning`), with ``l1_unstructured`` or ``random_unstructured``.
         min_density: No target is pruned below this fraction of its units kept, in [0, 1). When
             the caps bind, the units a capped tensor cannot give up are taken from the others,
             still lowest score first; if all are capped, fewer units are pruned than asked.
@@ -221,7 +236,7 @@ class PrunerConfig:
         check_int("rewind_step", self.rewind_step, 0)
         _check_seed(self.seed)
         _check_masking(self.masking)
-        _check_method_options(self.method_class, self.min_density)
+        _check_method_options(self.method_class, self.min_density, self.scope)
 
     def as_kwargs(self) -> dict[str, Any]:
         """The fields by name: the keyword arguments of

@@ -45,6 +45,7 @@ from tensorplay.ao.pruning.masking import MaskingMode, masking_mode
 from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerAttachment
 from tensorplay.ao.pruning.pruner_state import Progress, load_progress, state_dict
 from tensorplay.ao.pruning.rewind import copy_back, snapshot_due, snapshot_of
+from tensorplay.ao.pruning.row_pruning import prune_rows
 from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.scores import ImportanceFn, target_scores
 from tensorplay.ao.pruning.seeding import cuda_devices, seeded
@@ -141,7 +142,7 @@ class Pruner:
 
     @property
     def scope(self) -> Scope:
-        """``"global"`` or ``"layerwise"`` (``config.scope``)."""
+        """``"global"``, ``"layerwise"`` or ``"row"`` (``config.scope``)."""
         return self.config.scope
 
     @property
@@ -384,6 +385,11 @@ class Pruner:
             for one, score, count in zip(self._targets, scores, counts, strict=True):
                 if count > 0:
                     self._mode.prune([one], [score], self.method, count, None)
+            return sum(self._masked_counts()) - sum(pruned)
+        if self.scope == "row":
+            prune_rows(
+                self._mode, self._targets, self._scores(), self.method, target, self.min_density
+            )
             return sum(self._masked_counts()) - sum(pruned)
         limits = caps if self.min_density > 0 else None
         count = global_count(target, pruned, numels, limits)
