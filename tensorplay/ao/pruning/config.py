@@ -33,11 +33,12 @@ from tensorplay.ao.pruning.targets import (
     resolve_method,
 )
 
-__all__ = ["Masking", "PrunerConfig", "Rewind", "Scope", "counts_itself"]
+__all__ = ["AccumulatorDtype", "Masking", "PrunerConfig", "Rewind", "Scope", "counts_itself"]
 
 Scope = Literal["global", "layerwise", "row"]
 Rewind = Literal["none", "init", "step"]
 Masking = Literal["reparametrize", "inplace"]
+AccumulatorDtype = Literal["float32", "bfloat16"]
 
 _SCOPES: tuple[str, ...] = ("global", "layerwise", "row")
 _REWINDS: tuple[str, ...] = ("none", "init", "step")
@@ -117,6 +118,28 @@ def _check_masking(masking: object) -> None:
         raise ValueError(f"Expected `masking` to be one of {_MASKINGS}, but got {masking!r}.")
 
 
+def _check_importance(
+    importance: object, accumulator_dtype: object, method: type[BasePruningMethod]
+) -> None:
+    # The registry imports the targets, which import this module: looked up when checked.
+    from tensorplay.ao.pruning.importance.registry import ACCUMULATOR_DTYPES, IMPORTANCES
+
+    if importance not in IMPORTANCES:
+        raise ValueError(
+            f"Expected `importance` to be one of {tuple(IMPORTANCES)}, but got {importance!r}."
+        )
+    if accumulator_dtype not in ACCUMULATOR_DTYPES:
+        raise ValueError(
+            f"Expected `accumulator_dtype` to be one of {tuple(ACCUMULATOR_DTYPES)}, but got "
+            f"{accumulator_dtype!r}."
+        )
+    if importance != "magnitude" and method.compute_mask is RandomUnstructured.compute_mask:
+        raise ValueError(
+            f"Expected a method that ranks by scores with importance={importance!r}, but got "
+            "random_unstructured, which ignores them."
+        )
+
+
 def _check_seed(seed: object) -> None:
     if seed is not None:
         check_int("seed", seed, 0)
@@ -189,13 +212,22 @@ class PrunerConfig:
             given to ``Pruner.attach``, pruned values gone once pruned (:ref:`lean-masks`).
             FSDP2 models (``DTensor`` parameters) need ``"inplace"``; counts and reports are
             then collectives (:mod:`~tensorplay.ao.pruning.dtensor_targets`).
+        importance: What units are ranked by (:mod:`~tensorplay.ao.pruning.importance`):
+            ``"magnitude"`` (the weights; the default), ``"movement"`` (``-sum_t w_t g_t``, Sanh
+            et al. 2020), ``"taylor"`` (``sum_t |w_t g_t|``, Molchanov et al. 2019), both
+            accumulated once per optimizer step (``Pruner.accumulate``), or ``"wanda"``
+            (``|W| * ||X_j||``, Sun et al. 2023, from forward hooks; with ``scope="row"``).
+        accumulator_dtype: ``"float32"`` (4 bytes per pruned parameter) or ``"bfloat16"`` (2)
+            for the accumulated gradient scores and Wanda's input norms.
 
     Raises:
         TypeError: A value of the wrong type (``schedule``, ``min_density``, ``rewind_step``,
             ``seed``, selection entries, ``method``).
         ValueError: A value out of range, an unknown ``scope``, ``rewind``, ``masking``,
-            ``method`` or ``keep_dense`` entry, ``parameters`` together with a selection filter, or
-            ``min_density`` with a method that decides its own count.
+            ``importance``, ``accumulator_dtype``, ``method`` or ``keep_dense`` entry,
+            ``parameters`` together with a selection filter, ``min_density`` with a method that
+            decides its own count, ``scope="row"`` with a method other than L1 or random, or an
+            importance with ``random_unstructured``.
 
     Example:
         >>> from tensorplay.ao.pruning.schedules import CubicSchedule
@@ -218,6 +250,8 @@ class PrunerConfig:
     rewind_step: int = 0
     seed: int | None = None
     masking: Masking = "reparametrize"
+    importance: str = "magnitude"
+    accumulator_dtype: AccumulatorDtype = "float32"
 
     def __post_init__(self) -> None:
         _check_schedule(self.schedule)
@@ -237,6 +271,7 @@ class PrunerConfig:
         _check_seed(self.seed)
         _check_masking(self.masking)
         _check_method_options(self.method_class, self.min_density, self.scope)
+        _check_importance(self.importance, self.accumulator_dtype, self.method_class)
 
     def as_kwargs(self) -> dict[str, Any]:
         """The fields by name: the keyword arguments of
@@ -244,8 +279,8 @@ class PrunerConfig:
 
         Example:
             >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
-            >>> sorted(PrunerConfig(OneShotSchedule(0.5)).as_kwargs())[:3]
-            ['exclude', 'include', 'keep_dense']
+            >>> sorted(PrunerConfig(OneShotSchedule(0.5)).as_kwargs())[:4]
+            ['accumulator_dtype', 'exclude', 'importance', 'include']
         """
         return {field.name: getattr(self, field.name) for field in fields(self)}
 
