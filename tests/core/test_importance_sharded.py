@@ -13,8 +13,8 @@ from torch import nn
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import LinearSchedule
 from tests.core.test_importance_ddp import WORLD, _entry
-from tests.core.test_row_scope import Conv1D
 from tests.core.test_inplace_sharded import STEPS, WEIGHTS, _data, _full, _model, _shard
+from tests.core.test_row_scope import Conv1D
 
 CASES = {
     "movement-global": {"importance": "movement"},
