@@ -11,7 +11,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
-from tensorplay.ao.pruning.schedules import OneShotSchedule
+from tensorplay.ao.pruning.schedules import CubicSchedule, OneShotSchedule
 from tensorplay.callbacks import GradualPruning
 from tests.callbacks.lit_helpers import CLI_TRAINER, TinyModule, lightning_cli, masks_of
 
@@ -108,3 +108,37 @@ def test_lightning_cli_takes_the_importance_from_yaml(tmp_path):
     # scope="row": every output row of net.0 (16 x 8) and net.2 (4 x 16) loses half its units.
     assert (masks["net.0.weight_mask"] == 0).sum(dim=1).tolist() == [4] * 16
     assert (masks["net.2.weight_mask"] == 0).sum(dim=1).tolist() == [8] * 4
+
+
+def _fit(make_trainer, directory, model, importance, ckpt_path=None):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    # 8 steps an epoch, pruning every 6 steps until 18: the epoch-1 checkpoint (step 8) is two
+    # accumulated steps past a pruning step.
+    callback = GradualPruning(
+        CubicSchedule(0.8, end_step=18, frequency=6), importance=importance, verbose=False
+    )
+    checkpoints = ModelCheckpoint(dirpath=directory, save_top_k=-1, every_n_epochs=1)
+    trainer = make_trainer(
+        max_epochs=3, callbacks=[callback, checkpoints], enable_checkpointing=True, logger=False
+    )
+    trainer.fit(model, ckpt_path=ckpt_path)
+    return callback
+
+
+@pytest.mark.filterwarnings("ignore:Be aware that when using `ckpt_path`")
+@pytest.mark.parametrize("importance", ["movement", "taylor"])
+def test_resume_mid_accumulation_equals_an_uninterrupted_fit(make_trainer, tmp_path, importance):
+    model = TinyModule()
+    whole = _fit(make_trainer, tmp_path / "a", model, importance)
+    final = model.state_dict()
+    path = tmp_path / "a" / "epoch=0-step=8.ckpt"
+    saved = torch.load(path, weights_only=True)
+    (state,) = [v for k, v in saved["callbacks"].items() if k.startswith("GradualPruning")]
+    assert state["importance"] == importance and state["importance_state"]["steps"]
+    resumed = TinyModule(seed=1)
+    callback = _fit(make_trainer, tmp_path / "b", resumed, importance, ckpt_path=path)
+    after = resumed.state_dict()
+    assert sorted(after) == sorted(final)
+    assert all(torch.equal(after[k], v) for k, v in final.items())
+    assert callback.pruner.history == whole.pruner.history and len(whole.pruner.history) == 3

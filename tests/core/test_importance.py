@@ -361,3 +361,15 @@ def test_a_version_3_state_loads_into_a_movement_pruner_with_empty_accumulators(
     with pytest.warns(UserWarning, match="importance: 'magnitude' -> 'movement'"):
         pruner.load_state_dict(old)
     assert pruner.importance.steps() == {"weight": 0}  # type: ignore[attr-defined]
+
+
+def test_a_pruning_step_at_target_zero_needs_no_scores():
+    """A gradual schedule's first pruning step (target 0) comes before any gradient."""
+    layer = nn.Linear(4, 3)
+    pruner = Pruner(
+        layer, LinearSchedule(0.5, end_step=2, frequency=1), importance="taylor", scope="layerwise"
+    )
+    assert pruner.step(0) == 0
+    layer(torch.randn(2, 4)).sum().backward()
+    pruner.accumulate()
+    assert pruner.step(1) == round(0.25 * 12)

@@ -309,12 +309,11 @@ class Pruner:
         def make(
             optimizer: Optimizer, reader: Any, mask_gradients: bool, generation: Any
         ) -> OptimizerHooks:
+            if not gradients:  # check_attach let only a mode with hooks through
+                return self._mode.optimizer_hooks(optimizer, reader, mask_gradients, generation)
             inner = None
             if self._mode.hooks_optimizers:
                 inner = self._mode.optimizer_hooks(optimizer, reader, mask_gradients, generation)
-            if not gradients:
-                assert inner is not None  # check_attach refused the mode otherwise
-                return inner
             mine = self._held_by(optimizer)
             return GradientHooks(
                 optimizer, inner, reader, lambda: self._importance.accumulate(mine)
@@ -419,8 +418,9 @@ class Pruner:
         self._check_not_permanent("the reparametrization is gone, so nothing more can be pruned")
         step = self.last_step + 1 if step is None else check_int("step", step, 0)
         pruning = self.schedule.should_prune(step) and step > self.last_pruned_step
-        if pruning and self.importance_fn is None:
-            self._importance.check_ready(self._targets)
+        own = counts_itself(self.method)
+        if pruning and self.importance_fn is None and (own or self.schedule(step) > 0):
+            self._importance.check_ready(self._targets)  # a target of 0 needs no scores
         attached = bool(self._optimizers.hooks)
         if pruning or not attached:
             self._mode.check_weights(self._targets, attached=attached)
@@ -432,7 +432,6 @@ class Pruner:
             target = self.schedule(step)
             devices = cuda_devices([target.parameter() for target in self._targets])
             with seeded(self.seed, step, devices):
-                own = counts_itself(self.method)
                 newly_pruned = self._prune_own_count() if own else self._prune_to(target)
             self._progress.last_pruned_step = step
             self._importance.after_pruning()
@@ -453,6 +452,8 @@ class Pruner:
 
     def _prune_to(self, target: float) -> int:
         """Prune up to ``target`` sparsity; return the number of units newly pruned."""
+        if target <= 0:  # every count is 0 or less, in every scope: no scores needed
+            return 0
         pruned, numels = self._masked_counts(), self._numels()
         caps = caps_under(self.min_density, pruned, numels)
         if self.scope == "layerwise":
