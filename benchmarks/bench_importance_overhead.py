@@ -18,9 +18,9 @@ the optimizer attached (``pruner.attach``), one copy of one initialisation per w
 The ways take turns (round-robin, the order rotating each round, after warm-up steps), on one
 torch thread timed by the thread's CPU time (``time.thread_time``: a busy shared machine
 delays the run but does not inflate it); printed: the median time per step and the median over
-rounds of each round's ratio to its own magnitude turn. Then the accumulator bytes per pruned parameter (read from the pruner's state),
-and the cost of a Wanda calibration pass: ``calibrate`` over ``--calibration`` batches against
-the same forwards without the hooks. Results go to
+rounds of each round's ratio to its own magnitude turn. Then the accumulator bytes per pruned
+parameter (read from the pruner's state), and the cost of a Wanda calibration pass:
+``calibrate`` over ``--calibration`` batches against the same forwards without the hooks. Results go to
 ``benchmarks/results/importance_overhead.json`` and ``.md``.
 """
 

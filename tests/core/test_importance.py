@@ -181,7 +181,10 @@ def test_ordered_keys_keep_the_order_of_signed_values():
     assert torch.equal(keys.argsort(stable=True), values.argsort(stable=True))
     assert keys[2] == keys[3]
     bf16 = torch.randn(1000).to(torch.bfloat16)
-    assert torch.equal(ordered(bf16).argsort(stable=True), bf16.float().argsort(stable=True))
+    keys = ordered(bf16)
+    assert keys.dtype == torch.float32 and bool((keys >= 0).all())
+    assert torch.equal(keys.argsort(stable=True), bf16.float().argsort(stable=True))
+    assert len(set(keys.tolist())) == len(set(bf16.float().tolist()))  # equal values, equal keys
 
 
 # -- accumulation through the optimizer --------------------------------------------------------

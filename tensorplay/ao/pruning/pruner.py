@@ -327,8 +327,8 @@ class Pruner:
 
     def accumulate(self) -> int:
         """Add the targets' current gradients to the importance's accumulators: call it once
-        per optimizer step, after the backward passes (and gradient unscaling, clipping is
-        irrelevant), before ``optimizer.step()``. The optimizers given to :meth:`attach` call
+        per optimizer step, after every backward pass of the step and any gradient unscaling,
+        before ``optimizer.step()``. The optimizers given to :meth:`attach` call
         it themselves; the Lightning callback calls it in ``on_before_optimizer_step``. A no-op
         for scores that read no gradients (magnitude, Wanda).
 

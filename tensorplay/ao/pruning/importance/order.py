@@ -2,10 +2,11 @@
 
 The selection compares non-negative keys (:mod:`~tensorplay.ao.pruning.selection.keys`), and
 ``l1_unstructured`` ranks by ``|score|``; a signed score (movement) must be ranked by its value.
-:func:`ordered` maps each float32 value to the float64 integer of its order-preserving bit
-pattern (negative values flipped, positive ones offset by ``2**31``): non-negative, exact (every
-32-bit integer is a float64), equal values to equal keys (``-0.0`` and ``+0.0`` alike), and
-``|key|`` ordered as the values. Any ``bfloat16``/``float16``/``float32`` score maps exactly.
+:func:`ordered` maps each value to the float integer of its order-preserving bit pattern
+(negative values flipped, positive ones offset by half the range): non-negative, exact (a 32-bit
+pattern is a float64 integer, a 16-bit one a float32 integer: 8 or 4 bytes per unit while a
+pruning step ranks), equal values to equal keys (``-0.0`` and ``+0.0`` alike), and ``|key|``
+ordered as the values.
 
 Example:
     >>> import torch
@@ -23,13 +24,23 @@ from tensorplay.ao.pruning.importance.placed import like, piece
 
 __all__ = ["ordered"]
 
-_SIGN = 1 << 31
-_LOW_32 = (1 << 32) - 1
+# (bits, the integer dtype of their pattern, the key dtype that holds every pattern exactly)
+_LAYOUTS = {
+    torch.bfloat16: (16, torch.int16, torch.float32),
+    torch.float16: (16, torch.int16, torch.float32),
+    torch.float32: (32, torch.int32, torch.float64),
+}
 
 
 def ordered(scores: Tensor) -> Tensor:
-    """Non-negative float64 keys ordered as ``scores`` (placed like them; see the module)."""
-    values = piece(scores).detach().to(torch.float32) + 0.0  # -0.0 -> +0.0
-    bits = values.view(torch.int32).to(torch.int64)
-    keys = torch.where(bits >= 0, bits + _SIGN, _LOW_32 - (bits & _LOW_32))
-    return like(keys.to(torch.float64), scores)
+    """Non-negative keys ordered as ``scores`` (placed like them; see the module): float32 keys
+    for 16-bit scores (a bfloat16 accumulator), float64 for float32 ones."""
+    values = piece(scores).detach()
+    if values.dtype not in _LAYOUTS:
+        values = values.to(torch.float32)
+    width, integer, key = _LAYOUTS[values.dtype]
+    values = values + 0.0  # -0.0 -> +0.0
+    bits = values.view(integer).to(torch.int64)
+    low = (1 << width) - 1
+    keys = torch.where(bits >= 0, bits + (1 << (width - 1)), low - (bits & low))
+    return like(keys.to(key), scores)
