@@ -20,8 +20,8 @@ torch thread timed by the thread's CPU time (``time.thread_time``: a busy shared
 delays the run but does not inflate it); printed: the median time per step and the median over
 rounds of each round's ratio to its own magnitude turn. Then the accumulator bytes per pruned
 parameter (read from the pruner's state), and the cost of a Wanda calibration pass:
-``calibrate`` over ``--calibration`` batches against the same forwards without the hooks. Results go to
-``benchmarks/results/importance_overhead.json`` and ``.md``.
+``calibrate`` over ``--calibration`` batches against the same forwards without the hooks.
+Results go to ``benchmarks/results/importance_overhead.json`` and ``.md``.
 """
 
 from __future__ import annotations
