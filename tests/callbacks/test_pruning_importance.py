@@ -142,3 +142,13 @@ def test_resume_mid_accumulation_equals_an_uninterrupted_fit(make_trainer, tmp_p
     assert sorted(after) == sorted(final)
     assert all(torch.equal(after[k], v) for k, v in final.items())
     assert callback.pruner.history == whole.pruner.history and len(whole.pruner.history) == 3
+
+
+def test_wanda_per_row_from_the_training_forwards(make_trainer):
+    callback = GradualPruning(OneShotSchedule(0.25, step=4), importance="wanda", scope="row")
+    trainer = make_trainer(callbacks=[callback], max_steps=4, logger=False)
+    trainer.fit(TinyModule())
+    masks = masks_of(trainer.lightning_module)
+    assert (masks["net.0.weight_mask"] == 0).sum(dim=1).tolist() == [2] * 16
+    assert (masks["net.2.weight_mask"] == 0).sum(dim=1).tolist() == [4] * 4
+    assert callback.pruner.importance.batches() == {"net.0.weight": 0, "net.2.weight": 0}  # reset
