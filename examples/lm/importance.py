@@ -49,7 +49,7 @@ from tensorplay.ao.pruning.schedules import CubicSchedule, OneShotSchedule
 
 __all__ = ["STDLIB_FILES", "main", "oneshot", "pretrain", "stdlib_bytes", "transfer"]
 
-#: The fine-tuning text: ~430 KB of Python source that every CPython ships in ``Lib/``.
+#: The fine-tuning text: 410 KB of Python source (3.11) that every CPython ships in ``Lib/``.
 STDLIB_FILES = (
     "argparse.py",
     "calendar.py",
