@@ -20,7 +20,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
-from tensorplay.ao.pruning.config import Masking, PrunerConfig, Rewind, Scope
+from tensorplay.ao.pruning.config import AccumulatorDtype, Masking, PrunerConfig, Rewind, Scope
 from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerAttachment
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import Schedule
@@ -55,7 +55,10 @@ class GradualPruning(Callback):
         schedule: A field of ``PrunerConfig``, as are ``method`` (by name or import path in
             YAML), ``parameters``, ``module_types``, ``names``, ``include``, ``exclude``,
             ``keep_dense``, ``scope``, ``min_density``, ``rewind`` (``"init"`` restores the
-            weights training starts from), ``rewind_step`` and ``masking``.
+            weights training starts from), ``rewind_step``, ``masking``, ``importance``
+            (``"movement"`` and ``"taylor"`` accumulate in :meth:`on_before_optimizer_step`,
+            once per optimizer step, after Lightning unscaled the gradients) and
+            ``accumulator_dtype``.
         seed: The pruner's; by default rank zero's ``torch.initial_seed()`` (set by
             ``seed_everything``), the same on every rank.
         log_per_tensor: Also log ``pruning/sparsity/<module>.<name>``.
@@ -100,11 +103,14 @@ class GradualPruning(Callback):
         seed: int | None = None,
         verbose: bool = True,
         masking: Masking = "reparametrize",
+        importance: str = "magnitude",
+        accumulator_dtype: AccumulatorDtype = "float32",
     ) -> None:
         # In the order of PrunerConfig's fields; a test checks every argument reaches its check.
         self.config = PrunerConfig(
             *(schedule, parameters, module_types, names, include, exclude, keep_dense),
             *(method, scope, min_density, rewind, rewind_step, seed, masking),
+            *(importance, accumulator_dtype),
         )
         self.log_per_tensor = log_per_tensor
         self.make_permanent = make_permanent
@@ -144,9 +150,12 @@ class GradualPruning(Callback):
     def on_before_optimizer_step(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
-        """With attached optimizers: zero the pruned weights' gradients before clipping."""
+        """With attached optimizers, zero the pruned weights' gradients before clipping; add the
+        final gradients to a gradient score (once per optimizer step)."""
         if self._attachment is not None:
             self.pruner.mask_gradients()
+        if self.pruner.importance.needs_gradients and not self.pruner.permanent:
+            self.pruner.accumulate()
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -223,7 +232,9 @@ class GradualPruning(Callback):
         self._detach()  # the optimizers of an earlier fit
         if self.pruner.mode.hooks_optimizers and not self.pruner.permanent:
             # Lightning masks the gradients in on_before_optimizer_step, before clipping.
-            self._attachment = self.pruner.attach(*trainer.optimizers, mask_gradients=False)
+            self._attachment = self.pruner.attach(
+                *trainer.optimizers, mask_gradients=False, accumulate=False
+            )
         if self.reset_optimizer_state:
             self.pruner.optimizers = list(trainer.optimizers)
         if self.config.rewind == "init" and self.pruner.last_step < 0:

@@ -65,3 +65,17 @@ def test_hf_trainer_overhead_benchmark_compares_both_modes_with_dense(tmp_path: 
         assert row["events"] == 8 and row["seconds"] > 0
     table = (tmp_path / "hf_trainer_overhead.md").read_text()
     assert table in out and "| inplace |" in table and "x |" in table
+
+
+@pytest.mark.slow
+def test_importance_overhead_benchmark_compares_with_magnitude(tmp_path: Path) -> None:
+    out = run_script("bench_importance_overhead.py", "--quick", "--out", str(tmp_path))
+    results = json.loads((tmp_path / "importance_overhead.json").read_text())
+    ways = results["ways"]
+    assert list(ways) == ["magnitude", "movement", "movement-bf16", "taylor", "wanda"]
+    assert ways["magnitude"]["ratio_to_magnitude"] == 1.0
+    # 4 x 64 x 64 weights: float32 sums are 4 bytes a parameter, bfloat16 2, Wanda's norms
+    # one float32 per input feature (4 / 64 bytes a parameter).
+    assert [ways[name]["accumulator_bytes_per_parameter"] for name in ways] == [0, 4, 2, 4, 4 / 64]
+    assert results["calibration"]["calibrate_ms"] > 0
+    assert (tmp_path / "importance_overhead.md").read_text() in out

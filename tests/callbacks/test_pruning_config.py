@@ -40,6 +40,8 @@ BAD_ARGUMENTS = [
     ("seed", -1),
     ("seed", "7"),
     ("masking", "lean"),
+    ("importance", "l3"),
+    ("accumulator_dtype", "float16"),
 ]
 
 

@@ -21,7 +21,7 @@ EMPTY = "name at least one tensor, but got an empty sequence"
     [
         ({"min_density": "0.1"}, TypeError, "`min_density` to be a float in [0, 1), but got '0.1'"),
         ({"min_density": True}, TypeError, "`min_density` to be a float in [0, 1), but got True"),
-        ({"scope": "local"}, ValueError, "`scope` to be 'global' or 'layerwise', but got 'local'"),
+        ({"scope": "local"}, ValueError, "`scope` to be 'global', 'layerwise' or 'row', but got 'local'"),  # noqa: E501
         ({"rewind": "best"}, ValueError, f"`rewind` to be one of {REWINDS}, but got 'best'"),
         ({"rewind_step": -1}, ValueError, "`rewind_step` to be an int >= 0, but got -1"),
         ({"rewind_step": 1.5}, TypeError, "`rewind_step` to be an int, but got 1.5"),

@@ -388,7 +388,7 @@ def test_state_dict_round_trip() -> None:
     second.load_state_dict(state)
     assert second.state_dict() == first.state_dict()
     assert state == {
-        "version": 3,
+        "version": 4,
         "step": 7,
         "last_pruned_step": 6,
         "targets": TARGETS,
@@ -403,6 +403,8 @@ def test_state_dict_round_trip() -> None:
         "permanent": False,
         "snapshot": None,
         "masking": "reparametrize",
+        "importance": "magnitude",
+        "importance_state": {},
     }
 
 
@@ -487,9 +489,9 @@ def _state(**changes: object) -> dict[str, object]:
     ("state", "error", "match"),
     [
         pytest.param(
-            _state(version=4),
+            _state(version=5),
             ValueError,
-            "Expected a pruner state of version 1, 2 or 3, but got version 4.",
+            "Expected a pruner state of version 1, 2, 3 or 4, but got version 5.",
             id="version",
         ),
         pytest.param(
@@ -682,7 +684,7 @@ def tied_model() -> nn.Sequential:
         pytest.param(
             {"scope": "local"},
             ValueError,
-            "Expected `scope` to be 'global' or 'layerwise', but got 'local'.",
+            "Expected `scope` to be 'global', 'layerwise' or 'row', but got 'local'.",
             id="scope",
         ),
         pytest.param(
@@ -1048,7 +1050,7 @@ def test_a_version_1_state_loads_without_warning(recwarn: pytest.WarningsRecorde
     pruner.load_state_dict(version_1_state())
     assert (pruner.last_step, pruner.last_pruned_step, pruner.seed) == (7, 6, 5)
     assert pruner.history == [(3, 0.1, 48), (6, 0.2, 24)]
-    assert pruner.state_dict()["version"] == 3 and len(recwarn) == 0
+    assert pruner.state_dict()["version"] == 4 and len(recwarn) == 0
 
 
 def test_a_version_2_state_loads_as_reparametrized(recwarn: pytest.WarningsRecorder) -> None:
@@ -1056,7 +1058,8 @@ def test_a_version_2_state_loads_as_reparametrized(recwarn: pytest.WarningsRecor
     first = Pruner(make_mlp(), schedule, seed=5)
     for _ in range(8):
         first.step()
-    state = {k: v for k, v in first.state_dict().items() if k != "masking"}
+    dropped = ("masking", "importance", "importance_state")
+    state = {k: v for k, v in first.state_dict().items() if k not in dropped}
     state["version"] = 2
     second = Pruner(make_mlp(), schedule)
     second.load_state_dict(state)

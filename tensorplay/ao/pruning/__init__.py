@@ -33,6 +33,7 @@ from tensorplay.ao.pruning.methods import (
     random_unstructured,
     remove,
 )
+from tensorplay.ao.pruning.one_shot import calibrate, prune_one_shot
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import (
     CallableSchedule,
@@ -86,6 +87,8 @@ __all__ = [
     "CallableSchedule",
     "schedule_from_dict",
     "Pruner",
+    "prune_one_shot",
+    "calibrate",
     "select_parameters",
     "resolve_parameters",
     "resolve_method",

@@ -18,6 +18,7 @@ __all__ = [
     "global_count",
     "layerwise_counts",
     "min_kept",
+    "row_goal",
     "validate_pruning_amount",
     "validate_pruning_amount_init",
 ]
@@ -165,3 +166,17 @@ def global_count(
     """
     count = compute_nparams_to_prune(target, sum(numels)) - sum(pruned)
     return count if caps is None else min(count, sum(caps))
+
+
+def row_goal(target: float, row_size: int, min_density: float) -> int:
+    """The units each row of ``row_size`` units holds pruned at ``target`` sparsity
+    (``scope="row"``): ``round(target * row_size)``, at most what ``min_density`` lets a row
+    lose. A row with fewer pruned prunes the difference; one with more keeps them pruned.
+
+    Example:
+        >>> row_goal(0.5, 5, 0.0), row_goal(0.9, 10, 0.25)
+        (2, 7)
+    """
+    return min(
+        compute_nparams_to_prune(target, row_size), row_size - min_kept(row_size, min_density)
+    )

@@ -24,6 +24,7 @@ from functools import cached_property
 from typing import Any, Literal
 
 from tensorplay.ao.pruning.base import BasePruningMethod
+from tensorplay.ao.pruning.methods import L1Unstructured, RandomUnstructured
 from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.targets import (
     KeepDense,
@@ -32,13 +33,14 @@ from tensorplay.ao.pruning.targets import (
     resolve_method,
 )
 
-__all__ = ["Masking", "PrunerConfig", "Rewind", "Scope", "counts_itself"]
+__all__ = ["AccumulatorDtype", "Masking", "PrunerConfig", "Rewind", "Scope", "counts_itself"]
 
-Scope = Literal["global", "layerwise"]
+Scope = Literal["global", "layerwise", "row"]
 Rewind = Literal["none", "init", "step"]
 Masking = Literal["reparametrize", "inplace"]
+AccumulatorDtype = Literal["float32", "bfloat16"]
 
-_SCOPES: tuple[str, ...] = ("global", "layerwise")  # the message below names them
+_SCOPES: tuple[str, ...] = ("global", "layerwise", "row")
 _REWINDS: tuple[str, ...] = ("none", "init", "step")
 _MASKINGS: tuple[str, ...] = ("reparametrize", "inplace")
 
@@ -94,7 +96,9 @@ def _check_parameters(parameters: object) -> None:
 
 def _check_scope(scope: object) -> None:
     if scope not in _SCOPES:
-        raise ValueError(f"Expected `scope` to be 'global' or 'layerwise', but got {scope!r}.")
+        raise ValueError(
+            f"Expected `scope` to be 'global', 'layerwise' or 'row', but got {scope!r}."
+        )
 
 
 def _check_min_density(min_density: object) -> None:
@@ -114,16 +118,45 @@ def _check_masking(masking: object) -> None:
         raise ValueError(f"Expected `masking` to be one of {_MASKINGS}, but got {masking!r}.")
 
 
+def _check_importance(
+    importance: object, accumulator_dtype: object, method: type[BasePruningMethod]
+) -> None:
+    # The registry imports the targets, which import this module: looked up when checked.
+    from tensorplay.ao.pruning.importance.registry import ACCUMULATOR_DTYPES, IMPORTANCES
+
+    if importance not in IMPORTANCES:
+        raise ValueError(
+            f"Expected `importance` to be one of {tuple(IMPORTANCES)}, but got {importance!r}."
+        )
+    if accumulator_dtype not in ACCUMULATOR_DTYPES:
+        raise ValueError(
+            f"Expected `accumulator_dtype` to be one of {tuple(ACCUMULATOR_DTYPES)}, but got "
+            f"{accumulator_dtype!r}."
+        )
+    if importance != "magnitude" and method.compute_mask is RandomUnstructured.compute_mask:
+        raise ValueError(
+            f"Expected a method that ranks by scores with importance={importance!r}, but got "
+            "random_unstructured, which ignores them."
+        )
+
+
 def _check_seed(seed: object) -> None:
     if seed is not None:
         check_int("seed", seed, 0)
 
 
-def _check_method_options(method: type[BasePruningMethod], min_density: float) -> None:
+def _check_method_options(method: type[BasePruningMethod], min_density: float, scope: str) -> None:
     if min_density > 0 and counts_itself(method):
         raise ValueError(
             f"Expected `min_density` to be 0 with a method that decides its own count "
             f"({method.__name__} takes no `amount`), but got {min_density}."
+        )
+    # The per-row selection orders units by the keys of method_selection.STREAMING's methods.
+    streaming = (L1Unstructured.compute_mask, RandomUnstructured.compute_mask)
+    if scope == "row" and method.compute_mask not in streaming:
+        raise ValueError(
+            "Expected `method` to be 'l1_unstructured' or 'random_unstructured' with "
+            f"scope='row', but got {method.__name__}: the per-row selection ranks by their keys."
         )
 
 
@@ -153,7 +186,12 @@ class PrunerConfig:
             ``"random_unstructured"``) or an import path. One whose constructor takes no
             ``amount`` (an N:M method) decides its own count, applied to each target on its own
             on the pruning steps (:func:`counts_itself`).
-        scope: ``"global"`` ranks all targets together, ``"layerwise"`` each on its own.
+        scope: ``"global"`` ranks all targets together, ``"layerwise"`` each on its own,
+            ``"row"`` each output row of each target on its own (an output unit of a Linear,
+            convolution or ``Conv1D``, whose rows are the stored tensor's columns; a tensor of
+            fewer than two dimensions is one group): every row gets the same exact count,
+            ``round(target * row_size)`` minus its pruned units (:mod:`~tensorplay.ao.pruning.
+            row_pruning`), with ``l1_unstructured`` or ``random_unstructured``.
         min_density: No target is pruned below this fraction of its units kept, in [0, 1). When
             the caps bind, the units a capped tensor cannot give up are taken from the others,
             still lowest score first; if all are capped, fewer units are pruned than asked.
@@ -174,13 +212,22 @@ class PrunerConfig:
             given to ``Pruner.attach``, pruned values gone once pruned (:ref:`lean-masks`).
             FSDP2 models (``DTensor`` parameters) need ``"inplace"``; counts and reports are
             then collectives (:mod:`~tensorplay.ao.pruning.dtensor_targets`).
+        importance: What units are ranked by (:mod:`~tensorplay.ao.pruning.importance`):
+            ``"magnitude"`` (the weights; the default), ``"movement"`` (``-sum_t w_t g_t``, Sanh
+            et al. 2020), ``"taylor"`` (``sum_t |w_t g_t|``, Molchanov et al. 2019), both
+            accumulated once per optimizer step (``Pruner.accumulate``), or ``"wanda"``
+            (``|W| * ||X_j||``, Sun et al. 2023, from forward hooks; with ``scope="row"``).
+        accumulator_dtype: ``"float32"`` (4 bytes per pruned parameter) or ``"bfloat16"`` (2)
+            for the accumulated gradient scores and Wanda's input norms.
 
     Raises:
         TypeError: A value of the wrong type (``schedule``, ``min_density``, ``rewind_step``,
             ``seed``, selection entries, ``method``).
         ValueError: A value out of range, an unknown ``scope``, ``rewind``, ``masking``,
-            ``method`` or ``keep_dense`` entry, ``parameters`` together with a selection filter, or
-            ``min_density`` with a method that decides its own count.
+            ``importance``, ``accumulator_dtype``, ``method`` or ``keep_dense`` entry,
+            ``parameters`` together with a selection filter, ``min_density`` with a method that
+            decides its own count, ``scope="row"`` with a method other than L1 or random, or an
+            importance with ``random_unstructured``.
 
     Example:
         >>> from tensorplay.ao.pruning.schedules import CubicSchedule
@@ -203,6 +250,8 @@ class PrunerConfig:
     rewind_step: int = 0
     seed: int | None = None
     masking: Masking = "reparametrize"
+    importance: str = "magnitude"
+    accumulator_dtype: AccumulatorDtype = "float32"
 
     def __post_init__(self) -> None:
         _check_schedule(self.schedule)
@@ -221,7 +270,8 @@ class PrunerConfig:
         check_int("rewind_step", self.rewind_step, 0)
         _check_seed(self.seed)
         _check_masking(self.masking)
-        _check_method_options(self.method_class, self.min_density)
+        _check_method_options(self.method_class, self.min_density, self.scope)
+        _check_importance(self.importance, self.accumulator_dtype, self.method_class)
 
     def as_kwargs(self) -> dict[str, Any]:
         """The fields by name: the keyword arguments of
@@ -229,8 +279,8 @@ class PrunerConfig:
 
         Example:
             >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
-            >>> sorted(PrunerConfig(OneShotSchedule(0.5)).as_kwargs())[:3]
-            ['exclude', 'include', 'keep_dense']
+            >>> sorted(PrunerConfig(OneShotSchedule(0.5)).as_kwargs())[:4]
+            ['accumulator_dtype', 'exclude', 'importance', 'include']
         """
         return {field.name: getattr(self, field.name) for field in fields(self)}
 

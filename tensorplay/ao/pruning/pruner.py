@@ -33,6 +33,7 @@ from tensorplay.ao.pruning.amount import caps_under, global_count, layerwise_cou
 from tensorplay.ao.pruning.attached_optimizers import AttachedOptimizers
 from tensorplay.ao.pruning.base import BasePruningMethod
 from tensorplay.ao.pruning.config import (
+    AccumulatorDtype,
     Masking,
     PrunerConfig,
     Rewind,
@@ -41,16 +42,19 @@ from tensorplay.ao.pruning.config import (
     counts_itself,
 )
 from tensorplay.ao.pruning.dtensor_targets import global_zeros
+from tensorplay.ao.pruning.importance import Importance, make_importance
+from tensorplay.ao.pruning.importance.step_hooks import GradientHooks
 from tensorplay.ao.pruning.masking import MaskingMode, masking_mode
-from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerAttachment
+from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerAttachment, OptimizerHooks
 from tensorplay.ao.pruning.pruner_state import Progress, load_progress, state_dict
 from tensorplay.ao.pruning.rewind import copy_back, snapshot_due, snapshot_of
+from tensorplay.ao.pruning.row_pruning import prune_rows
 from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.scores import ImportanceFn, target_scores
 from tensorplay.ao.pruning.seeding import cuda_devices, seeded
 from tensorplay.ao.pruning.stats import SparsityReport, TensorSparsity
 from tensorplay.ao.pruning.targets import KeepDense, ModuleType
-from tensorplay.ao.pruning.tied_targets import Pair, resolve_targets
+from tensorplay.ao.pruning.tied_targets import Pair, Target, resolve_targets
 
 __all__ = ["Pruner"]
 
@@ -109,14 +113,22 @@ class Pruner:
         seed: int | None = None,
         optimizers: Sequence[Optimizer] = (),
         masking: Masking = "reparametrize",
+        importance: str = "magnitude",
+        accumulator_dtype: AccumulatorDtype = "float32",
     ) -> None:
         config = PrunerConfig(  # in the order of its fields
             *(schedule, parameters, module_types, names, include, exclude, keep_dense),
             *(method, scope, min_density, rewind, rewind_step, seed, masking),
+            *(importance, accumulator_dtype),
         )
         if importance_fn is not None and not callable(importance_fn):
             raise TypeError(
                 f"Expected `importance_fn` to be callable or None, but got {importance_fn!r}."
+            )
+        if importance_fn is not None and importance != "magnitude":
+            raise ValueError(
+                f"Expected either `importance_fn` or `importance`, but got both (importance="
+                f"{importance!r}): an importance_fn gives the scores itself."
             )
         self.config = config
         self.model = model
@@ -124,6 +136,8 @@ class Pruner:
         self._targets = resolve_targets(model, config)
         self._mode = masking_mode(config.masking)
         self._mode.check_targets(self._targets)
+        self._importance = make_importance(config.importance, config.accumulator_dtype)
+        self._importance.bind(self._targets)
         self._optimizers = AttachedOptimizers(optimizers)
         self._progress = Progress(seed=config.seed)
         if rewind == "init":
@@ -141,7 +155,7 @@ class Pruner:
 
     @property
     def scope(self) -> Scope:
-        """``"global"`` or ``"layerwise"`` (``config.scope``)."""
+        """``"global"``, ``"layerwise"`` or ``"row"`` (``config.scope``)."""
         return self.config.scope
 
     @property
@@ -158,6 +172,12 @@ class Pruner:
     def mode(self) -> MaskingMode:
         """How the masks are held (:mod:`~tensorplay.ao.pruning.masking`), chosen by ``masking``."""
         return self._mode
+
+    @property
+    def importance(self) -> Importance:
+        """The importance score (:mod:`~tensorplay.ao.pruning.importance`), chosen by
+        ``config.importance``; an ``importance_fn`` replaces its scores."""
+        return self._importance
 
     @property
     def seed(self) -> int | None:
@@ -235,10 +255,15 @@ class Pruner:
         mine = {id(target.parameter()) for target in self._targets}
         return [" = ".join(t.names) for t in other._targets if id(t.parameter()) in mine]
 
-    def attach(self, *optimizers: Optimizer, mask_gradients: bool = True) -> OptimizerAttachment:
-        """Keep the pruned weights zero through every step of ``optimizers`` (lean masks): the
-        masking mode's hooks (:mod:`~tensorplay.ao.pruning.masking.optimizer_hooks`) mask the
-        gradients before each step and keep the weights and the state's pruned entries zero.
+    def attach(
+        self, *optimizers: Optimizer, mask_gradients: bool = True, accumulate: bool = True
+    ) -> OptimizerAttachment:
+        """Hook ``optimizers``: keep the pruned weights zero through their steps (lean masks:
+        the masking mode's hooks, :mod:`~tensorplay.ao.pruning.masking.optimizer_hooks`, mask
+        the gradients before each step and keep the weights and the state's pruned entries
+        zero), and, for an importance that reads gradients (movement, Taylor), call
+        :meth:`accumulate` before each of their steps, in either masking mode
+        (:mod:`~tensorplay.ao.pruning.importance.step_hooks`).
 
         Args:
             *optimizers: ``torch.optim.Optimizer`` instances, each holding at least one target;
@@ -246,13 +271,17 @@ class Pruner:
                 ``AcceleratedOptimizer``, Lightning's ``LightningOptimizer``) is unwrapped.
             mask_gradients: ``False`` when the loop calls :meth:`mask_gradients` itself before
                 every step (before gradient clipping, as the Lightning callback does).
+            accumulate: ``False`` when the loop calls :meth:`accumulate` itself before every
+                step (a loop whose ``optimizer.step(closure)`` runs the backward inside the
+                step, as Lightning's does).
 
         Returns:
             A handle whose ``remove()`` takes the hooks off again.
 
         Raises:
-            ValueError: The masking mode needs no hooks (``"reparametrize"``), no optimizer is
-                given, one holds no target, or is attached already.
+            ValueError: Nothing to hook (``masking="reparametrize"`` with an importance that
+                reads no gradients), no optimizer is given, one holds no target, or is
+                attached already.
             TypeError: An argument that is not an optimizer, or a non-bool ``mask_gradients``.
             RuntimeError: After :meth:`make_permanent`.
 
@@ -270,17 +299,61 @@ class Pruner:
             >>> int((model.weight == 0).sum())
             32
         """
-        self._mode.check_attach()
+        gradients = bool(accumulate) and self._importance.needs_gradients
+        if not gradients:
+            self._mode.check_attach()
         self._check_not_permanent("the masks are gone")
 
         def held(optimizer: Optimizer) -> Any:
-            params = {id(p) for group in optimizer.param_groups for p in group["params"]}
-            mine = [t for t in self._targets if id(t.parameter()) in params]
+            mine = self._held_by(optimizer)
             return (lambda: self._mode.masked(mine)) if mine else None
 
-        return self._optimizers.attach(
-            optimizers, held, self._mode.optimizer_hooks, mask_gradients, self.targets
-        )
+        def make(
+            optimizer: Optimizer, reader: Any, mask_gradients: bool, generation: Any
+        ) -> OptimizerHooks:
+            if not gradients:  # check_attach let only a mode with hooks through
+                return self._mode.optimizer_hooks(optimizer, reader, mask_gradients, generation)
+            inner = None
+            if self._mode.hooks_optimizers:
+                inner = self._mode.optimizer_hooks(optimizer, reader, mask_gradients, generation)
+            mine = self._held_by(optimizer)
+            return GradientHooks(
+                optimizer, inner, reader, lambda: self._importance.accumulate(mine)
+            )
+
+        return self._optimizers.attach(optimizers, held, make, mask_gradients, self.targets)
+
+    def _held_by(self, optimizer: Optimizer) -> list[Target]:
+        params = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        return [t for t in self._targets if id(t.parameter()) in params]
+
+    def accumulate(self) -> int:
+        """Add the targets' current gradients to the importance's accumulators: call it once
+        per optimizer step, after every backward pass of the step and any gradient unscaling,
+        before ``optimizer.step()``. The optimizers given to :meth:`attach` call
+        it themselves; the Lightning callback calls it in ``on_before_optimizer_step``. A no-op
+        for scores that read no gradients (magnitude, Wanda).
+
+        Returns:
+            The number of targets that had a gradient.
+
+        Raises:
+            RuntimeError: After :meth:`make_permanent`.
+
+        Example:
+            >>> import torch
+            >>> from torch import nn
+            >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+            >>> model = nn.Linear(4, 2)
+            >>> pruner = Pruner(model, OneShotSchedule(0.5, step=1), importance="movement")
+            >>> model(torch.randn(3, 4)).sum().backward()
+            >>> pruner.accumulate()
+            1
+            >>> pruner.step(0), pruner.step(1)
+            (0, 4)
+        """
+        self._check_not_permanent("pruning has ended")
+        return self._importance.accumulate(self._targets)
 
     def mask_gradients(self) -> None:
         """Zero the pruned entries of the targets' gradients now (lean masks; autograd does it
@@ -347,6 +420,9 @@ class Pruner:
         self._check_not_permanent("the reparametrization is gone, so nothing more can be pruned")
         step = self.last_step + 1 if step is None else check_int("step", step, 0)
         pruning = self.schedule.should_prune(step) and step > self.last_pruned_step
+        own = counts_itself(self.method)
+        if pruning and self.importance_fn is None and (own or self.schedule(step) > 0):
+            self._importance.check_ready(self._targets)  # a target of 0 needs no scores
         attached = bool(self._optimizers.hooks)
         if pruning or not attached:
             self._mode.check_weights(self._targets, attached=attached)
@@ -358,9 +434,9 @@ class Pruner:
             target = self.schedule(step)
             devices = cuda_devices([target.parameter() for target in self._targets])
             with seeded(self.seed, step, devices):
-                own = counts_itself(self.method)
                 newly_pruned = self._prune_own_count() if own else self._prune_to(target)
             self._progress.last_pruned_step = step
+            self._importance.after_pruning()
             if newly_pruned:
                 self._progress.history.append((step, target, newly_pruned))
                 if self._progress.snapshot is not None:
@@ -378,6 +454,8 @@ class Pruner:
 
     def _prune_to(self, target: float) -> int:
         """Prune up to ``target`` sparsity; return the number of units newly pruned."""
+        if target <= 0:  # every count is 0 or less, in every scope: no scores needed
+            return 0
         pruned, numels = self._masked_counts(), self._numels()
         caps = caps_under(self.min_density, pruned, numels)
         if self.scope == "layerwise":
@@ -387,6 +465,11 @@ class Pruner:
                 if count > 0:
                     self._mode.prune([one], [score], self.method, count, None)
             return sum(self._masked_counts()) - sum(pruned)
+        if self.scope == "row":
+            prune_rows(
+                self._mode, self._targets, self._scores(), self.method, target, self.min_density
+            )
+            return sum(self._masked_counts()) - sum(pruned)
         limits = caps if self.min_density > 0 else None
         count = global_count(target, pruned, numels, limits)
         if count <= 0:
@@ -395,7 +478,7 @@ class Pruner:
         return sum(self._masked_counts()) - sum(pruned)
 
     def _scores(self) -> list[Tensor]:
-        return target_scores(self._targets, self.importance_fn)
+        return target_scores(self._targets, self.importance_fn, self._importance)
 
     def target_sparsity(self, step: int | None = None) -> float:
         """The schedule's target at ``step`` (default: the last step taken).
@@ -494,6 +577,7 @@ class Pruner:
             (['bias', 'weight'], 2)
         """
         self._optimizers.remove_hooks()
+        self._importance.close()
         self._mode.make_permanent(self._targets)
         self._progress.permanent = True
         self._progress.snapshot = None  # nothing is left to rewind
@@ -573,9 +657,9 @@ class Pruner:
             >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
             >>> state = Pruner(nn.Linear(4, 2), OneShotSchedule(0.5), seed=3).state_dict()
             >>> state["version"], state["targets"], state["method"], state["seed"]
-            (3, ['weight'], 'l1_unstructured', 3)
+            (4, ['weight'], 'l1_unstructured', 3)
         """
-        return state_dict(self._progress, self.config, self._targets)
+        return state_dict(self._progress, self.config, self._targets, self._importance.state_dict())
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore counters, history, seed and rewind snapshot from :meth:`state_dict` of any
@@ -596,4 +680,7 @@ class Pruner:
             >>> second.last_step, second.last_pruned_step
             (0, 0)
         """
-        self._progress = load_progress(state, self.config, self._targets, self.seed)
+        progress = load_progress(state, self.config, self._targets, self.seed)
+        self._importance.load_state_dict(progress.importance, self._targets)
+        progress.importance = {}  # the score holds it now
+        self._progress = progress

@@ -6,7 +6,10 @@ pruning is permanent, the seed in use and the rewind snapshot. :func:`state_dict
 the configuration it ran under; :func:`load_progress` reads any version this library has
 written, upgrading the older ones, and checks every key before the pruner takes it.
 
-Versions: 1 (tensorplay 0.1: no rewinding, no seed), 2 (rewinding and seeds), 3 (``masking``).
+Versions: 1 (tensorplay 0.1: no rewinding, no seed), 2 (rewinding and seeds), 3 (``masking``),
+4 (``importance`` and ``importance_state``: the accumulators of a gradient score or Wanda's
+input norms, so a run resumed mid-accumulation continues bit for bit; an older state upgrades to
+``"magnitude"`` with no accumulators).
 
 Example:
     >>> from torch import nn
@@ -17,7 +20,7 @@ Example:
     >>> targets = resolve_targets(nn.Linear(2, 2), config)
     >>> saved = state_dict(Progress(seed=None), config, targets)
     >>> saved["version"], saved["step"], load_progress(saved, config, targets).last_step
-    (3, -1, -1)
+    (4, -1, -1)
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from tensorplay.ao.pruning.tied_targets import Target
 
 __all__ = ["STATE_VERSION", "Progress", "load_progress", "state_dict"]
 
-STATE_VERSION = 3
+STATE_VERSION = 4
 _STATE_KEYS_V1 = (
     "version",
     "step",
@@ -50,10 +53,14 @@ _STATE_KEYS_V1 = (
     "permanent",
 )
 _STATE_KEYS_V2 = (*_STATE_KEYS_V1, "rewind", "rewind_step", "seed", "snapshot")
-_STATE_KEYS = (*_STATE_KEYS_V2, "masking")
+_STATE_KEYS_V3 = (*_STATE_KEYS_V2, "masking")
+_STATE_KEYS = (*_STATE_KEYS_V3, "importance", "importance_state")
 # A version-1 state may carry the seed and snapshot that the 0.1 callback kept beside it.
 _V1_OPTIONAL = ("seed", "snapshot")
-_CONFIG_KEYS = ("schedule", "method", "scope", "min_density", "rewind", "rewind_step", "masking")
+_CONFIG_KEYS = (
+    *("schedule", "method", "scope", "min_density", "rewind", "rewind_step", "masking"),
+    "importance",
+)
 
 HistoryEntry = tuple[int, float, int]
 
@@ -69,6 +76,8 @@ class Progress:
         history: ``(step, target sparsity, units pruned)`` of each step that pruned.
         permanent: Whether pruning was made permanent.
         snapshot: The values rewinding restores, by target name, if taken.
+        importance: The importance score's state (its accumulators), as its ``state_dict()``
+            wrote it; ``{}`` if it has none or ran under another score.
     """
 
     seed: int | None
@@ -77,12 +86,17 @@ class Progress:
     history: list[HistoryEntry] = field(default_factory=list)
     permanent: bool = False
     snapshot: dict[str, Tensor] | None = None
+    importance: dict[str, Any] = field(default_factory=dict)
 
 
 def state_dict(
-    progress: Progress, config: PrunerConfig, targets: Sequence[Target]
+    progress: Progress,
+    config: PrunerConfig,
+    targets: Sequence[Target],
+    importance: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """``progress`` with the configuration it ran under, as the pruner's ``state_dict()``."""
+    """``progress`` with the configuration it ran under, as the pruner's ``state_dict()``;
+    ``importance`` is the score's own state (``Importance.state_dict()``), its tensors cloned."""
     try:
         schedule: dict[str, Any] | None = config.schedule.to_dict()
     except (TypeError, ValueError):
@@ -103,7 +117,18 @@ def state_dict(
         "permanent": progress.permanent,
         "snapshot": None if progress.snapshot is None else dict(progress.snapshot),
         "masking": config.masking,
+        "importance": config.importance,
+        "importance_state": _cloned(importance or {}),
     }
+
+
+def _cloned(value: Any) -> Any:
+    """``value`` with every tensor cloned (the accumulators go on changing after a save)."""
+    if isinstance(value, Tensor):
+        return value.detach().clone()
+    if isinstance(value, Mapping):
+        return {key: _cloned(item) for key, item in value.items()}
+    return value
 
 
 def load_progress(
@@ -142,6 +167,11 @@ def load_progress(
         found = check_values(snapshot, targets, "snapshot")
         snapshot = {targets[i].name: value for i, value in found.items()}
     _warn_on_config_change(state, state_dict(Progress(seed), config, targets))
+    same_score = state["importance"] == config.importance
+    if not isinstance(state["importance_state"], Mapping):
+        raise TypeError(
+            f"Expected `importance_state` to be a mapping, but got {state['importance_state']!r}."
+        )
     return Progress(
         seed=state["seed"],
         last_step=state["step"],
@@ -149,6 +179,7 @@ def load_progress(
         history=history,
         permanent=state["permanent"],
         snapshot=snapshot if config.rewind != "none" else None,
+        importance=dict(state["importance_state"]) if same_score else {},
     )
 
 
@@ -157,12 +188,12 @@ def _upgraded(state: object, config: PrunerConfig, seed: int | None) -> dict[str
     if not isinstance(state, Mapping):
         raise TypeError(f"Expected `state` to be a mapping, but got {state!r}.")
     version = state.get("version")
-    if version not in (1, 2, STATE_VERSION):
+    if version not in (1, 2, 3, STATE_VERSION):
         raise ValueError(
-            f"Expected a pruner state of version 1, 2 or {STATE_VERSION}, but got version "
+            f"Expected a pruner state of version 1, 2, 3 or {STATE_VERSION}, but got version "
             f"{version!r}."
         )
-    expected = {1: _STATE_KEYS_V1, 2: _STATE_KEYS_V2}.get(version, _STATE_KEYS)
+    expected = {1: _STATE_KEYS_V1, 2: _STATE_KEYS_V2, 3: _STATE_KEYS_V3}.get(version, _STATE_KEYS)
     optional = _V1_OPTIONAL if version == 1 else ()
     missing = [key for key in expected if key not in state]
     unknown = sorted(key for key in state if key not in expected + optional)
@@ -183,10 +214,16 @@ def _upgraded(state: object, config: PrunerConfig, seed: int | None) -> dict[str
             "rewind": config.rewind,
             "rewind_step": config.rewind_step,
             "masking": None,
+            **_MAGNITUDE,
         }
     if version == 2:  # saved before the lean mode existed: reparametrized
-        return {**state, "version": STATE_VERSION, "masking": "reparametrize"}
+        return {**state, "version": STATE_VERSION, "masking": "reparametrize", **_MAGNITUDE}
+    if version == 3:  # saved before importance scores: magnitude, no accumulators
+        return {**state, "version": STATE_VERSION, **_MAGNITUDE}
     return dict(state)
+
+
+_MAGNITUDE: dict[str, Any] = {"importance": "magnitude", "importance_state": {}}
 
 
 def _check_targets(saved: Sequence[str], targets: Sequence[Target]) -> None:

@@ -2,7 +2,8 @@
 
 By default a target's units are ranked by its current unpruned values (``<name>_orig`` while
 reparametrized, rather than ``module.<name>``, which the forward pre-hook last computed before
-the latest optimizer step); an ``importance_fn(module, name)`` gives scores of its own.
+the latest optimizer step); a pruner's ``importance`` (:mod:`~tensorplay.ao.pruning.importance`:
+movement, Taylor, Wanda) or an ``importance_fn(module, name)`` gives scores of its own.
 
 Example:
     >>> import torch
@@ -23,6 +24,7 @@ from collections.abc import Callable, Sequence
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning.dtensor_targets import check_scores
+from tensorplay.ao.pruning.importance.base import Importance
 from tensorplay.ao.pruning.tied_targets import Target
 
 __all__ = ["ImportanceFn", "target_scores"]
@@ -30,20 +32,24 @@ __all__ = ["ImportanceFn", "target_scores"]
 ImportanceFn = Callable[[nn.Module, str], Tensor]
 
 
-def target_scores(targets: Sequence[Target], importance_fn: ImportanceFn | None) -> list[Tensor]:
-    """Each target's scores, detached: ``importance_fn``'s of its canonical pair, else its
-    current unpruned values.
+def target_scores(
+    targets: Sequence[Target],
+    importance_fn: ImportanceFn | None,
+    importance: Importance | None = None,
+) -> list[Tensor]:
+    """Each target's scores, detached: ``importance_fn``'s of its canonical pair, else
+    ``importance``'s (:meth:`~tensorplay.ao.pruning.importance.base.Importance.scores`), else
+    its current unpruned values.
 
     Raises:
         ValueError: ``importance_fn`` returned something other than a tensor of the target's
             shape (placed like it, for a sharded target).
     """
+    if importance_fn is None:
+        return [score.detach() for score in (importance or Importance()).scores(targets)]
     scores = []
     for target in targets:
         param = target.parameter()
-        if importance_fn is None:
-            scores.append(param.detach())
-            continue
         score = importance_fn(*target.pair)
         if not isinstance(score, Tensor) or score.shape != param.shape:
             got = tuple(score.shape) if isinstance(score, Tensor) else repr(score)

@@ -163,6 +163,21 @@ class LeanMasks:
             install_mask(target.pairs, keep)
         _settle(self._settled, params)
 
+    def prune_each(
+        self,
+        targets: Sequence[Target],
+        scores: Sequence[Tensor],
+        clear: Callable[[int, Tensor, Tensor], None],
+    ) -> None:
+        """``clear`` works on this rank's pieces of the masks; the weights are zeroed after."""
+        keeps = [self._mask_or_new(target).clone() for target in targets]
+        for index, (score, keep) in enumerate(zip(scores, keeps, strict=True)):
+            local = local_tensor(keep)
+            clear(index, local_tensor(score.detach()).to(local.device), local)
+        for target, keep in zip(targets, keeps, strict=True):
+            install_mask(target.pairs, keep)
+        self._zero([target.parameter() for target in targets], keeps)
+
     def prune_own_count(
         self,
         targets: Sequence[Target],

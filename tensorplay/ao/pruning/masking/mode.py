@@ -84,6 +84,16 @@ class MaskingMode(Protocol):
     ) -> None:
         """Apply a method that decides its own count to each target on its own."""
 
+    def prune_each(
+        self,
+        targets: Sequence[Target],
+        scores: Sequence[Tensor],
+        clear: Callable[[int, Tensor, Tensor], None],
+    ) -> None:
+        """Let ``clear(i, scores, keep)`` clear bits of target ``i``'s bool keep mask (this
+        rank's pieces of both; ``True``: kept), then hold the result as the target's mask
+        (``scope="row"``: :mod:`~tensorplay.ao.pruning.row_pruning` chooses the units)."""
+
     def pruned_counts(self, targets: Sequence[Target], *, read_weights: bool = True) -> list[int]:
         """Per target, the units that are pruned, as the weights hold them; without
         ``read_weights`` as the masks say (within a step, right after the weights were

@@ -136,6 +136,21 @@ class ReparametrizedMasks:
             combined = new_mask.to(dtype=mask.dtype) * mask
             share_mask(target.pairs, combined.to(dtype=target.parameter().dtype))
 
+    def prune_each(
+        self,
+        targets: Sequence[Target],
+        scores: Sequence[Tensor],
+        clear: Callable[[int, Tensor, Tensor], None],
+    ) -> None:
+        """Every new bool keep mask is computed, then each becomes the target's float mask."""
+        keeps = []
+        for index, (target, score) in enumerate(zip(targets, scores, strict=True)):
+            keep = self._mask_or_ones(target) != 0
+            clear(index, score.detach().to(keep.device), keep)
+            keeps.append(keep)
+        for target, keep in zip(targets, keeps, strict=True):
+            share_mask(target.pairs, keep.to(dtype=target.parameter().dtype))
+
     def _mask_or_ones(self, target: Target) -> Tensor:
         mask = self.mask(*target.pair)
         return torch.ones_like(target.parameter()) if mask is None else mask.detach()

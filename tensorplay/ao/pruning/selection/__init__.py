@@ -68,6 +68,9 @@ Caps (``capped.py``): :func:`capped_keep_masks` gives no source more than its ca
 greedy result: lowest key first, skipping sources at their cap), with a few uncapped selections;
 :func:`clear_lowest_capped` the same in place (a few uncapped cuts, one writing pass).
 
+Rows (``rows.py``, :func:`clear_lowest_per_row`): ``scope="row"``, each row of one tensor its
+own group with its own exact count, the same keys and tie rule within the row.
+
 Threads: the selection never changes a thread setting of the process (see ``threads.py``), so
 it may run in several threads at once.
 """
@@ -77,6 +80,7 @@ from tensorplay.ao.pruning.selection.checks import check_finite_scores, count_el
 from tensorplay.ao.pruning.selection.clear import clear_lowest, clear_lowest_capped
 from tensorplay.ao.pruning.selection.keys import AbsKeys, KeySpec, UniformKeys
 from tensorplay.ao.pruning.selection.masks import keep_masks, multiply_in_place
+from tensorplay.ao.pruning.selection.rows import clear_lowest_per_row
 from tensorplay.ao.pruning.selection.sharding import (
     SelectionCost,
     ShardLayout,
@@ -98,6 +102,8 @@ __all__ = [
     # in place: clearing bits of bool keep masks, also across the ranks of a process group
     "clear_lowest",
     "clear_lowest_capped",
+    # within each row of a tensor (scope="row")
+    "clear_lowest_per_row",
     "SelectionCost",
     # sources sharded across ranks (FSDP2 DTensors)
     "ShardLayout",

@@ -1,0 +1,26 @@
+"""Importance scores: what a pruning step ranks units by, beyond the weights alone.
+
+* :mod:`~tensorplay.ao.pruning.importance.magnitude`: ``"magnitude"`` (default), the weights;
+* :mod:`~tensorplay.ao.pruning.importance.movement`: ``"movement"`` (Sanh et al. 2020),
+  ``-sum_t w_t * g_t``, never reset;
+* :mod:`~tensorplay.ao.pruning.importance.taylor`: ``"taylor"`` (Molchanov et al. 2019),
+  ``sum_t |w_t * g_t|``, reset after each pruning step;
+* :mod:`~tensorplay.ao.pruning.importance.wanda`: ``"wanda"`` (Sun et al. 2023),
+  ``|W| * ||X_j||_2`` from forward hooks, reset after each pruning step;
+* :mod:`~tensorplay.ao.pruning.importance.base`: the protocol the pruner asks;
+  :mod:`~tensorplay.ao.pruning.importance.registry`: the scores by name (a new score is one
+  file and one line there).
+
+Example:
+    >>> make_importance("movement").needs_gradients
+    True
+"""
+
+from tensorplay.ao.pruning.importance.base import Importance
+from tensorplay.ao.pruning.importance.registry import (
+    ACCUMULATOR_DTYPES,
+    IMPORTANCES,
+    make_importance,
+)
+
+__all__ = ["ACCUMULATOR_DTYPES", "IMPORTANCES", "Importance", "make_importance"]

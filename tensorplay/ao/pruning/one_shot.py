@@ -1,0 +1,141 @@
+"""Post-training pruning in one call: calibrate on a few batches, prune once.
+
+The workflow of Wanda (Sun et al. 2023) and its peers on a trained model: load it, run a few
+calibration batches through it, prune every output row to the target sparsity by
+``|W| * ||X_j||``, save. :func:`prune_one_shot` is a
+:class:`~tensorplay.ao.pruning.pruner.Pruner` with a
+:class:`~tensorplay.ao.pruning.schedules.OneShotSchedule`, one calibration pass and one
+``step()``; anything it does a user can do with those three.
+
+Example:
+    >>> import torch
+    >>> from torch import nn
+    >>> _ = torch.manual_seed(0)
+    >>> model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    >>> batches = [torch.randn(32, 8) for _ in range(4)]
+    >>> pruner = prune_one_shot(model, batches, 0.5)  # Wanda, per row, made permanent
+    >>> pruner.sparsity(), sorted(model[0].state_dict())
+    (0.5, ['bias', 'weight'])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from tensorplay.ao.pruning.config import Scope
+from tensorplay.ao.pruning.pruner import Pruner
+from tensorplay.ao.pruning.schedules import OneShotSchedule
+
+__all__ = ["calibrate", "prune_one_shot"]
+
+Forward = Callable[[nn.Module, Any], Any]
+
+
+def _forward(model: nn.Module, batch: Any) -> Any:
+    """``model(batch)``; ``model(*batch)`` for a tuple or list, ``model(**batch)`` for a mapping."""
+    if isinstance(batch, Mapping):
+        return model(**batch)
+    if isinstance(batch, (tuple, list)):
+        return model(*batch)
+    return model(batch)
+
+
+def _loss_of(output: Any) -> Tensor:
+    loss = getattr(output, "loss", output)
+    if not isinstance(loss, Tensor) or loss.numel() != 1:
+        raise TypeError(
+            "Expected the calibration forward to return a scalar loss (or an output with a "
+            f"`.loss`) for a gradient importance, but got {type(output).__name__}: pass "
+            "`forward=lambda model, batch: loss`."
+        )
+    return loss
+
+
+def calibrate(pruner: Pruner, batches: Iterable[Any], forward: Forward | None = None) -> int:
+    """Run ``batches`` through ``pruner.model`` for its importance: forwards under
+    ``torch.no_grad`` in eval mode (Wanda's input norms), or, for a gradient importance
+    (movement, Taylor), a forward and backward per batch, each accumulated as one step with
+    the gradients cleared before and after. The model's train/eval mode is restored.
+
+    Args:
+        pruner: The pruner whose importance observes the batches.
+        batches: Any iterable of batches (a ``DataLoader``, a list of tensors).
+        forward: ``(model, batch) -> output`` (a scalar loss for a gradient importance);
+            default ``model(batch)``, ``model(*batch)`` for a tuple, ``model(**batch)`` for a
+            mapping (a Hugging Face model given ``labels`` returns its loss).
+
+    Returns:
+        The number of batches run.
+
+    Raises:
+        TypeError: A gradient importance whose forward returns no scalar loss.
+    """
+    run = forward or _forward
+    model = pruner.model
+    training = model.training
+    count = 0
+    model.eval()
+    try:
+        for batch in batches:
+            if pruner.importance.needs_gradients:
+                model.zero_grad(set_to_none=True)
+                torch.autograd.backward(_loss_of(run(model, batch)))
+                pruner.accumulate()
+            else:
+                with torch.no_grad():
+                    run(model, batch)
+            count += 1
+    finally:
+        if pruner.importance.needs_gradients:
+            model.zero_grad(set_to_none=True)
+        model.train(training)
+    return count
+
+
+def prune_one_shot(
+    model: nn.Module,
+    batches: Iterable[Any],
+    sparsity: float,
+    *,
+    importance: str = "wanda",
+    scope: Scope = "row",
+    forward: Forward | None = None,
+    make_permanent: bool = True,
+    **options: Any,
+) -> Pruner:
+    """Prune ``model`` once to ``sparsity`` after a calibration pass over ``batches``.
+
+    Args:
+        model: A trained model.
+        batches: The calibration batches (:func:`calibrate`).
+        sparsity: The fraction of the targets' units pruned, in ``[0, 1]``.
+        importance: The score (:mod:`~tensorplay.ao.pruning.importance`); Wanda by default.
+        scope: ``"row"`` (Wanda's choice: each output row on its own), ``"layerwise"`` or
+            ``"global"``.
+        forward: How a batch runs through the model (:func:`calibrate`).
+        make_permanent: Drop the masks and hooks afterwards, keeping the zeros: the model then
+            saves as a plain dense-format state_dict (``save_pretrained``, ``torch.save``).
+        **options: Any other argument of :class:`~tensorplay.ao.pruning.pruner.Pruner`
+            (``parameters``, ``exclude``, ``keep_dense``, ``min_density``, ``masking``...).
+
+    Returns:
+        The pruner (its :meth:`~tensorplay.ao.pruning.pruner.Pruner.report` tells what it did).
+
+    Raises:
+        TypeError, ValueError: As the :class:`~tensorplay.ao.pruning.pruner.Pruner`.
+        RuntimeError: No batch reached a target (nothing is pruned; the hooks are removed).
+    """
+    pruner = Pruner(model, OneShotSchedule(sparsity), importance=importance, scope=scope, **options)
+    try:
+        calibrate(pruner, batches, forward)
+        pruner.step()
+    except BaseException:
+        pruner.importance.close()
+        raise
+    if make_permanent:
+        pruner.make_permanent()
+    return pruner
