@@ -29,7 +29,7 @@ from transformers.trainer_callback import ExportableState
 from transformers.utils import logging
 from typing_extensions import override
 
-from tensorplay.ao.pruning.config import Masking, PrunerConfig, Rewind, Scope
+from tensorplay.ao.pruning.config import AccumulatorDtype, Masking, PrunerConfig, Rewind, Scope
 from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerAttachment
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import Schedule
@@ -75,7 +75,10 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         schedule: A field of ``PrunerConfig``, as are ``method`` (by name or import path),
             ``parameters``, ``module_types``, ``names``, ``include``, ``exclude``,
             ``keep_dense``, ``scope``, ``min_density``, ``rewind`` (``"init"`` restores the
-            weights training starts from), ``rewind_step`` and ``masking``.
+            weights training starts from), ``rewind_step``, ``masking``, ``importance``
+            (``"movement"`` and ``"taylor"`` accumulate in :meth:`on_pre_optimizer_step`, once
+            per optimizer step, from the clipped gradients the optimizer uses) and
+            ``accumulator_dtype``.
         seed: The pruner's; by default rank zero's ``torch.initial_seed()`` (the Trainer's
             ``TrainingArguments.seed``), the same on every rank.
         log_per_tensor: Also log ``pruning/sparsity/<module>.<name>``.
@@ -121,11 +124,14 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         seed: int | None = None,
         verbose: bool = True,
         masking: Masking = "reparametrize",
+        importance: str = "magnitude",
+        accumulator_dtype: AccumulatorDtype = "float32",
     ) -> None:
         # In the order of PrunerConfig's fields, as the Lightning callback builds it.
         self.config = PrunerConfig(
             *(schedule, parameters, module_types, names, include, exclude, keep_dense),
             *(method, scope, min_density, rewind, rewind_step, seed, masking),
+            *(importance, accumulator_dtype),
         )
         self.log_per_tensor = log_per_tensor
         self.make_permanent = make_permanent
@@ -219,7 +225,7 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         lean = self.pruner.mode.hooks_optimizers and not self.pruner.permanent
         if optimizer is not None and lean:
             # The gradients are masked in on_pre_optimizer_step (after the Trainer's clipping).
-            self._attachment = self.pruner.attach(optimizer, mask_gradients=False)
+            self._attachment = self.pruner.attach(optimizer, mask_gradients=False, accumulate=False)
         if self.reset_optimizer_state and optimizer is not None:
             self.pruner.optimizers = [optimizer]
         if self.config.rewind == "init" and self.pruner.last_step < 0:
@@ -231,10 +237,15 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
     def on_pre_optimizer_step(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        """Before each optimizer step: with an attached optimizer, zero the pruned weights'
-        gradients (the one place the callback calls into the pruner before a step)."""
+        """Before each optimizer step (the one place the callback calls into the pruner
+        before a step): with an attached optimizer, zero the pruned weights' gradients; add the
+        final gradients to a gradient score (once per optimizer step, accumulation folded in)."""
+        if self._pruner is None or self._pruner.permanent:
+            return
         if self._attachment is not None:
             self.pruner.mask_gradients()
+        if self.pruner.importance.needs_gradients:
+            self.pruner.accumulate()
 
     @override
     def on_step_end(
