@@ -3,7 +3,9 @@
 Run it from outside the checkout with the interpreter of the virtual environment the wheel went
 into. It checks that tensorplay comes from that environment, that it holds every module of the
 checkout's source tree (each one importing), that pruning counts are exact in both masking
-modes, and that the ``tensorplay-report`` console script reads a saved state_dict.
+modes and with a gradient importance, that both training-framework callbacks import and the
+Hugging Face one prunes inside ``Trainer.train``, and that the ``tensorplay-report`` console
+script reads a saved state_dict.
 """
 
 from __future__ import annotations
@@ -87,6 +89,44 @@ def check_pruner(masking: Literal["reparametrize", "inplace"], steps: int = 6) -
     assert pruner.pruned_count() == round(0.8 * pruner.total_count()), masking
 
 
+def check_movement() -> None:
+    """Movement scores from an accumulated gradient: the lowest ``-w * g`` go first."""
+    net = model()
+    pruner = Pruner(net, CubicSchedule(0.5, end_step=1, frequency=1), importance="movement")
+    pruner.step(0)
+    net(torch.randn(8, 16)).square().mean().backward()
+    assert pruner.accumulate() == 2
+    assert pruner.step(1) == round(0.5 * pruner.total_count())
+
+
+def check_trainer_callback(folder: Path) -> None:
+    """A tiny GPT-2 (random init, random tokens) pruned to 50% in 4 Trainer steps."""
+    import transformers
+
+    from tensorplay.callbacks.transformers import GradualPruningCallback
+
+    config = transformers.GPT2Config(
+        n_layer=1,
+        n_embd=16,
+        n_head=2,
+        vocab_size=64,
+        n_positions=16,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    net = transformers.GPT2LMHeadModel(config)
+    ids = torch.randint(0, 64, (16, 8))
+    data = [{"input_ids": row, "labels": row} for row in ids]
+    callback = GradualPruningCallback(CubicSchedule(0.5, end_step=4, frequency=2), verbose=False)
+    args = transformers.TrainingArguments(
+        str(folder / "trainer"), max_steps=4, per_device_train_batch_size=4, use_cpu=True,
+        report_to="none", save_strategy="no", disable_tqdm=True,
+    )  # fmt: skip
+    transformers.Trainer(model=net, args=args, train_dataset=data, callbacks=[callback]).train()
+    pruner = callback.pruner
+    assert pruner.pruned_count() == round(0.5 * pruner.total_count()), pruner.pruned_count()
+
+
 def check_report(folder: Path) -> None:
     net = model()
     prune.global_unstructured([(net[0], "weight")], prune.L1Unstructured, amount=0.5)
@@ -108,7 +148,9 @@ def main(checkout: Path) -> None:
     from tensorplay.callbacks import GradualPruning
 
     assert GradualPruning.__module__.startswith("tensorplay.callbacks")
+    check_movement()
     with tempfile.TemporaryDirectory() as folder:
+        check_trainer_callback(Path(folder))
         check_report(Path(folder))
     print(f"wheel smoke test passed: {tensorplay.__file__}")
 
