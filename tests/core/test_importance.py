@@ -376,3 +376,22 @@ def test_a_pruning_step_at_target_zero_needs_no_scores():
     layer(torch.randn(2, 4)).sum().backward()
     pruner.accumulate()
     assert pruner.step(1) == round(0.25 * 12)
+
+
+@pytest.mark.parametrize("importance", ["movement", "taylor"])
+@pytest.mark.parametrize("bad", [float("inf"), float("nan")])
+def test_a_step_with_a_non_finite_gradient_adds_nothing(importance, bad):
+    # The step AMP's GradScaler skips: one inf would otherwise stay in the total for good.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 2))
+    pruner = Pruner(model, OneShotSchedule(0.5), importance=importance)
+    model(torch.randn(2, 4)).sum().backward()
+    assert pruner.accumulate() == 2
+    before = {name: total.clone() for name, total in pruner.importance.totals().items()}  # type: ignore[attr-defined]
+    model[1].weight.grad[0, 1] = bad  # one entry of the second layer: the first is not added
+    assert pruner.accumulate() == 0
+    assert pruner.importance.skipped == 1  # type: ignore[attr-defined]
+    assert pruner.importance.steps() == {"0.weight": 1, "1.weight": 1}  # type: ignore[attr-defined]
+    after = pruner.importance.totals()  # type: ignore[attr-defined]
+    assert all(torch.equal(after[name], total) for name, total in before.items())
+    assert pruner.step() == round(0.5 * 18)

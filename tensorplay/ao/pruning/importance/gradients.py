@@ -9,6 +9,10 @@ adds nothing), and counts the step for that target. What the term is and when it
 the subclass's (:mod:`~tensorplay.ao.pruning.importance.movement`,
 :mod:`~tensorplay.ao.pruning.importance.taylor`).
 
+A step whose gradients are not all finite adds nothing (:attr:`GradientScore.skipped` counts
+it): it is the step AMP's ``GradScaler`` skips, and one ``inf`` would otherwise stay in a total
+for good. Under FSDP2 the ranks agree on it (one small ``all_reduce``).
+
 Under DDP the gradients are all-reduced before the optimizer step, so every rank accumulates
 the same values and the masks stay identical with no extra collective.
 """
@@ -21,7 +25,9 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from tensorplay.ao.pruning.dtensor_targets import sum_over_ranks
 from tensorplay.ao.pruning.importance.base import Importance
+from tensorplay.ao.pruning.selection.sharding import local_part
 from tensorplay.ao.pruning.tied_targets import Target
 
 __all__ = ["GradientScore"]
@@ -32,6 +38,8 @@ class GradientScore(Importance):
 
     Attributes:
         resets: Whether the accumulators restart after each pruning step.
+        skipped: Steps not accumulated because a gradient held ``inf`` or ``NaN`` (since this
+            object was made; not part of the state).
     """
 
     needs_gradients: ClassVar[bool] = True
@@ -41,6 +49,7 @@ class GradientScore(Importance):
         super().__init__(dtype)
         self._sums: dict[str, Tensor] = {}
         self._steps: dict[str, int] = {}
+        self.skipped = 0
 
     def add(self, total: Tensor, weight: Tensor, grad: Tensor) -> None:
         """Add one step's term to ``total`` in place."""
@@ -55,17 +64,20 @@ class GradientScore(Importance):
         self._steps = {target.name: self._steps.get(target.name, 0) for target in targets}
 
     def accumulate(self, targets: Sequence[Target]) -> int:
-        """Add the targets' current gradients (those without one are skipped)."""
-        added = 0
+        """Add the targets' current gradients (those without one are left out); add nothing
+        if any of them is not finite."""
+        held = [target for target in targets if target.parameter().grad is not None]
         with torch.no_grad():
-            for target in targets:
+            grads = [target.parameter().grad for target in held]
+            if not _all_finite([grad for grad in grads if grad is not None]):
+                self.skipped += 1
+                return 0
+            for target in held:
                 param = target.parameter()
-                if param.grad is None:
-                    continue
+                assert param.grad is not None
                 self.add(self._total(target.name, param), param.detach(), param.grad.detach())
                 self._steps[target.name] = self._steps.get(target.name, 0) + 1
-                added += 1
-        return added
+        return len(held)
 
     def _total(self, name: str, param: Tensor) -> Tensor:
         total = self._sums.get(name)
@@ -99,6 +111,11 @@ class GradientScore(Importance):
         for total in self._sums.values():
             total.zero_()
         self._steps = dict.fromkeys(self._steps, 0)
+
+    def totals(self) -> dict[str, Tensor]:
+        """The accumulated totals by target name (movement's ``-sum_t w_t * g_t``, Taylor's
+        ``sum_t |w_t * g_t|``), not cloned."""
+        return dict(self._sums)
 
     def steps(self) -> dict[str, int]:
         """Steps accumulated, by target name, since the last reset."""
@@ -147,3 +164,11 @@ class GradientScore(Importance):
             sums[name] = fresh.copy_(value)
         self._sums = sums
         self._steps = {name: int(state["steps"].get(name, 0)) for name in params}
+
+
+def _all_finite(grads: Sequence[Tensor]) -> bool:
+    """Whether every entry of every gradient is finite, on every rank that holds a piece."""
+    flags = [torch.isfinite(local_part(grad)).all().logical_not() for grad in grads]
+    # All the checks are queued before the first read, so a GPU waits once.
+    bad = [int(flag.item()) for flag in flags]
+    return not any(sum_over_ranks(bad, grads))

@@ -50,7 +50,3 @@ class Movement(GradientScore):
     def rank(self, total: Tensor) -> Tensor:
         """Keys ordered as the signed totals (:mod:`~tensorplay.ao.pruning.importance.order`)."""
         return ordered(total)
-
-    def totals(self) -> dict[str, Tensor]:
-        """The accumulated ``-sum_t w_t * g_t`` by target name."""
-        return dict(self._sums)
