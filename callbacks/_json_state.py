@@ -1,9 +1,9 @@
 """The pruner's state as JSON, for the Hugging Face Trainer's ``trainer_state.json``.
 
 The Trainer keeps a callback's state only as JSON (``ExportableState``). The pruner's
-:meth:`~tensorplay.ao.pruning.pruner.Pruner.state_dict` is plain data but for the rewind
-snapshot, whose tensors are written as one base64 string of ``torch.save`` bytes and read back
-with ``weights_only=True``.
+:meth:`~tensorplay.ao.pruning.pruner.Pruner.state_dict` is plain data but for the fields that
+hold tensors (the rewind snapshot, an importance score's accumulators): each of those is written
+as ``{"torch.save": <base64 of its torch.save bytes>}`` and read back with ``weights_only=True``.
 """
 
 from __future__ import annotations
@@ -14,40 +14,73 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from torch import Tensor
 
 __all__ = ["from_json", "to_json"]
 
+_ENCODED = "torch.save"
+
 
 def to_json(state: Mapping[str, Any]) -> dict[str, Any]:
-    """``state`` (a pruner's ``state_dict()``) with its snapshot encoded: JSON-serialisable.
+    """``state`` (a pruner's ``state_dict()``) with each field that holds tensors encoded:
+    JSON-serialisable.
 
     Example:
         >>> import json, torch
-        >>> state = {"step": 3, "snapshot": {"fc.weight": torch.ones(2)}}
+        >>> state = {"step": 3, "snapshot": {"fc.weight": torch.ones(2)}, "history": []}
         >>> back = from_json(json.loads(json.dumps(to_json(state))))
         >>> back["step"], back["snapshot"]["fc.weight"]
         (3, tensor([1., 1.]))
     """
-    snapshot = state.get("snapshot")
-    if snapshot is None:
-        return dict(state)
-    buffer = io.BytesIO()
-    torch.save({name: value.detach().cpu() for name, value in snapshot.items()}, buffer)
-    return {**state, "snapshot": base64.b64encode(buffer.getvalue()).decode("ascii")}
+    return {key: _encode(value) if _holds_tensors(value) else value for key, value in state.items()}
 
 
 def from_json(data: Mapping[str, Any]) -> dict[str, Any]:
     """The pruner's state that :func:`to_json` wrote (JSON read back).
 
     Raises:
-        TypeError: A snapshot that is neither ``None`` nor the string :func:`to_json` writes.
+        TypeError: An encoded field whose value is not a base64 string.
     """
-    snapshot = data.get("snapshot")
-    if snapshot is None:
-        return dict(data)
-    if not isinstance(snapshot, str):
+    return {
+        key: _decode(key, value) if _is_encoded(value) else value for key, value in data.items()
+    }
+
+
+def _holds_tensors(value: Any) -> bool:
+    if isinstance(value, Tensor):
+        return True
+    if isinstance(value, Mapping):
+        return any(_holds_tensors(item) for item in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_holds_tensors(item) for item in value)
+    return False
+
+
+def _on_cpu(value: Any) -> Any:
+    if isinstance(value, Tensor):
+        return value.detach().cpu()
+    if isinstance(value, Mapping):
+        return {key: _on_cpu(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on_cpu(item) for item in value)
+    return value
+
+
+def _encode(value: Any) -> dict[str, str]:
+    buffer = io.BytesIO()
+    torch.save(_on_cpu(value), buffer)
+    return {_ENCODED: base64.b64encode(buffer.getvalue()).decode("ascii")}
+
+
+def _is_encoded(value: Any) -> bool:
+    return isinstance(value, Mapping) and set(value) == {_ENCODED}
+
+
+def _decode(key: str, value: Mapping[str, Any]) -> Any:
+    encoded = value[_ENCODED]
+    if not isinstance(encoded, str):
         raise TypeError(
-            f"Expected the saved snapshot to be a base64 string or None, but got {snapshot!r}."
+            f"Expected the saved pruner state's {key!r} to be a base64 string, but got "
+            f"{type(encoded).__name__}."
         )
-    buffer = io.BytesIO(base64.b64decode(snapshot))
-    return {**data, "snapshot": torch.load(buffer, weights_only=True)}
+    return torch.load(io.BytesIO(base64.b64decode(encoded)), weights_only=True)

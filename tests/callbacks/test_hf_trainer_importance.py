@@ -76,3 +76,49 @@ def test_movement_accumulates_once_per_optimizer_step_from_the_gradients_used(
 def test_an_unknown_importance_fails_when_the_callback_is_made() -> None:
     with pytest.raises(ValueError, match="l3"):
         GradualPruningCallback(OneShotSchedule(0.5), importance="l3")
+
+
+class TotalsAtBegin(transformers.TrainerCallback):  # type: ignore[misc]
+    """The pruning callback's accumulated totals when training begins (after it restored them)."""
+
+    def __init__(self, pruning: GradualPruningCallback) -> None:
+        self.pruning = pruning
+        self.totals: dict[str, Tensor] = {}
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        totals = self.pruning.pruner.importance.totals()
+        self.totals = {name: total.clone() for name, total in totals.items()}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_resume_mid_accumulation_restores_the_totals_bit_for_bit(
+    tmp_path: Path, dtype: str
+) -> None:
+    def callback() -> GradualPruningCallback:
+        return GradualPruningCallback(
+            OneShotSchedule(0.5, step=6),
+            importance="movement",
+            accumulator_dtype=dtype,  # type: ignore[arg-type]
+            verbose=False,
+        )
+
+    first = callback()
+    make_trainer(
+        tiny_gpt2(seed=0).train(), tmp_path, [first], max_steps=3,
+        save_strategy="steps", save_steps=3,
+    ).train()  # fmt: skip
+    saved = {name: total.clone() for name, total in first.pruner.importance.totals().items()}
+    assert saved and {total.dtype for total in saved.values()} == {getattr(torch, dtype)}
+
+    second = callback()
+    begin = TotalsAtBegin(second)
+    trainer = make_trainer(tiny_gpt2(seed=1).train(), tmp_path, [second, begin], max_steps=6)
+    trainer.train(resume_from_checkpoint=str(tmp_path / "checkpoint-3"))
+    assert sorted(begin.totals) == sorted(saved)
+    for name, total in saved.items():
+        assert torch.equal(begin.totals[name], total), name
+    # 3 steps before the checkpoint and 3 after it, then the one-shot step at 6.
+    assert set(second.pruner.importance.steps().values()) == {6}
+    assert [(step, pruned) for step, _, pruned in second.pruner.history] == [
+        (6, round(0.5 * second.pruner.total_count()))
+    ]
