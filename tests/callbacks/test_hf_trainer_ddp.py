@@ -32,6 +32,7 @@ def _clean_env() -> dict[str, str]:
 
 
 @pytest.mark.slow
+@pytest.mark.distributed
 def test_masks_are_identical_on_two_ddp_ranks(tmp_path: Path) -> None:
     # --standalone: a rendezvous on a free local port, chosen by torchrun itself.
     command = [

@@ -11,6 +11,7 @@ from tests.callbacks.lit_helpers import RankMaskWriter, TinyModule
 
 
 @pytest.mark.slow
+@pytest.mark.distributed
 def test_masks_are_identical_across_two_ddp_ranks(make_trainer, tmp_path):
     schedule = CubicSchedule(0.75, end_step=4)
     callbacks = [

@@ -41,6 +41,7 @@ def _dense_resume(rank: int, world_size: int, out: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.distributed
 def test_dense_run_resumes_from_a_distributed_checkpoint_bit_for_bit(tmp_path):
     run_ranks(_dense_resume, 2, tmp_path)
 
@@ -131,6 +132,7 @@ def _single_process_masks(weights: dict[str, torch.Tensor], step: int) -> dict[s
 
 
 @pytest.mark.slow
+@pytest.mark.distributed
 def test_lean_pruning_under_fsdp2_is_exact_sharded_and_resumes_bit_for_bit(tmp_path):
     run_ranks(_lean_fsdp, 2, tmp_path)
 

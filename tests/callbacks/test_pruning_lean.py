@@ -179,6 +179,7 @@ def test_make_permanent_in_lean_mode_drops_the_masks(make_trainer):
 
 
 @pytest.mark.slow
+@pytest.mark.distributed
 def test_lean_masks_are_identical_across_two_ddp_ranks(make_trainer, tmp_path):
     schedule = CubicSchedule(0.75, end_step=4)
     callbacks = [

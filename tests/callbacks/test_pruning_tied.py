@@ -91,6 +91,7 @@ def test_a_fresh_module_loads_a_tied_pruned_checkpoint_strictly(make_trainer, tm
 
 
 @pytest.mark.slow
+@pytest.mark.distributed
 def test_tied_masks_are_identical_across_two_ddp_ranks(make_trainer, tmp_path) -> None:
     callbacks = [
         TiedMaskWriter(str(tmp_path)),  # first: gives each rank its own global seed

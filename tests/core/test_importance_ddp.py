@@ -94,6 +94,7 @@ def _entry(rank: int, worker: Callable[..., None], port: int, out: Path) -> None
 
 
 @pytest.mark.slow
+@pytest.mark.distributed
 def test_every_score_gives_identical_masks_on_ranks_that_see_different_data(tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -71,6 +71,7 @@ def _worker(rank: int, out: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.distributed
 def test_sharded_scores_and_rows_equal_one_process(tmp_path):
     import socket
 

@@ -557,6 +557,7 @@ def _ddp_worker(rank: int, port: int, out: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.distributed
 def test_ddp_two_processes_identical_lean_masks(tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -251,6 +251,7 @@ def _check_cases(out: Path, world: int) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.distributed
 def test_sharded_lean_pruner_equals_one_process_bit_for_bit(tmp_path):
     _spawn(_cases_worker, 2, tmp_path)
     _check_cases(tmp_path, 2)
@@ -262,6 +263,7 @@ def test_sharded_lean_pruner_equals_one_process_bit_for_bit(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.distributed
 def test_sharded_lean_pruner_equals_one_process_on_four_ranks(tmp_path):
     _spawn(_cases_worker, 4, tmp_path)
     _check_cases(tmp_path, 4)
@@ -314,6 +316,7 @@ def _resume_worker(rank: int, out: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.distributed
 def test_sharded_lean_pruner_resumes_from_a_distributed_checkpoint_bit_for_bit(tmp_path):
     _spawn(_resume_worker, 2, tmp_path)
 
@@ -464,6 +467,7 @@ REFUSALS = {
 
 
 @pytest.mark.slow
+@pytest.mark.distributed
 def test_sharded_lean_pruner_refuses_what_it_cannot_do_exactly(tmp_path):
     _spawn(_errors_worker, 2, tmp_path)
 

@@ -204,10 +204,12 @@ def assert_sharded_equals_whole(world: int, seeds: list[int], tmp_path: Path) ->
     assert "counted more than once" in dtensor["replicate_refused"]
 
 
+@pytest.mark.distributed
 def test_two_ranks_equal_one_process(tmp_path: Path) -> None:
     assert_sharded_equals_whole(2, list(range(8)), tmp_path)
 
 
 @pytest.mark.slow
+@pytest.mark.distributed
 def test_four_ranks_equal_one_process(tmp_path: Path) -> None:
     assert_sharded_equals_whole(4, list(range(20)), tmp_path)
