@@ -46,7 +46,9 @@ __all__ = [
     "check_scores",
     "global_zeros",
     "is_sharded",
+    "local_rows",
     "local_values",
+    "placed_like",
     "shared_seed",
     "sharding_of",
     "sum_over_ranks",
@@ -222,3 +224,44 @@ def local_values(value: Tensor, param: Tensor) -> Tensor:
     piece = local_part(param)
     start = shard_layout(param).offset
     return value.reshape(-1)[start : start + piece.numel()].view(piece.shape)
+
+
+def placed_like(local: Tensor, param: Tensor) -> Tensor:
+    """``local`` (of the shape of ``param``'s local piece) placed as ``param`` is: wrapped in a
+    ``DTensor`` of its mesh and placements if ``param`` is sharded, else itself. For
+    elementwise work DTensor ops do not cover (bit casts, a plain vector broadcast against a
+    shard), done on the local piece.
+
+    Example:
+        >>> import torch
+        >>> local = torch.zeros(2, 2)
+        >>> placed_like(local, torch.ones(2, 2)) is local
+        True
+    """
+    if not is_sharded(param):
+        return local
+    from torch.distributed.tensor import DTensor
+
+    return DTensor.from_local(
+        local,
+        param.device_mesh,  # type: ignore[attr-defined]
+        param.placements,  # type: ignore[attr-defined]
+        shape=param.shape,
+        stride=param.stride(),
+    )
+
+
+def local_rows(param: Tensor, label: str) -> slice:
+    """The indices along axis 0 that this rank's piece of ``param`` holds (all unless sharded).
+
+    Example:
+        >>> import torch
+        >>> local_rows(torch.zeros(3, 2), "w")
+        slice(0, 3, None)
+    """
+    if not is_sharded(param):
+        return slice(0, param.shape[0])
+    layout = shard_layout(param, label)
+    row = param.numel() // param.shape[0] if param.shape[0] else 1
+    first = layout.offset // max(row, 1)
+    return slice(first, first + local_part(param).shape[0])

@@ -20,7 +20,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from tensorplay.ao.pruning.importance.placed import like, piece
+from tensorplay.ao.pruning.dtensor_targets import placed_like
+from tensorplay.ao.pruning.selection import local_part
 
 __all__ = ["ordered"]
 
@@ -35,7 +36,7 @@ _LAYOUTS = {
 def ordered(scores: Tensor) -> Tensor:
     """Non-negative keys ordered as ``scores`` (placed like them; see the module): float32 keys
     for 16-bit scores (a bfloat16 accumulator), float64 for float32 ones."""
-    values = piece(scores).detach()
+    values = local_part(scores).detach()
     if values.dtype not in _LAYOUTS:
         values = values.to(torch.float32)
     width, integer, key = _LAYOUTS[values.dtype]
@@ -43,4 +44,4 @@ def ordered(scores: Tensor) -> Tensor:
     bits = values.view(integer).to(torch.int64)
     low = (1 << width) - 1
     keys = torch.where(bits >= 0, bits + (1 << (width - 1)), low - (bits & low))
-    return like(keys.to(key), scores)
+    return placed_like(keys.to(key), scores)

@@ -39,9 +39,10 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
+from tensorplay.ao.pruning.dtensor_targets import local_rows, placed_like
 from tensorplay.ao.pruning.importance.base import Importance
 from tensorplay.ao.pruning.importance.input_features import FeatureLayout, feature_layout
-from tensorplay.ao.pruning.importance.placed import like, local_rows, piece
+from tensorplay.ao.pruning.selection import local_part
 from tensorplay.ao.pruning.tied_targets import Target
 
 __all__ = ["Wanda"]
@@ -130,12 +131,12 @@ class Wanda(Importance):
         result = []
         for target, norm, total in zip(targets, norms, sums, strict=True):
             param = target.parameter()
-            local = piece(param.detach())
+            local = local_part(param.detach())
             rows = local_rows(param, target.label)
             scale = self._layouts[target.name].expand(
                 norm.view(total.shape).sqrt().to(local.device), param.shape, rows
             )
-            result.append(like(local.abs().to(torch.float32) * scale, param))
+            result.append(placed_like(local.abs().to(torch.float32) * scale, param))
         return result
 
     def _sum_of(self, target: Target) -> Tensor:
@@ -145,7 +146,7 @@ class Wanda(Importance):
             return found
         param = target.parameter()
         count = self._layouts[target.name].features(param.shape)
-        return torch.zeros(count, dtype=self.dtype, device=piece(param).device)
+        return torch.zeros(count, dtype=self.dtype, device=local_part(param).device)
 
     def after_pruning(self) -> None:
         """Restart the sums: the next pruning step ranks by the pruned model's activations."""

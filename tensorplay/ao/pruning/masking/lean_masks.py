@@ -44,7 +44,7 @@ import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
-from tensorplay.ao.pruning.dtensor_targets import is_sharded
+from tensorplay.ao.pruning.dtensor_targets import placed_like
 from tensorplay.ao.pruning.selection import local_part
 from tensorplay.ao.pruning.selection.checks import count_true
 
@@ -137,19 +137,8 @@ def mask_like(param: Tensor) -> Tensor:
         >>> mask_like(torch.zeros(2, 3)).dtype, mask_like(torch.zeros(2, 3)).shape
         (torch.bool, torch.Size([2, 3]))
     """
-    if not is_sharded(param):
-        return torch.ones(param.shape, dtype=torch.bool, device=param.device)
-    from torch.distributed.tensor import DTensor
-
     local = local_part(param)
-    ones = torch.ones(local.shape, dtype=torch.bool, device=local.device)
-    return DTensor.from_local(
-        ones,
-        param.device_mesh,  # type: ignore[attr-defined]
-        param.placements,  # type: ignore[attr-defined]
-        shape=param.shape,
-        stride=param.stride(),
-    )
+    return placed_like(torch.ones(local.shape, dtype=torch.bool, device=local.device), param)
 
 
 def local_tensor(tensor: Tensor) -> Tensor:
