@@ -154,8 +154,8 @@ class GradualPruning(Callback):
         final gradients to a gradient score (once per optimizer step)."""
         if self._attachment is not None:
             self.pruner.mask_gradients()
-        if self.pruner.importance.needs_gradients and not self.pruner.permanent:
-            self.pruner.accumulate()
+        if not self.pruner.permanent:
+            self.pruner.accumulate()  # a no-op for scores that read no gradients
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

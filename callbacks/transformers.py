@@ -244,8 +244,7 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
             return
         if self._attachment is not None:
             self.pruner.mask_gradients()
-        if self.pruner.importance.needs_gradients:
-            self.pruner.accumulate()
+        self.pruner.accumulate()  # a no-op for scores that read no gradients
 
     @override
     def on_step_end(
