@@ -3,21 +3,18 @@ with the same masks, and Wanda's all-reduced norms give the masks one process ge
 
 from __future__ import annotations
 
-import socket
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
 from tensorplay.ao.pruning.masking.readers import mask_of
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import LinearSchedule, OneShotSchedule
+from tests.core.gloo import spawn_gloo
 
 WORLD = 2
 CASES = [
@@ -81,25 +78,10 @@ def _worker(rank: int, out: Path) -> None:
     torch.save(results, out / f"rank{rank}.pt")
 
 
-def _entry(rank: int, worker: Callable[..., None], port: int, out: Path) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo", rank=rank, world_size=WORLD, init_method=f"tcp://127.0.0.1:{port}"
-    )
-    try:
-        worker(rank, out)
-        dist.barrier()  # gloo: no rank tears down while a peer's last collective is in flight
-    finally:
-        dist.destroy_process_group()
-
-
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_every_score_gives_identical_masks_on_ranks_that_see_different_data(tmp_path):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    mp.start_processes(_entry, args=(_worker, port, tmp_path), nprocs=WORLD, start_method="spawn")
+    spawn_gloo(_worker, WORLD, tmp_path)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(WORLD)]
     assert (
         sorted(ranks[0])

@@ -12,7 +12,8 @@ from torch import nn
 
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import LinearSchedule
-from tests.core.test_importance_ddp import WORLD, _entry
+from tests.core.gloo import spawn_gloo
+from tests.core.test_importance_ddp import WORLD
 from tests.core.test_inplace_sharded import STEPS, WEIGHTS, _data, _full, _model, _shard
 from tests.core.test_row_scope import Conv1D
 
@@ -73,14 +74,7 @@ def _worker(rank: int, out: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_sharded_scores_and_rows_equal_one_process(tmp_path):
-    import socket
-
-    import torch.multiprocessing as mp
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    mp.start_processes(_entry, args=(_worker, port, tmp_path), nprocs=WORLD, start_method="spawn")
+    spawn_gloo(_worker, WORLD, tmp_path)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(WORLD)]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

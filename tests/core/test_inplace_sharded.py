@@ -11,7 +11,6 @@ marked slow).
 from __future__ import annotations
 
 import re
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,13 +19,13 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning.base import BasePruningMethod
 from tensorplay.ao.pruning.methods import L1Unstructured
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import CubicSchedule, OneShotSchedule, Schedule
+from tests.core.gloo import spawn_gloo
 
 WEIGHTS = ("0.weight", "2.weight", "4.weight")
 STEPS = 8
@@ -183,25 +182,6 @@ def run_case(case: Case, sharded: bool, rank: int = 0) -> dict[str, Any]:
 # -- the ranks ---------------------------------------------------------------------------------
 
 
-def _spawn(worker: Callable[..., None], world: int, out: Path) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    mp.start_processes(_entry, args=(worker, world, port, out), nprocs=world, start_method="spawn")
-
-
-def _entry(rank: int, worker: Callable[..., None], world: int, port: int, out: Path) -> None:
-    torch.set_num_threads(1)  # ranks share the machine's cores; the oracle runs with 1 too
-    dist.init_process_group(
-        "gloo", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}"
-    )
-    try:
-        worker(rank, out)
-        dist.barrier()  # gloo: no rank tears down while a peer's last collective is in flight
-    finally:
-        dist.destroy_process_group()
-
-
 def _cases_worker(rank: int, out: Path) -> None:
     results = {name: run_case(case, sharded=True, rank=rank) for name, case in CASES.items()}
     torch.save(results, out / f"rank{rank}.pt")
@@ -253,7 +233,7 @@ def _check_cases(out: Path, world: int) -> None:
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_sharded_lean_pruner_equals_one_process_bit_for_bit(tmp_path):
-    _spawn(_cases_worker, 2, tmp_path)
+    spawn_gloo(_cases_worker, 2, tmp_path)
     _check_cases(tmp_path, 2)
     rank0, rank1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1))
     # Masks are sharded like the weights: 7 = 4 + 3, 13 = 7 + 6 and 1 = 1 + 0 rows.
@@ -265,7 +245,7 @@ def test_sharded_lean_pruner_equals_one_process_bit_for_bit(tmp_path):
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_sharded_lean_pruner_equals_one_process_on_four_ranks(tmp_path):
-    _spawn(_cases_worker, 4, tmp_path)
+    spawn_gloo(_cases_worker, 4, tmp_path)
     _check_cases(tmp_path, 4)
 
 
@@ -318,7 +298,7 @@ def _resume_worker(rank: int, out: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_sharded_lean_pruner_resumes_from_a_distributed_checkpoint_bit_for_bit(tmp_path):
-    _spawn(_resume_worker, 2, tmp_path)
+    spawn_gloo(_resume_worker, 2, tmp_path)
 
     for rank in range(2):
         results = torch.load(tmp_path / f"resume{rank}.pt", weights_only=False)
@@ -469,7 +449,7 @@ REFUSALS = {
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_sharded_lean_pruner_refuses_what_it_cannot_do_exactly(tmp_path):
-    _spawn(_errors_worker, 2, tmp_path)
+    spawn_gloo(_errors_worker, 2, tmp_path)
 
     for rank in range(2):
         errors = torch.load(tmp_path / f"errors{rank}.pt", weights_only=False)
