@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import doctest
-import importlib.util
 import math
 import re
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import torch
@@ -20,8 +18,8 @@ from transformers import GPT2LMHeadModel
 
 from tensorplay.ao.pruning import load_sparse
 from tensorplay.callbacks import GradualPruning
+from tests.examples.scripts import LM, load_script
 
-LM = Path(__file__).resolve().parents[2] / "examples/lm"
 CONFIGS = sorted((LM / "configs").glob("*.yaml"))
 # 2 blocks of width 32: per block c_attn 32x96, attn.c_proj 32x32, c_fc 32x128, mlp.c_proj 128x32.
 TINY = ["--model.n_layer=2", "--model.n_embd=32", "--model.n_head=2", "--data.context=32"]
@@ -37,17 +35,7 @@ pytestmark = pytest.mark.filterwarnings(
 )
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    """Import ``path`` as ``name``: ``examples/train.py`` already owns the name ``train``."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # doctest looks a function's module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-lm_train = _load("lm_train", LM / "train.py")
+lm_train = load_script("lm_train", LM / "train.py")
 
 
 def _config(path: Path, tmp_path: Path) -> Path:

@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
-from pathlib import Path
+from types import ModuleType
 
 import pytest
 
+from tests.examples.scripts import LM, load_script
+
 pytest.importorskip("transformers")
 
-LM = Path(__file__).resolve().parents[2] / "examples/lm"
 
-
-def _module():
-    spec = importlib.util.spec_from_file_location("lm_importance", LM / "importance.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["lm_importance"] = module
-    spec.loader.exec_module(module)
-    return module
+def _module() -> ModuleType:
+    return load_script("lm_importance", LM / "importance.py")
 
 
 @pytest.mark.slow

@@ -4,31 +4,21 @@ saves the pruned model and reloads it to the same perplexity."""
 from __future__ import annotations
 
 import doctest
-import importlib.util
 import math
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.examples.scripts import LM, load_script
+
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
-LM = Path(__file__).resolve().parents[2] / "examples/lm"
 TINY = ["--n-layer=2", "--n-embd=32", "--n-head=2", "--context=32", "--batch-size=4"]
 
 
-def _load() -> object:
-    spec = importlib.util.spec_from_file_location("lm_train_trainer", LM / "train_trainer.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["lm_train_trainer"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-example = _load()
+example = load_script("lm_train_trainer", LM / "train_trainer.py")
 
 
 @pytest.mark.slow
