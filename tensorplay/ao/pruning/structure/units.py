@@ -1,0 +1,282 @@
+"""What a structured unit is: the slices of every tensor that one unit spans.
+
+A structured unit (an FFN channel, an attention head, a residual block) is not one weight but
+the same index range in several tensors: an FFN neuron is a row of the gate and up projections
+and a column of the down projection. A :class:`UnitGroup` holds ``size`` units that share one
+layout: unit ``u`` spans, in each :class:`Slice`, the indices
+``offset + u * width ... offset + (u + 1) * width - 1`` along ``dim`` of one parameter. The
+dependency analysis (:mod:`~tensorplay.ao.pruning.structure.graph`) finds the groups; masking,
+scoring, counting and shrinking read them through the pure functions of this module, so
+"what else goes if this unit goes" is answered once.
+
+Example:
+    >>> import torch
+    >>> from torch import nn
+    >>> mlp = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
+    >>> group = UnitGroup(
+    ...     "0", "channel", 3,
+    ...     (Slice("0.weight", 0), Slice("0.bias", 0, scored=False), Slice("2.weight", 1)),
+    ... )
+    >>> keep = expand_keep(group, torch.tensor([True, False, True]), shapes_of(mlp))
+    >>> keep["2.weight"].int().tolist()
+    [[1, 0, 1], [1, 0, 1]]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+__all__ = [
+    "Slice",
+    "UnitGroup",
+    "check_groups",
+    "expand_keep",
+    "pruned_units",
+    "shapes_of",
+    "unit_scores",
+]
+
+
+@dataclass(frozen=True)
+class Slice:
+    """Where the units of a group sit in one parameter.
+
+    Unit ``u`` spans the indices ``offset + u * width`` up to ``offset + (u + 1) * width - 1``
+    along ``dim``; ``dim=None`` means the whole tensor belongs to the group's one unit (a
+    residual block's parameters, a group of ``size`` 1).
+
+    Args:
+        parameter: The parameter's qualified name in the model (``"layers.0.mlp.up.weight"``).
+        dim: The dimension the units index, or ``None`` for the whole tensor.
+        offset: The first index of unit 0 along ``dim`` (a fused projection's section).
+        width: Indices per unit (a head's ``head_dim``; ``H * W`` where a feature map is
+            flattened into a Linear's inputs).
+        scored: Whether the unit's score reads this slice (the weights of Linear, Conv and
+            ``Conv1D`` layers); biases and norm entries go with the unit but are not scored.
+
+    Example:
+        >>> Slice("attn.q.weight", 0, offset=0, width=8).span(2)
+        slice(16, 24, None)
+    """
+
+    parameter: str
+    dim: int | None
+    offset: int = 0
+    width: int = 1
+    scored: bool = True
+
+    def span(self, unit: int) -> slice:
+        """The index range of ``unit`` along :attr:`dim`."""
+        start = self.offset + unit * self.width
+        return slice(start, start + self.width)
+
+    def index(self, unit: int, ndim: int) -> tuple[slice, ...]:
+        """The full index of ``unit`` in a tensor of ``ndim`` dimensions.
+
+        Example:
+            >>> Slice("fc.weight", 1, width=2).index(1, 2)
+            (slice(None, None, None), slice(2, 4, None))
+        """
+        if self.dim is None:
+            return (slice(None),) * ndim
+        return (slice(None),) * self.dim + (self.span(unit),)
+
+
+@dataclass(frozen=True)
+class UnitGroup:
+    """``size`` units of one kind that share one layout of :class:`Slice` objects.
+
+    Args:
+        name: What a report calls the group: the module whose units these are
+            (``"model.layers.0.mlp"``, ``"model.layers.3"``).
+        kind: ``"channel"``, ``"head"`` or ``"layer"``.
+        size: The number of units.
+        slices: Every slice a unit spans; at least one is scored.
+
+    Example:
+        >>> group = UnitGroup("fc", "channel", 4, (Slice("fc.weight", 0),))
+        >>> group.parameters()
+        ('fc.weight',)
+    """
+
+    name: str
+    kind: str
+    size: int
+    slices: tuple[Slice, ...]
+
+    def parameters(self) -> tuple[str, ...]:
+        """The names of the parameters the group's slices lie in, each once, in order."""
+        return tuple(dict.fromkeys(piece.parameter for piece in self.slices))
+
+    def scored_parameters(self) -> tuple[str, ...]:
+        """The names of the parameters its scored slices lie in, each once, in order."""
+        return tuple(dict.fromkeys(piece.parameter for piece in self.slices if piece.scored))
+
+
+def shapes_of(model: nn.Module) -> dict[str, torch.Size]:
+    """Every parameter's shape by qualified name (tied parameters under each name).
+
+    Example:
+        >>> shapes_of(nn.Linear(3, 2))
+        {'weight': torch.Size([2, 3]), 'bias': torch.Size([2])}
+    """
+    return {name: param.shape for name, param in model.named_parameters(remove_duplicate=False)}
+
+
+def check_groups(groups: Iterable[UnitGroup], shapes: Mapping[str, torch.Size]) -> None:
+    """Refuse groups that do not fit the model: unknown parameters, slices out of range, no
+    scored slice, a whole-tensor slice in a group of more than one unit.
+
+    Raises:
+        ValueError: Naming the group, the parameter and the value at fault.
+
+    Example:
+        >>> group = UnitGroup("fc", "channel", 5, (Slice("weight", 0),))
+        >>> check_groups([group], shapes_of(nn.Linear(3, 4)))
+        Traceback (most recent call last):
+        ...
+        ValueError: Expected the 5 units of group 'fc' to fit dim 0 of 'weight' (size 4), ...
+    """
+    for group in groups:
+        if group.size < 1:
+            raise ValueError(f"Expected group {group.name!r} to hold units, but got {group.size}.")
+        if not any(piece.scored for piece in group.slices):
+            raise ValueError(f"Expected group {group.name!r} to have a scored slice, but got none.")
+        for piece in group.slices:
+            _check_slice(group, piece, shapes)
+
+
+def _check_slice(group: UnitGroup, piece: Slice, shapes: Mapping[str, torch.Size]) -> None:
+    if piece.parameter not in shapes:
+        raise ValueError(
+            f"Expected group {group.name!r} to lie in the model's parameters, but "
+            f"{piece.parameter!r} is not one."
+        )
+    shape = shapes[piece.parameter]
+    if piece.dim is None:
+        if group.size != 1:
+            raise ValueError(
+                f"Expected a whole-tensor slice ({piece.parameter!r}) only in a group of one "
+                f"unit, but group {group.name!r} has {group.size}."
+            )
+        return
+    if not 0 <= piece.dim < len(shape):
+        raise ValueError(
+            f"Expected dim {piece.dim} of {piece.parameter!r} (group {group.name!r}) to exist, "
+            f"but the tensor has shape {tuple(shape)}."
+        )
+    end = piece.offset + group.size * piece.width
+    if piece.offset < 0 or piece.width < 1 or end > shape[piece.dim]:
+        raise ValueError(
+            f"Expected the {group.size} units of group {group.name!r} to fit dim {piece.dim} of "
+            f"{piece.parameter!r} (size {shape[piece.dim]}), but they span indices "
+            f"{piece.offset} to {end - 1}."
+        )
+
+
+def _units_view(tensor: Tensor, piece: Slice, size: int) -> Tensor:
+    """A view of ``tensor`` whose first dimension is the group's unit (``size`` of them)."""
+    if piece.dim is None:
+        return tensor.unsqueeze(0)
+    section = tensor.narrow(piece.dim, piece.offset, size * piece.width)
+    moved = section.movedim(piece.dim, 0)
+    # Split the unit dimension into (unit, index within the unit), still a view of `tensor`.
+    shape = (size, piece.width, *moved.shape[1:])
+    return moved.as_strided(shape, (moved.stride(0) * piece.width, *moved.stride()))
+
+
+def expand_keep(
+    group: UnitGroup, keep: Tensor, shapes: Mapping[str, torch.Size]
+) -> dict[str, Tensor]:
+    """The element keep-masks (``True``: kept) that ``keep`` (one bool per unit) means for each
+    parameter the group spans; entries outside the group's slices are kept.
+
+    Raises:
+        ValueError: ``keep`` has not one flag per unit.
+
+    Example:
+        >>> group = UnitGroup("fc", "channel", 2, (Slice("weight", 0),))
+        >>> expand_keep(group, torch.tensor([False, True]), {"weight": torch.Size([2, 2])})
+        {'weight': tensor([[False, False],
+                [ True,  True]])}
+    """
+    if keep.shape != (group.size,):
+        raise ValueError(
+            f"Expected one keep flag per unit of group {group.name!r} ({group.size}), but got "
+            f"shape {tuple(keep.shape)}."
+        )
+    masks: dict[str, Tensor] = {}
+    dropped = ~keep.to(torch.bool).cpu()
+    for piece in group.slices:
+        mask = masks.setdefault(
+            piece.parameter, torch.ones(shapes[piece.parameter], dtype=torch.bool)
+        )
+        _units_view(mask, piece, group.size)[dropped] = False
+    return masks
+
+
+def pruned_units(group: UnitGroup, masks: Mapping[str, Tensor]) -> Tensor:
+    """One bool per unit, ``True`` where the unit is pruned: all of its slices are masked
+    (``masks``: element keep-masks by parameter name, ``True``/nonzero: kept).
+
+    Raises:
+        ValueError: A unit masked in some of its slices but not all (masks no structure made),
+            naming the group, the unit and a slice that disagrees.
+
+    Example:
+        >>> group = UnitGroup("fc", "channel", 2, (Slice("weight", 0),))
+        >>> pruned_units(group, {"weight": torch.tensor([[0.0, 0.0], [1.0, 0.0]])})
+        tensor([ True, False])
+    """
+    first: Tensor | None = None
+    for piece in group.slices:
+        units = _units_view(masks[piece.parameter], piece, group.size)
+        pruned = ~(units.reshape(group.size, -1) != 0).any(dim=1).cpu()
+        if first is None:
+            first = pruned
+            first_piece = piece
+            continue
+        disagree = torch.nonzero(pruned != first).flatten()
+        if disagree.numel():
+            unit = int(disagree[0])
+            raise ValueError(
+                f"Expected unit {unit} of group {group.name!r} to be pruned in all of its "
+                f"slices or in none, but it is {_state(bool(pruned[unit]))} in "
+                f"{piece.parameter!r} and {_state(bool(first[unit]))} in "
+                f"{first_piece.parameter!r}."
+            )
+    if first is None:
+        raise ValueError(f"Expected group {group.name!r} to have slices, but got none.")
+    return first
+
+
+def _state(pruned: bool) -> str:
+    return "pruned" if pruned else "kept"
+
+
+def unit_scores(group: UnitGroup, scores: Mapping[str, Tensor]) -> Tensor:
+    """One float64 score per unit: the root mean square of the element ``scores`` (by
+    parameter name, each of its parameter's shape) over the unit's scored slices.
+
+    The mean makes units of different sizes comparable when one budget ranks several groups
+    (a conv filter of a 3x3 kernel against a Linear row); for magnitude scores (``|w|``) it is
+    the unit's L2 norm over the square root of its size.
+
+    Example:
+        >>> group = UnitGroup("fc", "channel", 2, (Slice("weight", 0),))
+        >>> unit_scores(group, {"weight": torch.tensor([[3.0, 4.0], [0.0, 1.0]])})
+        tensor([3.5355, 0.7071], dtype=torch.float64)
+    """
+    total = torch.zeros(group.size, dtype=torch.float64)
+    count = 0
+    for piece in group.slices:
+        if piece.scored:
+            units = _units_view(scores[piece.parameter].detach(), piece, group.size)
+            flat = units.reshape(group.size, -1).to(device="cpu", dtype=torch.float64)
+            total += flat.square().sum(dim=1)
+            count += flat.shape[1]
+    return (total / count).sqrt()
