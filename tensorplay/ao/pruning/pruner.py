@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 
 from tensorplay.ao.pruning.amount import caps_under, global_count, layerwise_counts
-from tensorplay.ao.pruning.attached_optimizers import AttachedOptimizers
+from tensorplay.ao.pruning.attached_optimizers import AttachedOptimizers, held_targets
 from tensorplay.ao.pruning.base import BasePruningMethod
 from tensorplay.ao.pruning.config import (
     AccumulatorDtype,
@@ -54,7 +54,7 @@ from tensorplay.ao.pruning.scores import ImportanceFn, target_scores
 from tensorplay.ao.pruning.seeding import cuda_devices, seeded
 from tensorplay.ao.pruning.stats import SparsityReport, TensorSparsity
 from tensorplay.ao.pruning.targets import KeepDense, ModuleType
-from tensorplay.ao.pruning.tied_targets import Pair, Target, resolve_targets
+from tensorplay.ao.pruning.tied_targets import Pair, resolve_targets
 
 __all__ = ["Pruner"]
 
@@ -305,7 +305,7 @@ class Pruner:
         self._check_not_permanent("the masks are gone")
 
         def held(optimizer: Optimizer) -> Any:
-            mine = self._held_by(optimizer)
+            mine = held_targets(optimizer, self._targets)
             return (lambda: self._mode.masked(mine)) if mine else None
 
         def make(
@@ -316,29 +316,48 @@ class Pruner:
             inner = None
             if self._mode.hooks_optimizers:
                 inner = self._mode.optimizer_hooks(optimizer, reader, mask_gradients, generation)
-            mine = self._held_by(optimizer)
-            return GradientHooks(
-                optimizer, inner, reader, lambda: self._importance.accumulate(mine)
-            )
+            return GradientHooks(optimizer, inner, reader, lambda: self.accumulate(optimizer))
 
         return self._optimizers.attach(optimizers, held, make, mask_gradients, self.targets)
 
-    def _held_by(self, optimizer: Optimizer) -> list[Target]:
-        params = {id(p) for group in optimizer.param_groups for p in group["params"]}
-        return [t for t in self._targets if id(t.parameter()) in params]
+    def held_by(self, optimizer: Optimizer) -> list[str]:
+        """The names of the targets whose parameter ``optimizer`` holds (a wrapper exposing its
+        optimizer as ``.optimizer`` is unwrapped, as :meth:`attach` does): with several
+        optimizers (a GAN's generator and discriminator), attach only those holding some.
 
-    def accumulate(self) -> int:
+        Raises:
+            TypeError: ``optimizer`` is not an optimizer or a wrapper of one.
+
+        Example:
+            >>> import torch
+            >>> from torch import nn
+            >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+            >>> model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+            >>> pruner = Pruner(model, OneShotSchedule(0.5))
+            >>> pruner.held_by(torch.optim.SGD(model[1].parameters(), lr=0.1))
+            ['1.weight']
+        """
+        return [target.name for target in held_targets(optimizer, self._targets)]
+
+    def accumulate(self, optimizer: Optimizer | None = None) -> int:
         """Add the targets' current gradients to the importance's accumulators: call it once
         per optimizer step, after every backward pass of the step and any gradient unscaling,
-        before ``optimizer.step()``. The optimizers given to :meth:`attach` call
-        it themselves; the Lightning callback calls it in ``on_before_optimizer_step``. A no-op
-        for scores that read no gradients (magnitude, Wanda).
+        before ``optimizer.step()``. With several optimizers, pass the one about to step: only
+        the targets it holds (:meth:`held_by`) are accumulated, each once per step of its own
+        optimizer, from the gradients that optimizer uses. The optimizers given to
+        :meth:`attach` call it themselves, that way; the Lightning callback calls it in
+        ``on_before_optimizer_step``. A no-op for scores that read no gradients (magnitude,
+        Wanda).
+
+        Args:
+            optimizer: The optimizer about to step (or a wrapper of it); ``None``: every target.
 
         Returns:
-            The number of targets that had a gradient.
+            The number of targets that had a gradient (0 for an optimizer that holds none).
 
         Raises:
             RuntimeError: After :meth:`make_permanent`.
+            TypeError: ``optimizer`` is not an optimizer or a wrapper of one.
 
         Example:
             >>> import torch
@@ -349,11 +368,14 @@ class Pruner:
             >>> model(torch.randn(3, 4)).sum().backward()
             >>> pruner.accumulate()
             1
+            >>> pruner.accumulate(torch.optim.SGD([nn.Parameter(torch.ones(1))], lr=0.1))
+            0
             >>> pruner.step(0), pruner.step(1)
             (0, 4)
         """
         self._check_not_permanent("pruning has ended")
-        return self._importance.accumulate(self._targets)
+        targets = self._targets if optimizer is None else held_targets(optimizer, self._targets)
+        return self._importance.accumulate(targets)
 
     def mask_gradients(self) -> None:
         """Zero the pruned entries of the targets' gradients now (lean masks; autograd does it
