@@ -418,8 +418,12 @@ class Pruner:
     def step(self, step: int | None = None) -> int:
         """Advance to ``step``: check the weights against the masks (the masking mode's
         :meth:`~tensorplay.ao.pruning.masking.mode.MaskingMode.check_weights`), take the rewind
-        snapshot if due, and on a pruning step not pruned before prune (seeded with
-        ``seed + step``), then rewind and reset the optimizers' state if it pruned something.
+        snapshot if due, and if a pruning step lies between the last step and ``step`` (``step``
+        itself, or one the counter jumped over: :meth:`~tensorplay.ao.pruning.schedules.
+        Schedule.latest_pruning_step`) prune to the schedule's target at ``step`` (seeded with
+        ``seed + step``; :attr:`history` records ``step``), then rewind and reset the
+        optimizers' state if it pruned something. No pruning step is skipped, and none is
+        pruned twice.
 
         Args:
             step: The optimizer step just done; ``None`` for the last one plus 1 (0 at first).
@@ -434,21 +438,24 @@ class Pruner:
 
         Example:
             >>> from torch import nn
-            >>> from tensorplay.ao.pruning.schedules import LinearSchedule
+            >>> from tensorplay.ao.pruning.schedules import LinearSchedule, OneShotSchedule
             >>> pruner = Pruner(nn.Linear(10, 10), LinearSchedule(0.5, end_step=20, frequency=10))
             >>> [pruner.step(s) for s in (0, 5, 10, 10, 20, 30)]
             [0, 0, 25, 0, 25, 0]
+            >>> every_other = Pruner(nn.Linear(10, 10), OneShotSchedule(0.5, step=5))
+            >>> [every_other.step(s) for s in (0, 2, 4, 6, 8)], every_other.history
+            ([0, 0, 0, 50, 0], [(6, 0.5, 50)])
         """
         self._check_not_permanent("the reparametrization is gone, so nothing more can be pruned")
         step = self.last_step + 1 if step is None else check_int("step", step, 0)
-        pruning = self.schedule.should_prune(step) and step > self.last_pruned_step
+        pruning = self._progress.pruning_due(self.schedule, step)
         own = counts_itself(self.method)
         if pruning and self.importance_fn is None and (own or self.schedule(step) > 0):
             self._importance.check_ready(self._targets)  # a target of 0 needs no scores
         attached = bool(self._optimizers.hooks)
         if pruning or not attached:
             self._mode.check_weights(self._targets, attached=attached)
-        if snapshot_due(self.config, step, self._progress.snapshot is not None):
+        if snapshot_due(self.config, step, self.last_step, self._progress.snapshot is not None):
             self.take_snapshot()
         newly_pruned = 0
         if pruning:
