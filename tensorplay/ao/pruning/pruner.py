@@ -32,6 +32,7 @@ from torch.optim import Optimizer
 from tensorplay.ao.pruning.amount import caps_under, global_count, layerwise_counts
 from tensorplay.ao.pruning.attached_optimizers import AttachedOptimizers, held_targets
 from tensorplay.ao.pruning.base import BasePruningMethod
+from tensorplay.ao.pruning.collapse import CollapseWatch
 from tensorplay.ao.pruning.config import (
     AccumulatorDtype,
     Masking,
@@ -140,6 +141,7 @@ class Pruner:
         self._importance.bind(self._targets)
         self._optimizers = AttachedOptimizers(optimizers)
         self._progress = Progress(seed=config.seed)
+        self._collapse = CollapseWatch()
         if rewind == "init":
             self.take_snapshot()
 
@@ -463,7 +465,7 @@ class Pruner:
             target = self.schedule(step)
             devices = cuda_devices([target.parameter() for target in self._targets])
             with seeded(self.seed, step, devices):
-                newly_pruned = self._prune_own_count() if own else self._prune_to(target)
+                newly_pruned = self._prune_own_count() if own else self._prune_to(target, step)
             self._progress.last_pruned_step = step
             self._importance.after_pruning()
             if newly_pruned:
@@ -481,7 +483,7 @@ class Pruner:
         self._mode.prune_own_count(self._targets, self._scores(), self.method)
         return sum(self._masked_counts()) - before
 
-    def _prune_to(self, target: float) -> int:
+    def _prune_to(self, target: float, step: int) -> int:
         """Prune up to ``target`` sparsity; return the number of units newly pruned."""
         if target <= 0:  # every count is 0 or less, in every scope: no scores needed
             return 0
@@ -504,7 +506,9 @@ class Pruner:
         if count <= 0:
             return 0
         self._mode.prune(self._targets, self._scores(), self.method, count, limits)
-        return sum(self._masked_counts()) - sum(pruned)
+        after = self._masked_counts()
+        self._collapse.check(self.targets, numels, pruned, after, step)
+        return sum(after) - sum(pruned)
 
     def _scores(self) -> list[Tensor]:
         return target_scores(self._targets, self.importance_fn, self._importance)
