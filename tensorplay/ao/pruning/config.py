@@ -24,6 +24,7 @@ from functools import cached_property
 from typing import Any, Literal
 
 from tensorplay.ao.pruning.base import BasePruningMethod
+from tensorplay.ao.pruning.importance.registry import ACCUMULATOR_DTYPES, IMPORTANCES
 from tensorplay.ao.pruning.methods import L1Unstructured, RandomUnstructured
 from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.targets import (
@@ -121,9 +122,6 @@ def _check_masking(masking: object) -> None:
 def _check_importance(
     importance: object, accumulator_dtype: object, method: type[BasePruningMethod]
 ) -> None:
-    # The registry imports the targets, which import this module: looked up when checked.
-    from tensorplay.ao.pruning.importance.registry import ACCUMULATOR_DTYPES, IMPORTANCES
-
     if importance not in IMPORTANCES:
         raise ValueError(
             f"Expected `importance` to be one of {tuple(IMPORTANCES)}, but got {importance!r}."

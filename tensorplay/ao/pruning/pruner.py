@@ -47,7 +47,9 @@ from tensorplay.ao.pruning.importance import Importance, make_importance
 from tensorplay.ao.pruning.importance.step_hooks import GradientHooks
 from tensorplay.ao.pruning.masking import MaskingMode, masking_mode
 from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerAttachment, OptimizerHooks
+from tensorplay.ao.pruning.pair import Pair
 from tensorplay.ao.pruning.pruner_state import Progress, load_progress, state_dict
+from tensorplay.ao.pruning.pruner_targets import resolve_targets
 from tensorplay.ao.pruning.rewind import copy_back, snapshot_due, snapshot_of
 from tensorplay.ao.pruning.row_pruning import prune_rows
 from tensorplay.ao.pruning.schedules import Schedule
@@ -55,7 +57,6 @@ from tensorplay.ao.pruning.scores import ImportanceFn, target_scores
 from tensorplay.ao.pruning.seeding import cuda_devices, seeded
 from tensorplay.ao.pruning.stats import SparsityReport, TensorSparsity
 from tensorplay.ao.pruning.targets import KeepDense, ModuleType
-from tensorplay.ao.pruning.tied_targets import Pair, resolve_targets
 
 __all__ = ["Pruner"]
 

@@ -15,7 +15,7 @@ Example:
     >>> from torch import nn
     >>> from tensorplay.ao.pruning.config import PrunerConfig
     >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
-    >>> from tensorplay.ao.pruning.tied_targets import resolve_targets
+    >>> from tensorplay.ao.pruning.pruner_targets import resolve_targets
     >>> config = PrunerConfig(OneShotSchedule(0.5))
     >>> targets = resolve_targets(nn.Linear(2, 2), config)
     >>> saved = state_dict(Progress(seed=None), config, targets)
