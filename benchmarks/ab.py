@@ -106,7 +106,7 @@ def measurements(results: dict[str, Any]) -> dict[Key, float | None]:
 
     A measurement is a dict with ``seconds`` (or ``error``) inside a row of a list of rows, or
     an entry of a row's ``seconds`` dict (way: seconds); its key is the file stem, the list's
-    name unless it is ``rows``, the row's strings and numbers in order, and the dict's (or the
+    name unless it is ``rows``, the row's strings and ints in order, and the dict's (or the
     way's) name.
     """
     found: dict[Key, float | None] = {}
@@ -116,7 +116,13 @@ def measurements(results: dict[str, Any]) -> dict[Key, float | None]:
                 continue
             prefix = (stem,) if table == "rows" else (stem, table)
             for row in rows:
-                fields = tuple(str(v) for v in row.values() if isinstance(v, str | int | float))
+                # What names the row (a size, a layout, a batch), not what it measured: strings
+                # and ints; a float or a flag differs from run to run.
+                fields = tuple(
+                    str(v)
+                    for v in row.values()
+                    if isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool))
+                )
                 for name, value in row.items():
                     if isinstance(value, dict) and ("seconds" in value or "error" in value):
                         key = (*prefix, *fields, name)
