@@ -1,4 +1,5 @@
-"""The built distributions hold every module of the source tree, not only the editable checkout.
+"""The built distributions hold every module of the source tree, not only the editable checkout,
+and the sdist what the README's commands need.
 
 Each test builds from a copy of the checkout with a probe subpackage added under ``tensorplay/``
 and under ``callbacks/``: a subpackage nobody listed must land in the wheel too.
@@ -6,6 +7,7 @@ and under ``callbacks/``: a subpackage nobody listed must land in the wheel too.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 import sys
@@ -84,6 +86,15 @@ def test_wheel_holds_every_module_and_py_typed(built: tuple[Path, Path]) -> None
     assert "tensorplay/py.typed" in _wheel_names(wheel)
 
 
+def test_the_wheel_carries_the_license(built: tuple[Path, Path]) -> None:
+    with zipfile.ZipFile(built[1]) as archive:
+        licenses = [
+            name for name in archive.namelist() if name.endswith(".dist-info/licenses/LICENSE")
+        ]
+        assert len(licenses) == 1
+        assert archive.read(licenses[0]) == (ROOT / "LICENSE").read_bytes()
+
+
 def test_every_package_in_the_wheel_has_its_init(built: tuple[Path, Path]) -> None:
     names = _wheel_names(built[1])
     folders = {str(PurePosixPath(name).parent) for name in names if name.endswith(".py")}
@@ -96,10 +107,51 @@ def test_wheel_finds_subpackages_nobody_listed(built: tuple[Path, Path]) -> None
     assert "tensorplay/callbacks/_wheel_probe/__init__.py" in names
 
 
-def test_sdist_builds_the_same_wheel(tmp_path: Path, built: tuple[Path, Path]) -> None:
-    tree, wheel = built
-    sdist = _sdist(tree, tmp_path / "sdist")
-    with tarfile.open(sdist) as archive:
-        archive.extractall(tmp_path / "unpacked", filter="data")
-    (unpacked,) = (tmp_path / "unpacked").iterdir()
-    assert _wheel_names(_wheel(unpacked, tmp_path / "dist")) == _wheel_names(wheel)
+@pytest.fixture(scope="session")
+def unpacked_sdist(tmp_path_factory: pytest.TempPathFactory, built: tuple[Path, Path]) -> Path:
+    """The sdist of the probed copy, unpacked: its top folder."""
+    folder = tmp_path_factory.mktemp("sdist")
+    with tarfile.open(_sdist(built[0], folder / "sdist")) as archive:
+        archive.extractall(folder / "unpacked", filter="data")
+    (unpacked,) = (folder / "unpacked").iterdir()
+    return unpacked
+
+
+def test_sdist_builds_the_same_wheel(
+    tmp_path: Path, built: tuple[Path, Path], unpacked_sdist: Path
+) -> None:
+    wheel = _wheel(unpacked_sdist, tmp_path / "dist")
+    assert _wheel_names(wheel) == _wheel_names(built[1])
+
+
+# What the README's commands read from the folder they run in: pip's constraints, the example
+# and its config, the test suite, the docs; and the license the metadata names.
+README_NEEDS = [
+    "LICENSE",
+    "README.md",
+    "constraints.txt",
+    "examples/train.py",
+    "examples/configs/gradual.yaml",
+    "tests/conftest.py",
+    "tests/core/data/saved_states.pt",
+    "docs/conf.py",
+    "docs/index.rst",
+]
+# MD5 of the Apache License 2.0 text as the ASF publishes it (apache.org/licenses/LICENSE-2.0.txt).
+APACHE_2_MD5 = "3b83ef96387f14655fc854ddc3c6bd57"
+
+
+def test_sdist_carries_what_the_readme_commands_need(unpacked_sdist: Path) -> None:
+    missing = [path for path in README_NEEDS if not (unpacked_sdist / path).is_file()]
+    assert not missing, f"not in the sdist: {missing}"
+    for command_file in ("constraints.txt", "README.md"):
+        assert (unpacked_sdist / command_file).read_bytes() == (ROOT / command_file).read_bytes()
+    stray = [p for p in unpacked_sdist.rglob("*") if p.name == "__pycache__" or "_build" in p.parts]
+    assert not stray
+
+
+def test_the_license_is_the_unmodified_apache_2_text(unpacked_sdist: Path) -> None:
+    text = (unpacked_sdist / "LICENSE").read_bytes()
+    assert text == (ROOT / "LICENSE").read_bytes()
+    assert hashlib.md5(text).hexdigest() == APACHE_2_MD5
+    assert b"Apache License\n                           Version 2.0, January 2004" in text

@@ -49,6 +49,26 @@ def test_measurements_are_keyed_by_the_rows_fields_and_the_mode() -> None:
     }
 
 
+def test_a_rows_seconds_by_way_are_measurements_too() -> None:
+    results = {
+        "training_overhead": {
+            "width": 256,
+            "rows": [
+                {
+                    "batch": 64,
+                    "seconds": {"dense": 0.1, "lean": 0.12},
+                    "lean_over_floor": 1.43,  # measured, differs per run: not part of the key
+                    "lean_zeros_kept": True,
+                }
+            ],
+        }
+    }
+    assert _ab().measurements(results) == {
+        ("training_overhead", "64", "dense"): 0.1,
+        ("training_overhead", "64", "lean"): 0.12,
+    }
+
+
 def test_rounds_alternate_which_side_goes_first() -> None:
     assert list(_ab().alternate(3)) == [
         (0, "old"),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import socket
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from tensorplay.ao.pruning.schedules import CubicSchedule, LinearSchedule, OneSh
 from tensorplay.ao.pruning.serialization import permanent_state_dict
 from tensorplay.ao.pruning.sparse_export import load_sparse, save_sparse
 from tensorplay.report import state_dict_report
+from tests.core.gloo import file_rendezvous
 
 TARGETS = ["0.weight", "2.weight", "4.weight"]
 SCHEDULE = CubicSchedule(0.8, end_step=12, frequency=3)
@@ -535,8 +535,8 @@ def test_restore_pruning_lean_checks_before_changing() -> None:
 # -- DDP: replicated lean masks ---------------------------------------------------------------
 
 
-def _ddp_worker(rank: int, port: int, out: str) -> None:
-    dist.init_process_group("gloo", rank=rank, world_size=2, init_method=f"tcp://127.0.0.1:{port}")
+def _ddp_worker(rank: int, init: str, out: str) -> None:
+    dist.init_process_group("gloo", rank=rank, world_size=2, init_method=init)
     try:
         model = make_mlp()
         pruner = Pruner(model, SCHEDULE, masking="inplace", method="random_unstructured", seed=3)
@@ -559,10 +559,8 @@ def _ddp_worker(rank: int, port: int, out: str) -> None:
 
 @pytest.mark.distributed
 def test_ddp_two_processes_identical_lean_masks(tmp_path: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.start_processes(_ddp_worker, args=(port, str(tmp_path)), nprocs=2, start_method="spawn")
+    init = file_rendezvous(tmp_path)
+    mp.start_processes(_ddp_worker, args=(init, str(tmp_path)), nprocs=2, start_method="spawn")
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
     assert ranks[0]["zero"] and ranks[1]["zero"]
     first, second = ranks[0]["state"], ranks[1]["state"]

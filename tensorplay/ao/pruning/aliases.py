@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from tensorplay.ao.pruning.frames import user_stacklevel
+from tensorplay.ao.pruning.pair import Pair
 from tensorplay.ao.pruning.reparametrization import is_pruned_tensor
 
 __all__ = [
@@ -40,8 +41,6 @@ __all__ = [
     "unmasked_holders",
     "warn_unmasked_holders",
 ]
-
-Pair = tuple[nn.Module, str]
 
 
 @dataclass(frozen=True)
@@ -161,7 +160,7 @@ _OWN_REFERENCES = _references_beyond(_calibration, "w", 1)
 del _calibration
 
 
-def _module_holders(parameters: Sequence[object]) -> dict[int, list[tuple[nn.Module, str]]]:
+def _module_holders(parameters: Sequence[object]) -> dict[int, list[Pair]]:
     """Every ``(module, key)`` of a live module whose ``_parameters[key]`` is one of
     ``parameters``, by ``id`` of the parameter: one pass over the objects the garbage collector
     tracks, whatever the number of parameters (the filter by class runs in C).
@@ -169,7 +168,7 @@ def _module_holders(parameters: Sequence[object]) -> dict[int, list[tuple[nn.Mod
     wanted = {id(param) for param in parameters}
     classes = _subclasses(nn.Module)
     objects = gc.get_objects()
-    found: dict[int, list[tuple[nn.Module, str]]] = {}
+    found: dict[int, list[Pair]] = {}
     for module in itertools.compress(objects, map(classes.__contains__, map(type, objects))):
         for key, value in module._parameters.items():
             if id(value) in wanted:

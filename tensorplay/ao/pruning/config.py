@@ -24,8 +24,10 @@ from functools import cached_property
 from typing import Any, Literal
 
 from tensorplay.ao.pruning.base import BasePruningMethod
-from tensorplay.ao.pruning.methods import L1Unstructured, RandomUnstructured
+from tensorplay.ao.pruning.importance.registry import ACCUMULATOR_DTYPES, IMPORTANCES
+from tensorplay.ao.pruning.methods import RandomUnstructured
 from tensorplay.ao.pruning.schedules import Schedule
+from tensorplay.ao.pruning.scopes import SCOPES, scope_choices
 from tensorplay.ao.pruning.targets import (
     KeepDense,
     ModuleType,
@@ -40,7 +42,6 @@ Rewind = Literal["none", "init", "step"]
 Masking = Literal["reparametrize", "inplace"]
 AccumulatorDtype = Literal["float32", "bfloat16"]
 
-_SCOPES: tuple[str, ...] = ("global", "layerwise", "row")
 _REWINDS: tuple[str, ...] = ("none", "init", "step")
 _MASKINGS: tuple[str, ...] = ("reparametrize", "inplace")
 
@@ -95,10 +96,8 @@ def _check_parameters(parameters: object) -> None:
 
 
 def _check_scope(scope: object) -> None:
-    if scope not in _SCOPES:
-        raise ValueError(
-            f"Expected `scope` to be 'global', 'layerwise' or 'row', but got {scope!r}."
-        )
+    if scope not in SCOPES:
+        raise ValueError(f"Expected `scope` to be {scope_choices()}, but got {scope!r}.")
 
 
 def _check_min_density(min_density: object) -> None:
@@ -121,9 +120,6 @@ def _check_masking(masking: object) -> None:
 def _check_importance(
     importance: object, accumulator_dtype: object, method: type[BasePruningMethod]
 ) -> None:
-    # The registry imports the targets, which import this module: looked up when checked.
-    from tensorplay.ao.pruning.importance.registry import ACCUMULATOR_DTYPES, IMPORTANCES
-
     if importance not in IMPORTANCES:
         raise ValueError(
             f"Expected `importance` to be one of {tuple(IMPORTANCES)}, but got {importance!r}."
@@ -151,13 +147,7 @@ def _check_method_options(method: type[BasePruningMethod], min_density: float, s
             f"Expected `min_density` to be 0 with a method that decides its own count "
             f"({method.__name__} takes no `amount`), but got {min_density}."
         )
-    # The per-row selection orders units by the keys of method_selection.STREAMING's methods.
-    streaming = (L1Unstructured.compute_mask, RandomUnstructured.compute_mask)
-    if scope == "row" and method.compute_mask not in streaming:
-        raise ValueError(
-            "Expected `method` to be 'l1_unstructured' or 'random_unstructured' with "
-            f"scope='row', but got {method.__name__}: the per-row selection ranks by their keys."
-        )
+    SCOPES[scope].check_method(method)
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,7 @@ from tensorplay.ao.pruning.method_selection import concatenated_masks as concate
 from tensorplay.ao.pruning.method_selection import has_streaming_keys as has_streaming_keys
 from tensorplay.ao.pruning.method_selection import streaming_keys as streaming_keys
 from tensorplay.ao.pruning.methods import CustomFromMask
+from tensorplay.ao.pruning.pair import Pair
 from tensorplay.ao.pruning.reparametrization import install, pruned_parts
 from tensorplay.ao.pruning.selection import (
     KeySpec,
@@ -75,8 +76,6 @@ __all__ = [
 
 _RELEASED = torch.empty(0)
 
-Pair = tuple[nn.Module, str]
-
 
 @dataclass
 class _Target:
@@ -94,9 +93,9 @@ class _Target:
 
 
 def global_unstructured(
-    parameters: Iterable[tuple[nn.Module, str]],
+    parameters: Iterable[Pair],
     pruning_method: type[BasePruningMethod],
-    importance_scores: dict[tuple[nn.Module, str], Tensor] | None = None,
+    importance_scores: dict[Pair, Tensor] | None = None,
     **kwargs: Any,
 ) -> None:
     """Prune the tensors of ``parameters`` jointly, under one unstructured budget.
@@ -143,11 +142,11 @@ def global_unstructured(
 
 
 def prune_globally(
-    parameters: Iterable[tuple[nn.Module, str]],
+    parameters: Iterable[Pair],
     pruning_method: type[BasePruningMethod],
-    importance_scores: dict[tuple[nn.Module, str], Tensor] | None,
+    importance_scores: dict[Pair, Tensor] | None,
     kwargs: dict[str, Any],
-    caps: dict[tuple[nn.Module, str], int] | None = None,
+    caps: dict[Pair, int] | None = None,
 ) -> None:
     """:func:`global_unstructured`, optionally with per-tensor caps (``min_density``).
 

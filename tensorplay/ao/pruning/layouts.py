@@ -27,7 +27,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from tensorplay.ao.pruning.tied_targets import Pair, Target
+from tensorplay.ao.pruning.pair import Pair
+from tensorplay.ao.pruning.tied_targets import Target
 
 __all__ = ["TRANSPOSED_CLASS_NAMES", "is_transposed", "output_axis"]
 

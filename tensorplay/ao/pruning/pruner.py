@@ -1,11 +1,17 @@
-"""A stateful, framework-agnostic pruner: a schedule driving the global selection.
+"""A stateful, framework-agnostic pruner: a schedule driving the exact selection.
 
-The pruner is the conductor: it resolves its targets once, turns the schedule's cumulative target
-into the exact count still to prune (``round(target * total) - already_pruned``), seeds random
-methods, keeps the history and reports; the masking mode (:mod:`~tensorplay.ao.pruning.masking`)
-holds the masks. Any training loop calls ``pruner.step()`` after ``optimizer.step()``; the
-Lightning callback is an adapter over it. With the model's state_dict, its
-:meth:`Pruner.state_dict` resumes a run exactly, never pruning a step twice.
+The pruner is the conductor: it resolves its targets once, decides when a step prunes (the
+schedule's pruning steps, none skipped, none twice), seeds random methods, rewinds, keeps the
+history and reports. It delegates each other decision to one owner, asked, never string-tested:
+the scope (:mod:`~tensorplay.ao.pruning.scopes`) turns the schedule's cumulative target into
+counts over the units (``round(target * total) - already_pruned`` globally), the structure
+(:mod:`~tensorplay.ao.pruning.structures`) says what a unit is and where its scores come from,
+the masking mode (:mod:`~tensorplay.ao.pruning.masking`) holds the masks, and the importance
+(:mod:`~tensorplay.ao.pruning.importance`) scores the units. Its dealings with optimizers
+(attaching, gradient scores, gradient masks) are
+:class:`~tensorplay.ao.pruning.pruner_optimizers.OptimizerLinks`'. Any training loop calls
+``pruner.step()`` after ``optimizer.step()``; the framework callbacks are adapters over it. With
+the model's state_dict, its :meth:`Pruner.state_dict` resumes a run exactly.
 
 Example:
     >>> import torch
@@ -29,7 +35,6 @@ from typing import Any
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
-from tensorplay.ao.pruning.amount import caps_under, global_count, layerwise_counts
 from tensorplay.ao.pruning.attached_optimizers import AttachedOptimizers
 from tensorplay.ao.pruning.base import BasePruningMethod
 from tensorplay.ao.pruning.config import (
@@ -43,23 +48,25 @@ from tensorplay.ao.pruning.config import (
 )
 from tensorplay.ao.pruning.dtensor_targets import global_zeros
 from tensorplay.ao.pruning.importance import Importance, make_importance
-from tensorplay.ao.pruning.importance.step_hooks import GradientHooks
 from tensorplay.ao.pruning.masking import MaskingMode, masking_mode
-from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerAttachment, OptimizerHooks
+from tensorplay.ao.pruning.pair import Pair
+from tensorplay.ao.pruning.pruner_optimizers import OptimizerLinks
 from tensorplay.ao.pruning.pruner_state import Progress, load_progress, state_dict
+from tensorplay.ao.pruning.pruner_targets import resolve_targets
 from tensorplay.ao.pruning.rewind import copy_back, snapshot_due, snapshot_of
-from tensorplay.ao.pruning.row_pruning import prune_rows
 from tensorplay.ao.pruning.schedules import Schedule
+from tensorplay.ao.pruning.scopes import make_scope
 from tensorplay.ao.pruning.scores import ImportanceFn, target_scores
 from tensorplay.ao.pruning.seeding import cuda_devices, seeded
 from tensorplay.ao.pruning.stats import SparsityReport, TensorSparsity
+from tensorplay.ao.pruning.structures import ElementSpace
 from tensorplay.ao.pruning.targets import KeepDense, ModuleType
-from tensorplay.ao.pruning.tied_targets import Pair, Target, resolve_targets
+from tensorplay.ao.pruning.tied_targets import Target
 
 __all__ = ["Pruner"]
 
 
-class Pruner:
+class Pruner(OptimizerLinks):
     """Prune a model on a schedule from any training loop.
 
     Call :meth:`step` once per optimizer step (after ``optimizer.step()``); on the schedule's
@@ -140,6 +147,7 @@ class Pruner:
         self._importance.bind(self._targets)
         self._optimizers = AttachedOptimizers(optimizers)
         self._progress = Progress(seed=config.seed)
+        self._scope = make_scope(config.scope, config.min_density)
         if rewind == "init":
             self.take_snapshot()
 
@@ -205,16 +213,6 @@ class Pruner:
         return self._progress.permanent
 
     @property
-    def optimizers(self) -> list[Optimizer]:
-        """Optimizers whose state is cleared after each pruning step that pruned something;
-        may be replaced (e.g. once a framework has made them)."""
-        return self._optimizers.reset
-
-    @optimizers.setter
-    def optimizers(self, optimizers: Sequence[Optimizer]) -> None:
-        self._optimizers.reset = list(optimizers)
-
-    @property
     def targets(self) -> list[str]:
         """The canonical name of each target (the first of a tied parameter's names)."""
         return [target.name for target in self._targets]
@@ -255,125 +253,6 @@ class Pruner:
         mine = {id(target.parameter()) for target in self._targets}
         return [" = ".join(t.names) for t in other._targets if id(t.parameter()) in mine]
 
-    def attach(
-        self, *optimizers: Optimizer, mask_gradients: bool = True, accumulate: bool = True
-    ) -> OptimizerAttachment:
-        """Hook ``optimizers``: keep the pruned weights zero through their steps (lean masks:
-        the masking mode's hooks, :mod:`~tensorplay.ao.pruning.masking.optimizer_hooks`, mask
-        the gradients before each step and keep the weights and the state's pruned entries
-        zero), and, for an importance that reads gradients (movement, Taylor), call
-        :meth:`accumulate` before each of their steps, in either masking mode
-        (:mod:`~tensorplay.ao.pruning.importance.step_hooks`).
-
-        Args:
-            *optimizers: ``torch.optim.Optimizer`` instances, each holding at least one target;
-                a wrapper exposing its optimizer as ``.optimizer`` (Accelerate's
-                ``AcceleratedOptimizer``, Lightning's ``LightningOptimizer``) is unwrapped.
-            mask_gradients: ``False`` when the loop calls :meth:`mask_gradients` itself before
-                every step (before gradient clipping, as the Lightning callback does).
-            accumulate: ``False`` when the loop calls :meth:`accumulate` itself before every
-                step (a loop whose ``optimizer.step(closure)`` runs the backward inside the
-                step, as Lightning's does).
-
-        Returns:
-            A handle whose ``remove()`` takes the hooks off again.
-
-        Raises:
-            ValueError: Nothing to hook (``masking="reparametrize"`` with an importance that
-                reads no gradients), no optimizer is given, one holds no target, or is
-                attached already.
-            TypeError: An argument that is not an optimizer, or a non-bool ``mask_gradients``.
-            RuntimeError: After :meth:`make_permanent`.
-
-        Example:
-            >>> import torch
-            >>> from torch import nn
-            >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
-            >>> model = nn.Linear(8, 8)
-            >>> pruner = Pruner(model, OneShotSchedule(0.5), masking="inplace")
-            >>> optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-            >>> handle = pruner.attach(optimizer)
-            >>> _ = pruner.step()
-            >>> model(torch.randn(4, 8)).sum().backward()
-            >>> optimizer.step()
-            >>> int((model.weight == 0).sum())
-            32
-        """
-        gradients = bool(accumulate) and self._importance.needs_gradients
-        if not gradients:
-            self._mode.check_attach()
-        self._check_not_permanent("the masks are gone")
-
-        def held(optimizer: Optimizer) -> Any:
-            mine = self._held_by(optimizer)
-            return (lambda: self._mode.masked(mine)) if mine else None
-
-        def make(
-            optimizer: Optimizer, reader: Any, mask_gradients: bool, generation: Any
-        ) -> OptimizerHooks:
-            if not gradients:  # check_attach let only a mode with hooks through
-                return self._mode.optimizer_hooks(optimizer, reader, mask_gradients, generation)
-            inner = None
-            if self._mode.hooks_optimizers:
-                inner = self._mode.optimizer_hooks(optimizer, reader, mask_gradients, generation)
-            mine = self._held_by(optimizer)
-            return GradientHooks(
-                optimizer, inner, reader, lambda: self._importance.accumulate(mine)
-            )
-
-        return self._optimizers.attach(optimizers, held, make, mask_gradients, self.targets)
-
-    def _held_by(self, optimizer: Optimizer) -> list[Target]:
-        params = {id(p) for group in optimizer.param_groups for p in group["params"]}
-        return [t for t in self._targets if id(t.parameter()) in params]
-
-    def accumulate(self) -> int:
-        """Add the targets' current gradients to the importance's accumulators: call it once
-        per optimizer step, after every backward pass of the step and any gradient unscaling,
-        before ``optimizer.step()``. The optimizers given to :meth:`attach` call
-        it themselves; the Lightning callback calls it in ``on_before_optimizer_step``. A no-op
-        for scores that read no gradients (magnitude, Wanda).
-
-        Returns:
-            The number of targets that had a gradient.
-
-        Raises:
-            RuntimeError: After :meth:`make_permanent`.
-
-        Example:
-            >>> import torch
-            >>> from torch import nn
-            >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
-            >>> model = nn.Linear(4, 2)
-            >>> pruner = Pruner(model, OneShotSchedule(0.5, step=1), importance="movement")
-            >>> model(torch.randn(3, 4)).sum().backward()
-            >>> pruner.accumulate()
-            1
-            >>> pruner.step(0), pruner.step(1)
-            (0, 4)
-        """
-        self._check_not_permanent("pruning has ended")
-        return self._importance.accumulate(self._targets)
-
-    def mask_gradients(self) -> None:
-        """Zero the pruned entries of the targets' gradients now (lean masks; autograd does it
-        for the reparametrization): in a hand-written loop, before gradient clipping.
-
-        Example:
-            >>> import torch
-            >>> from torch import nn
-            >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
-            >>> model = nn.Linear(4, 4)
-            >>> pruner = Pruner(model, OneShotSchedule(0.5), masking="inplace")
-            >>> _ = pruner.step()
-            >>> model(torch.randn(2, 4)).sum().backward()
-            >>> pruner.mask_gradients()
-            >>> bool((model.weight.grad[~model.weight_mask] == 0).all())
-            True
-        """
-        self._mode.mask_gradients(self._targets)
-        self._optimizers.gradients_masked += 1
-
     def apply_masks(self) -> None:
         """Zero the pruned entries of the targets' weights now (lean masks; the forward does it for
         the reparametrization), e.g. after an EMA or a dense state_dict was copied in.
@@ -396,8 +275,12 @@ class Pruner:
     def step(self, step: int | None = None) -> int:
         """Advance to ``step``: check the weights against the masks (the masking mode's
         :meth:`~tensorplay.ao.pruning.masking.mode.MaskingMode.check_weights`), take the rewind
-        snapshot if due, and on a pruning step not pruned before prune (seeded with
-        ``seed + step``), then rewind and reset the optimizers' state if it pruned something.
+        snapshot if due, and if a pruning step lies between the last step and ``step`` (``step``
+        itself, or one the counter jumped over: :meth:`~tensorplay.ao.pruning.schedules.
+        Schedule.latest_pruning_step`) prune to the schedule's target at ``step`` (seeded with
+        ``seed + step``; :attr:`history` records ``step``), then rewind and reset the
+        optimizers' state if it pruned something. No pruning step is skipped, and none is
+        pruned twice.
 
         Args:
             step: The optimizer step just done; ``None`` for the last one plus 1 (0 at first).
@@ -412,21 +295,24 @@ class Pruner:
 
         Example:
             >>> from torch import nn
-            >>> from tensorplay.ao.pruning.schedules import LinearSchedule
+            >>> from tensorplay.ao.pruning.schedules import LinearSchedule, OneShotSchedule
             >>> pruner = Pruner(nn.Linear(10, 10), LinearSchedule(0.5, end_step=20, frequency=10))
             >>> [pruner.step(s) for s in (0, 5, 10, 10, 20, 30)]
             [0, 0, 25, 0, 25, 0]
+            >>> every_other = Pruner(nn.Linear(10, 10), OneShotSchedule(0.5, step=5))
+            >>> [every_other.step(s) for s in (0, 2, 4, 6, 8)], every_other.history
+            ([0, 0, 0, 50, 0], [(6, 0.5, 50)])
         """
         self._check_not_permanent("the reparametrization is gone, so nothing more can be pruned")
         step = self.last_step + 1 if step is None else check_int("step", step, 0)
-        pruning = self.schedule.should_prune(step) and step > self.last_pruned_step
+        pruning = self._progress.pruning_due(self.schedule, step)
         own = counts_itself(self.method)
         if pruning and self.importance_fn is None and (own or self.schedule(step) > 0):
             self._importance.check_ready(self._targets)  # a target of 0 needs no scores
         attached = bool(self._optimizers.hooks)
         if pruning or not attached:
             self._mode.check_weights(self._targets, attached=attached)
-        if snapshot_due(self.config, step, self._progress.snapshot is not None):
+        if snapshot_due(self.config, step, self.last_step, self._progress.snapshot is not None):
             self.take_snapshot()
         newly_pruned = 0
         if pruning:
@@ -434,7 +320,7 @@ class Pruner:
             target = self.schedule(step)
             devices = cuda_devices([target.parameter() for target in self._targets])
             with seeded(self.seed, step, devices):
-                newly_pruned = self._prune_own_count() if own else self._prune_to(target)
+                newly_pruned = self._prune_to(target, step)
             self._progress.last_pruned_step = step
             self._importance.after_pruning()
             if newly_pruned:
@@ -445,40 +331,18 @@ class Pruner:
         self._progress.last_step = step
         return newly_pruned
 
-    def _prune_own_count(self) -> int:
-        """Apply a method that decides its own count to each target on its own; the units
-        already pruned stay pruned."""
-        before = sum(self._masked_counts())
-        self._mode.prune_own_count(self._targets, self._scores(), self.method)
-        return sum(self._masked_counts()) - before
-
-    def _prune_to(self, target: float) -> int:
-        """Prune up to ``target`` sparsity; return the number of units newly pruned."""
+    def _prune_to(self, target: float, step: int) -> int:
+        """Prune up to ``target`` sparsity as the scope ranks the units (a method that decides
+        its own count: each target on its own); the units newly pruned."""
+        space = ElementSpace(self._targets, self._mode, self.method, self._scores)
+        if counts_itself(self.method):
+            return space.prune_own_count()
         if target <= 0:  # every count is 0 or less, in every scope: no scores needed
             return 0
-        pruned, numels = self._masked_counts(), self._numels()
-        caps = caps_under(self.min_density, pruned, numels)
-        if self.scope == "layerwise":
-            counts = layerwise_counts(target, pruned, numels, caps)
-            scores = self._scores()
-            for one, score, count in zip(self._targets, scores, counts, strict=True):
-                if count > 0:
-                    self._mode.prune([one], [score], self.method, count, None)
-            return sum(self._masked_counts()) - sum(pruned)
-        if self.scope == "row":
-            prune_rows(
-                self._mode, self._targets, self._scores(), self.method, target, self.min_density
-            )
-            return sum(self._masked_counts()) - sum(pruned)
-        limits = caps if self.min_density > 0 else None
-        count = global_count(target, pruned, numels, limits)
-        if count <= 0:
-            return 0
-        self._mode.prune(self._targets, self._scores(), self.method, count, limits)
-        return sum(self._masked_counts()) - sum(pruned)
+        return self._scope.prune_to(space, target, step)
 
-    def _scores(self) -> list[Tensor]:
-        return target_scores(self._targets, self.importance_fn, self._importance)
+    def _scores(self, targets: Sequence[Target]) -> list[Tensor]:
+        return target_scores(targets, self.importance_fn, self._importance)
 
     def target_sparsity(self, step: int | None = None) -> float:
         """The schedule's target at ``step`` (default: the last step taken).
@@ -536,10 +400,6 @@ class Pruner:
         if self.permanent:
             return global_zeros([target.parameter() for target in self._targets])
         return self._mode.pruned_counts(self._targets)
-
-    def _masked_counts(self) -> list[int]:
-        """Per target, the zeros of its mask: within a step, whose weights were just checked."""
-        return self._mode.pruned_counts(self._targets, read_weights=False)
 
     def _numels(self) -> list[int]:
         return [target.parameter().numel() for target in self._targets]

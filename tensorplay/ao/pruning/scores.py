@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning.dtensor_targets import check_scores
-from tensorplay.ao.pruning.importance.base import Importance
+from tensorplay.ao.pruning.importance.score import Importance
 from tensorplay.ao.pruning.tied_targets import Target
 
 __all__ = ["ImportanceFn", "target_scores"]
@@ -38,7 +38,7 @@ def target_scores(
     importance: Importance | None = None,
 ) -> list[Tensor]:
     """Each target's scores, detached: ``importance_fn``'s of its canonical pair, else
-    ``importance``'s (:meth:`~tensorplay.ao.pruning.importance.base.Importance.scores`), else
+    ``importance``'s (:meth:`~tensorplay.ao.pruning.importance.score.Importance.scores`), else
     its current unpruned values.
 
     Raises:

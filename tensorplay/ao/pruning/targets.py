@@ -39,6 +39,7 @@ from tensorplay.ao.pruning.aliases import TiedParameter, alias_map, parameter_gr
 from tensorplay.ao.pruning.base import BasePruningMethod
 from tensorplay.ao.pruning.frames import user_stacklevel
 from tensorplay.ao.pruning.imports import import_object
+from tensorplay.ao.pruning.pair import Pair
 from tensorplay.ao.pruning.reparametrization import parameter_of
 
 __all__ = [
@@ -313,7 +314,7 @@ def check_selection_args(
         )
 
 
-def owner(model: nn.Module, fq_name: str, expected: str) -> tuple[nn.Module, str]:
+def owner(model: nn.Module, fq_name: str, expected: str) -> Pair:
     """The module that ``fq_name`` (``"net.0.weight"``) lives in, and the tensor's own name.
 
     Raises:
@@ -547,7 +548,7 @@ def _describe_left_out(entry: _LeftOut, selection: _Selection) -> str:
     return f"{entry.cls}: {tensors}, {entry.numel:,} parameters ({' and '.join(hints)})"
 
 
-def resolve_parameters(model: nn.Module, names: Sequence[str]) -> list[tuple[nn.Module, str]]:
+def resolve_parameters(model: nn.Module, names: Sequence[str]) -> list[Pair]:
     """Turn fully qualified names into the ``(module, name)`` pairs the pruning API takes.
 
     Args:
@@ -570,7 +571,7 @@ def resolve_parameters(model: nn.Module, names: Sequence[str]) -> list[tuple[nn.
     names = list(_as_tuple("names", names))  # type: ignore[arg-type]
     if not names:
         raise ValueError("Expected `names` to name at least one parameter, but got none.")
-    pairs: list[tuple[nn.Module, str]] = []
+    pairs: list[Pair] = []
     seen: set[str] = set()
     for fq_name in names:
         if not isinstance(fq_name, str):

@@ -8,7 +8,6 @@ writes its mask pieces; the parent puts the pieces together and compares them bi
 
 from __future__ import annotations
 
-import socket
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from tensorplay.ao.pruning.selection import (
     clear_lowest,
     clear_lowest_capped,
 )
+from tests.core.gloo import file_rendezvous
 from tests.core.selection.reference import small_constants
 
 SHAPES = [(13, 7), (1, 5), (40, 3), (9,), (64, 16)]
@@ -108,10 +108,8 @@ def _source(keys: KeySpec, i: int) -> KeySpec:
     return SubsetKeys(keys, [i])
 
 
-def worker(rank: int, world: int, port: int, seeds: list[int], out: str) -> None:
-    dist.init_process_group(
-        "gloo", rank=rank, world_size=world, init_method=f"tcp://127.0.0.1:{port}"
-    )
+def worker(rank: int, world: int, init: str, seeds: list[int], out: str) -> None:
+    dist.init_process_group("gloo", rank=rank, world_size=world, init_method=init)
     results: dict[str, Any] = {}
     for seed in seeds:
         problem = case(seed)
@@ -165,11 +163,9 @@ def dtensor_case(world: int) -> dict[str, Any]:
 
 
 def run_workers(world: int, seeds: list[int], tmp_path: Path) -> list[dict[str, Any]]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    init = file_rendezvous(tmp_path)
     mp.start_processes(
-        worker, args=(world, port, seeds, str(tmp_path)), nprocs=world, start_method="spawn"
+        worker, args=(world, init, seeds, str(tmp_path)), nprocs=world, start_method="spawn"
     )
     return [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(world)]
 

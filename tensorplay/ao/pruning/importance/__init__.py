@@ -7,7 +7,7 @@
   ``sum_t |w_t * g_t|``, reset after each pruning step;
 * :mod:`~tensorplay.ao.pruning.importance.wanda`: ``"wanda"`` (Sun et al. 2023),
   ``|W| * ||X_j||_2`` from forward hooks, reset after each pruning step;
-* :mod:`~tensorplay.ao.pruning.importance.base`: the protocol the pruner asks;
+* :mod:`~tensorplay.ao.pruning.importance.score`: the protocol the pruner asks;
   :mod:`~tensorplay.ao.pruning.importance.registry`: the scores by name (a new score is one
   file and one line there).
 
@@ -16,11 +16,11 @@ Example:
     True
 """
 
-from tensorplay.ao.pruning.importance.base import Importance
 from tensorplay.ao.pruning.importance.registry import (
     ACCUMULATOR_DTYPES,
     IMPORTANCES,
     make_importance,
 )
+from tensorplay.ao.pruning.importance.score import Importance
 
 __all__ = ["ACCUMULATOR_DTYPES", "IMPORTANCES", "Importance", "make_importance"]

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from tensorplay.ao.pruning.dtensor_targets import sum_over_ranks
-from tensorplay.ao.pruning.importance.base import Importance
+from tensorplay.ao.pruning.importance.score import Importance
 from tensorplay.ao.pruning.selection.sharding import local_part
 from tensorplay.ao.pruning.tied_targets import Target
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from tensorplay.ao.pruning.importance.base import Importance
+from tensorplay.ao.pruning.importance.score import Importance
 
 __all__ = ["Magnitude"]
 

@@ -1,7 +1,7 @@
 """The importance scores by name: the one table ``importance=`` is looked up in.
 
 A new score is one module in this package (a subclass of
-:class:`~tensorplay.ao.pruning.importance.base.Importance`) and its line below; the
+:class:`~tensorplay.ao.pruning.importance.score.Importance`) and its line below; the
 configuration, the pruner, the callbacks and YAML then accept its name.
 
 Example:
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import torch
 
-from tensorplay.ao.pruning.importance.base import Importance
 from tensorplay.ao.pruning.importance.magnitude import Magnitude
 from tensorplay.ao.pruning.importance.movement import Movement
+from tensorplay.ao.pruning.importance.score import Importance
 from tensorplay.ao.pruning.importance.taylor import Taylor
 from tensorplay.ao.pruning.importance.wanda import Wanda
 

@@ -40,8 +40,8 @@ from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 from tensorplay.ao.pruning.dtensor_targets import local_rows, placed_like
-from tensorplay.ao.pruning.importance.base import Importance
 from tensorplay.ao.pruning.importance.input_features import FeatureLayout, feature_layout
+from tensorplay.ao.pruning.importance.score import Importance
 from tensorplay.ao.pruning.selection import local_part
 from tensorplay.ao.pruning.tied_targets import Target
 

@@ -45,6 +45,7 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 
 from tensorplay.ao.pruning.dtensor_targets import placed_like
+from tensorplay.ao.pruning.pair import Pair
 from tensorplay.ao.pruning.selection import local_part
 from tensorplay.ao.pruning.selection.checks import count_true
 
@@ -65,7 +66,6 @@ __all__ = [
 ]
 
 MASK_SUFFIX = "_mask"
-Pair = tuple[nn.Module, str]
 
 
 # -- where a lean mask lives -------------------------------------------------------------------

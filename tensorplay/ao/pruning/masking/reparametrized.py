@@ -37,7 +37,8 @@ from tensorplay.ao.pruning.methods import remove
 from tensorplay.ao.pruning.reparametrization import is_pruned_tensor, pruned_parts
 
 if TYPE_CHECKING:
-    from tensorplay.ao.pruning.tied_targets import Pair, Target
+    from tensorplay.ao.pruning.pair import Pair
+    from tensorplay.ao.pruning.tied_targets import Target
 
 __all__ = ["ReparametrizedMasks"]
 

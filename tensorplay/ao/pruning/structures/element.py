@@ -1,0 +1,96 @@
+"""The element structure: one unit per weight, one group per target.
+
+:class:`ElementSpace` is the :class:`~tensorplay.ao.pruning.scopes.units.UnitSpace` (and
+:class:`~tensorplay.ao.pruning.scopes.units.RowSpace`) of a pruning step: its groups are the
+pruner's targets, its keys the targets' scores (computed once per step, on first use, by the
+pruner's importance or ``importance_fn``), and pruning goes to the masking mode, which holds
+the masks. It also applies a method that decides its own count (an N:M method) to each target.
+
+Example:
+    >>> import torch
+    >>> from torch import nn
+    >>> from tensorplay.ao.pruning.masking import masking_mode
+    >>> from tensorplay.ao.pruning.methods import L1Unstructured
+    >>> from tensorplay.ao.pruning.tied_targets import Target
+    >>> first, second = nn.Linear(4, 2), nn.Linear(2, 2)
+    >>> targets = [Target(("a",), ((first, "weight"),)), Target(("b",), ((second, "weight"),))]
+    >>> scores = lambda chosen: [t.parameter().detach() for t in chosen]
+    >>> space = ElementSpace(targets, masking_mode("reparametrize"), L1Unstructured, scores)
+    >>> space.prune(3, groups=[1]), space.pruned()
+    (None, [0, 3])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from torch import Tensor
+
+from tensorplay.ao.pruning.base import BasePruningMethod
+from tensorplay.ao.pruning.masking.mode import MaskingMode
+from tensorplay.ao.pruning.row_pruning import prune_rows
+from tensorplay.ao.pruning.tied_targets import Target
+
+__all__ = ["ElementSpace"]
+
+Scores = Callable[[Sequence[Target]], list[Tensor]]
+
+
+class ElementSpace:
+    """The targets as groups of single weights (see the module).
+
+    Args:
+        targets: The pruner's targets.
+        mode: The masking mode that holds their masks.
+        method: The pruning method whose keys order the units.
+        scores: ``targets -> one score tensor each``, called once, on first use.
+    """
+
+    def __init__(
+        self,
+        targets: Sequence[Target],
+        mode: MaskingMode,
+        method: type[BasePruningMethod],
+        scores: Scores,
+    ) -> None:
+        self._targets = list(targets)
+        self._mode = mode
+        self._method = method
+        self._score = scores
+        self._scores: list[Tensor] | None = None
+        self.names = [target.name for target in self._targets]
+
+    def numels(self) -> list[int]:
+        """Per target, its weights."""
+        return [target.parameter().numel() for target in self._targets]
+
+    def pruned(self) -> list[int]:
+        """Per target, the zeros of its mask (within a step, whose weights were just checked)."""
+        return self._mode.pruned_counts(self._targets, read_weights=False)
+
+    def scores(self) -> list[Tensor]:
+        """The targets' scores, computed on the first call of this step."""
+        if self._scores is None:
+            self._scores = self._score(self._targets)
+        return self._scores
+
+    def prune(
+        self, count: int, groups: Sequence[int] | None = None, caps: Sequence[int] | None = None
+    ) -> None:
+        """Prune ``count`` more weights over the targets ``groups`` (all: ``None``)."""
+        chosen = range(len(self._targets)) if groups is None else groups
+        targets = [self._targets[i] for i in chosen]
+        scores = [self.scores()[i] for i in chosen]
+        self._mode.prune(targets, scores, self._method, count, caps)
+
+    def prune_rows(self, target: float, min_density: float) -> None:
+        """Prune every output row of every target to ``target`` sparsity
+        (:func:`~tensorplay.ao.pruning.row_pruning.prune_rows`)."""
+        prune_rows(self._mode, self._targets, self.scores(), self._method, target, min_density)
+
+    def prune_own_count(self) -> int:
+        """Apply a method that decides its own count to each target on its own (the units
+        already pruned stay pruned); the units newly pruned."""
+        before = sum(self.pruned())
+        self._mode.prune_own_count(self._targets, self.scores(), self._method)
+        return sum(self.pruned()) - before
