@@ -12,9 +12,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tensorplay.callbacks._loading import PrunableMixin
-    from tensorplay.callbacks.pruning import GradualPruning
-    from tensorplay.callbacks.transformers import GradualPruningCallback
+    from ._loading import PrunableMixin
+    from .pruning import GradualPruning
+    from .transformers import GradualPruningCallback
 
 __all__ = [
     # training: Lightning

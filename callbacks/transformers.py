@@ -30,13 +30,13 @@ from transformers.utils import logging
 from typing_extensions import override
 
 from tensorplay.ao.pruning.config import AccumulatorDtype, Masking, PrunerConfig, Rewind, Scope
-from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerAttachment
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.targets import KeepDense
-from tensorplay.callbacks._json_state import from_json, to_json
-from tensorplay.callbacks._metrics import pruning_metrics
-from tensorplay.callbacks._state import state_key_fields
+
+from ._json_state import from_json, to_json
+from ._lifecycle import PruningSession, on_rank_zero, split_arguments
+from ._state import state_key_fields
 
 __all__ = ["GradualPruningCallback"]
 
@@ -127,18 +127,41 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         importance: str = "magnitude",
         accumulator_dtype: AccumulatorDtype = "float32",
     ) -> None:
-        # In the order of PrunerConfig's fields, as the Lightning callback builds it.
-        self.config = PrunerConfig(
-            *(schedule, parameters, module_types, names, include, exclude, keep_dense),
-            *(method, scope, min_density, rewind, rewind_step, seed, masking),
-            *(importance, accumulator_dtype),
+        # Every argument, by name, to the one place that reads them (a test keeps the signature
+        # equal to the Lightning callback's).
+        config, options = split_arguments(locals())
+        self._session = PruningSession(
+            config,
+            options,
+            name="GradualPruningCallback",
+            built_when="a Trainer has been made with it",
+            inform=_inform_on_main_process,
         )
-        self.log_per_tensor = log_per_tensor
-        self.make_permanent = make_permanent
-        self.reset_optimizer_state = reset_optimizer_state
-        self.verbose = verbose
-        self._pruner: Pruner | None = None
-        self._attachment: OptimizerAttachment | None = None
+
+    @property
+    def config(self) -> PrunerConfig:
+        """The pruner's configuration, checked when the callback was made."""
+        return self._session.config
+
+    @property
+    def log_per_tensor(self) -> bool:
+        """Whether ``pruning/sparsity/<module>.<name>`` joins the logs too."""
+        return self._session.options.log_per_tensor
+
+    @property
+    def make_permanent(self) -> bool:
+        """Whether the pruning is made permanent at the end of training."""
+        return self._session.options.make_permanent
+
+    @property
+    def reset_optimizer_state(self) -> bool:
+        """Whether the optimizer's state is cleared after each pruning event."""
+        return self._session.options.reset_optimizer_state
+
+    @property
+    def verbose(self) -> bool:
+        """Whether pruning events and the final table are logged on the main process."""
+        return self._session.options.verbose
 
     @property
     def state_key(self) -> str:
@@ -149,11 +172,7 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
     @property
     def pruner(self) -> Pruner:
         """The pruner, built when the ``Trainer`` is made (before, a ``RuntimeError``)."""
-        if self._pruner is None:
-            raise RuntimeError(
-                "`GradualPruningCallback.pruner` exists once a Trainer has been made with it."
-            )
-        return self._pruner
+        return self._session.pruner
 
     @staticmethod
     def put_first(trainer: Trainer) -> None:
@@ -200,7 +219,8 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
                     f"{option}={getattr(args, option)!r}."
                 )
         if model is not None:
-            self._build(model)
+            # The Trainer loads a checkpoint's weights into the model's keys: they must match.
+            self._session.build(model)
 
     @override
     def on_train_begin(
@@ -216,22 +236,13 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         step ``global_step`` (0 unless resumed): a schedule may prune before training."""
         if model is None:
             raise ValueError("Expected the Trainer to pass its model to the callbacks.")
-        if self._pruner is None or self._pruner.model is not model:
+        if not self._session.built_for(model):
             self._check_not_resumed(state)
-            self._build(model)
+            self._session.build(model)
         if state.global_step > 0:  # resumed: the checkpoint's trainer_state.json is loaded
-            self.pruner.load_state_dict(self._saved_state(state))
-        self._detach()  # the optimizer of an earlier train()
-        lean = self.pruner.mode.hooks_optimizers and not self.pruner.permanent
-        if optimizer is not None and lean:
-            # The gradients are masked in on_pre_optimizer_step (after the Trainer's clipping).
-            self._attachment = self.pruner.attach(optimizer, mask_gradients=False, accumulate=False)
-        if self.reset_optimizer_state and optimizer is not None:
-            self.pruner.optimizers = [optimizer]
-        if self.config.rewind == "init" and self.pruner.last_step < 0:
-            self.pruner.take_snapshot()  # the weights training starts from, as loaded
-        if state.global_step != self.pruner.last_step:
-            self._step(state)
+            self._session.load_state_dict(self._saved_state(state))
+        self._session.start([] if optimizer is None else [optimizer])
+        self._session.step(state.global_step)
 
     @override
     def on_pre_optimizer_step(
@@ -240,19 +251,15 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         """Before each optimizer step (the one place the callback calls into the pruner
         before a step): with an attached optimizer, zero the pruned weights' gradients; add the
         final gradients to a gradient score (once per optimizer step, accumulation folded in)."""
-        if self._pruner is None or self._pruner.permanent:
-            return
-        if self._attachment is not None:
-            self.pruner.mask_gradients()
-        self.pruner.accumulate()  # a no-op for scores that read no gradients
+        self._session.before_optimizer_step()
 
     @override
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
         """Take the pruning step of the optimizer step just done."""
-        if self._pruner is not None and state.global_step != self.pruner.last_step:
-            self._step(state)
+        if self._session.built:
+            self._session.step(state.global_step)
 
     @override
     def on_log(
@@ -266,9 +273,9 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         """Add the pruning metrics to the training logs of this logging step: to ``logs`` (for
         the callbacks after this one) and to the entry the Trainer just put in
         ``state.log_history``."""
-        if self._pruner is None or logs is None or "loss" not in logs:
+        if not self._session.built or logs is None or "loss" not in logs:
             return  # evaluation and the end-of-training summary are logged without them
-        metrics = pruning_metrics(self.pruner, self.pruner.report(), self.log_per_tensor)
+        metrics = self._session.metrics(fresh=True)
         logs.update(metrics)
         last = state.log_history[-1] if state.log_history else {}
         if last.get("step") == state.global_step and last.get("loss") == logs["loss"]:
@@ -279,28 +286,14 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
         """Report the final sparsity; make the pruning permanent if asked."""
-        if self._pruner is None:
-            return
-        self._detach()
-        if self.verbose and state.is_world_process_zero:
-            logger.info(f"GradualPruningCallback: final sparsity\n{self.pruner.report()}")
-        if self.make_permanent and not self.pruner.permanent:
-            self.pruner.make_permanent()
+        self._session.finish()
 
     @override
     def state(self) -> dict[str, Any]:
         """What ``trainer_state.json`` keeps: the pruner's state (JSON) under :attr:`state_key`."""
-        pruner = None if self._pruner is None else to_json(self._pruner.state_dict())
+        saved = self._session.state_dict()
+        pruner = to_json(saved) if saved else None
         return {"args": {}, "attributes": {"state_key": self.state_key, "pruner": pruner}}
-
-    def _build(self, model: nn.Module) -> None:
-        seed = torch.initial_seed() if self.config.seed is None else self.config.seed
-        # Rank zero's seed on every rank: random methods then draw the same masks everywhere.
-        config = PrunerConfig(**{**self.config.as_kwargs(), "seed": _rank_zero(int(seed))})
-        pruner = Pruner(model, **config.as_kwargs())
-        self._pruner = pruner
-        # The Trainer loads a checkpoint's weights into the model's keys: they must match.
-        pruner.reparametrize()
 
     def _check_not_resumed(self, state: TrainerState) -> None:
         if state.global_step > 0:
@@ -325,25 +318,8 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
             "has none: it was saved without this callback, or with another configuration."
         )
 
-    def _step(self, state: TrainerState) -> None:
-        pruned = self.pruner.step(state.global_step)
-        if pruned > 0 and self.verbose and state.is_world_process_zero:
-            report = self.pruner.report()
-            logger.info(
-                f"GradualPruningCallback: step {state.global_step}: pruned {pruned} more units, "
-                f"sparsity {report.sparsity:.4f} (target {self.pruner.target_sparsity():.4f})."
-            )
 
-    def _detach(self) -> None:
-        if self._attachment is not None:
-            self._attachment.remove()
-            self._attachment = None
-
-
-def _rank_zero(value: int) -> int:
-    """``value`` as rank zero has it, when a process group is up."""
-    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-        return value
-    values = [value]
-    torch.distributed.broadcast_object_list(values, src=0)
-    return int(values[0])
+def _inform_on_main_process(message: str) -> None:
+    """``message`` at ``INFO`` on the main process, through the library's logger."""
+    if on_rank_zero():
+        logger.info(message)
