@@ -104,9 +104,10 @@ def run_once(tree: Path, script: Path, args: list[str], out: Path) -> dict[str, 
 def measurements(results: dict[str, Any]) -> dict[Key, float | None]:
     """Every timed measurement of a script's results: key to seconds (``None``: an error).
 
-    A measurement is a dict with ``seconds`` (or ``error``) inside a row of a list of rows; its
-    key is the file stem, the list's name unless it is ``rows``, the row's strings and numbers
-    in order, and the dict's name.
+    A measurement is a dict with ``seconds`` (or ``error``) inside a row of a list of rows, or
+    an entry of a row's ``seconds`` dict (way: seconds); its key is the file stem, the list's
+    name unless it is ``rows``, the row's strings and numbers in order, and the dict's (or the
+    way's) name.
     """
     found: dict[Key, float | None] = {}
     for stem, result in results.items():
@@ -120,6 +121,9 @@ def measurements(results: dict[str, Any]) -> dict[Key, float | None]:
                     if isinstance(value, dict) and ("seconds" in value or "error" in value):
                         key = (*prefix, *fields, name)
                         found[key] = value.get("seconds")
+                    elif name == "seconds" and isinstance(value, dict):  # {way: seconds}
+                        for way, seconds in value.items():
+                            found[(*prefix, *fields, way)] = float(seconds)
     return found
 
 

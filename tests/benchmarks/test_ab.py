@@ -49,6 +49,19 @@ def test_measurements_are_keyed_by_the_rows_fields_and_the_mode() -> None:
     }
 
 
+def test_a_rows_seconds_by_way_are_measurements_too() -> None:
+    results = {
+        "training_overhead": {
+            "width": 256,
+            "rows": [{"batch": 64, "seconds": {"dense": 0.1, "lean": 0.12}, "rounds": [1.0]}],
+        }
+    }
+    assert _ab().measurements(results) == {
+        ("training_overhead", "64", "dense"): 0.1,
+        ("training_overhead", "64", "lean"): 0.12,
+    }
+
+
 def test_rounds_alternate_which_side_goes_first() -> None:
     assert list(_ab().alternate(3)) == [
         (0, "old"),

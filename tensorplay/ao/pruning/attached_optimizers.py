@@ -24,13 +24,17 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from torch import Tensor
 from torch.optim import Optimizer
 
 from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerAttachment, OptimizerHooks
 
-__all__ = ["AttachedOptimizers", "HookFactory", "unwrap_optimizer"]
+if TYPE_CHECKING:
+    from tensorplay.ao.pruning.tied_targets import Target
+
+__all__ = ["AttachedOptimizers", "HookFactory", "held_targets", "unwrap_optimizer"]
 
 # (optimizer, the params and masks of its targets, mask_gradients, generation) -> hooks.
 HookFactory = Callable[
@@ -64,6 +68,33 @@ def unwrap_optimizer(optimizer: object) -> object:
             found = inner
         inner = getattr(inner, "optimizer", None)
     return found
+
+
+def held_targets(optimizer: object, targets: Sequence[Target]) -> list[Target]:
+    """The ``targets`` whose parameter ``optimizer`` (unwrapped, see :func:`unwrap_optimizer`)
+    holds in one of its parameter groups, in the targets' order.
+
+    Raises:
+        TypeError: ``optimizer`` is not a ``torch.optim.Optimizer`` or a wrapper of one.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from tensorplay.ao.pruning.tied_targets import Target
+        >>> first, second = nn.Linear(2, 2), nn.Linear(2, 2)
+        >>> targets = [Target(("0",), ((first, "weight"),)), Target(("1",), ((second, "weight"),))]
+        >>> optimizer = torch.optim.SGD(second.parameters(), lr=0.1)
+        >>> [target.name for target in held_targets(optimizer, targets)]
+        ['1']
+    """
+    inner = unwrap_optimizer(optimizer)
+    if not isinstance(inner, Optimizer):
+        raise TypeError(
+            "Expected `optimizer` to be a torch.optim.Optimizer (or a wrapper of one exposing "
+            f"it as .optimizer), but got {type(optimizer).__name__}."
+        )
+    params = {id(p) for group in inner.param_groups for p in group["params"]}
+    return [target for target in targets if id(target.parameter()) in params]
 
 
 class AttachedOptimizers:

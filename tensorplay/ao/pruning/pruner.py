@@ -30,8 +30,9 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 
 from tensorplay.ao.pruning.amount import caps_under, global_count, layerwise_counts
-from tensorplay.ao.pruning.attached_optimizers import AttachedOptimizers
+from tensorplay.ao.pruning.attached_optimizers import AttachedOptimizers, held_targets
 from tensorplay.ao.pruning.base import BasePruningMethod
+from tensorplay.ao.pruning.collapse import CollapseWatch
 from tensorplay.ao.pruning.config import (
     AccumulatorDtype,
     Masking,
@@ -54,7 +55,7 @@ from tensorplay.ao.pruning.scores import ImportanceFn, target_scores
 from tensorplay.ao.pruning.seeding import cuda_devices, seeded
 from tensorplay.ao.pruning.stats import SparsityReport, TensorSparsity
 from tensorplay.ao.pruning.targets import KeepDense, ModuleType
-from tensorplay.ao.pruning.tied_targets import Pair, Target, resolve_targets
+from tensorplay.ao.pruning.tied_targets import Pair, resolve_targets
 
 __all__ = ["Pruner"]
 
@@ -140,6 +141,7 @@ class Pruner:
         self._importance.bind(self._targets)
         self._optimizers = AttachedOptimizers(optimizers)
         self._progress = Progress(seed=config.seed)
+        self._collapse = CollapseWatch()
         if rewind == "init":
             self.take_snapshot()
 
@@ -305,7 +307,7 @@ class Pruner:
         self._check_not_permanent("the masks are gone")
 
         def held(optimizer: Optimizer) -> Any:
-            mine = self._held_by(optimizer)
+            mine = held_targets(optimizer, self._targets)
             return (lambda: self._mode.masked(mine)) if mine else None
 
         def make(
@@ -316,29 +318,48 @@ class Pruner:
             inner = None
             if self._mode.hooks_optimizers:
                 inner = self._mode.optimizer_hooks(optimizer, reader, mask_gradients, generation)
-            mine = self._held_by(optimizer)
-            return GradientHooks(
-                optimizer, inner, reader, lambda: self._importance.accumulate(mine)
-            )
+            return GradientHooks(optimizer, inner, reader, lambda: self.accumulate(optimizer))
 
         return self._optimizers.attach(optimizers, held, make, mask_gradients, self.targets)
 
-    def _held_by(self, optimizer: Optimizer) -> list[Target]:
-        params = {id(p) for group in optimizer.param_groups for p in group["params"]}
-        return [t for t in self._targets if id(t.parameter()) in params]
+    def held_by(self, optimizer: Optimizer) -> list[str]:
+        """The names of the targets whose parameter ``optimizer`` holds (a wrapper exposing its
+        optimizer as ``.optimizer`` is unwrapped, as :meth:`attach` does): with several
+        optimizers (a GAN's generator and discriminator), attach only those holding some.
 
-    def accumulate(self) -> int:
+        Raises:
+            TypeError: ``optimizer`` is not an optimizer or a wrapper of one.
+
+        Example:
+            >>> import torch
+            >>> from torch import nn
+            >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+            >>> model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+            >>> pruner = Pruner(model, OneShotSchedule(0.5))
+            >>> pruner.held_by(torch.optim.SGD(model[1].parameters(), lr=0.1))
+            ['1.weight']
+        """
+        return [target.name for target in held_targets(optimizer, self._targets)]
+
+    def accumulate(self, optimizer: Optimizer | None = None) -> int:
         """Add the targets' current gradients to the importance's accumulators: call it once
         per optimizer step, after every backward pass of the step and any gradient unscaling,
-        before ``optimizer.step()``. The optimizers given to :meth:`attach` call
-        it themselves; the Lightning callback calls it in ``on_before_optimizer_step``. A no-op
-        for scores that read no gradients (magnitude, Wanda).
+        before ``optimizer.step()``. With several optimizers, pass the one about to step: only
+        the targets it holds (:meth:`held_by`) are accumulated, each once per step of its own
+        optimizer, from the gradients that optimizer uses. The optimizers given to
+        :meth:`attach` call it themselves, that way; the Lightning callback calls it in
+        ``on_before_optimizer_step``. A no-op for scores that read no gradients (magnitude,
+        Wanda).
+
+        Args:
+            optimizer: The optimizer about to step (or a wrapper of it); ``None``: every target.
 
         Returns:
-            The number of targets that had a gradient.
+            The number of targets that had a gradient (0 for an optimizer that holds none).
 
         Raises:
             RuntimeError: After :meth:`make_permanent`.
+            TypeError: ``optimizer`` is not an optimizer or a wrapper of one.
 
         Example:
             >>> import torch
@@ -349,11 +370,14 @@ class Pruner:
             >>> model(torch.randn(3, 4)).sum().backward()
             >>> pruner.accumulate()
             1
+            >>> pruner.accumulate(torch.optim.SGD([nn.Parameter(torch.ones(1))], lr=0.1))
+            0
             >>> pruner.step(0), pruner.step(1)
             (0, 4)
         """
         self._check_not_permanent("pruning has ended")
-        return self._importance.accumulate(self._targets)
+        targets = self._targets if optimizer is None else held_targets(optimizer, self._targets)
+        return self._importance.accumulate(targets)
 
     def mask_gradients(self) -> None:
         """Zero the pruned entries of the targets' gradients now (lean masks; autograd does it
@@ -396,8 +420,12 @@ class Pruner:
     def step(self, step: int | None = None) -> int:
         """Advance to ``step``: check the weights against the masks (the masking mode's
         :meth:`~tensorplay.ao.pruning.masking.mode.MaskingMode.check_weights`), take the rewind
-        snapshot if due, and on a pruning step not pruned before prune (seeded with
-        ``seed + step``), then rewind and reset the optimizers' state if it pruned something.
+        snapshot if due, and if a pruning step lies between the last step and ``step`` (``step``
+        itself, or one the counter jumped over: :meth:`~tensorplay.ao.pruning.schedules.
+        Schedule.latest_pruning_step`) prune to the schedule's target at ``step`` (seeded with
+        ``seed + step``; :attr:`history` records ``step``), then rewind and reset the
+        optimizers' state if it pruned something. No pruning step is skipped, and none is
+        pruned twice.
 
         Args:
             step: The optimizer step just done; ``None`` for the last one plus 1 (0 at first).
@@ -412,21 +440,24 @@ class Pruner:
 
         Example:
             >>> from torch import nn
-            >>> from tensorplay.ao.pruning.schedules import LinearSchedule
+            >>> from tensorplay.ao.pruning.schedules import LinearSchedule, OneShotSchedule
             >>> pruner = Pruner(nn.Linear(10, 10), LinearSchedule(0.5, end_step=20, frequency=10))
             >>> [pruner.step(s) for s in (0, 5, 10, 10, 20, 30)]
             [0, 0, 25, 0, 25, 0]
+            >>> every_other = Pruner(nn.Linear(10, 10), OneShotSchedule(0.5, step=5))
+            >>> [every_other.step(s) for s in (0, 2, 4, 6, 8)], every_other.history
+            ([0, 0, 0, 50, 0], [(6, 0.5, 50)])
         """
         self._check_not_permanent("the reparametrization is gone, so nothing more can be pruned")
         step = self.last_step + 1 if step is None else check_int("step", step, 0)
-        pruning = self.schedule.should_prune(step) and step > self.last_pruned_step
+        pruning = self._progress.pruning_due(self.schedule, step)
         own = counts_itself(self.method)
         if pruning and self.importance_fn is None and (own or self.schedule(step) > 0):
             self._importance.check_ready(self._targets)  # a target of 0 needs no scores
         attached = bool(self._optimizers.hooks)
         if pruning or not attached:
             self._mode.check_weights(self._targets, attached=attached)
-        if snapshot_due(self.config, step, self._progress.snapshot is not None):
+        if snapshot_due(self.config, step, self.last_step, self._progress.snapshot is not None):
             self.take_snapshot()
         newly_pruned = 0
         if pruning:
@@ -434,7 +465,7 @@ class Pruner:
             target = self.schedule(step)
             devices = cuda_devices([target.parameter() for target in self._targets])
             with seeded(self.seed, step, devices):
-                newly_pruned = self._prune_own_count() if own else self._prune_to(target)
+                newly_pruned = self._prune_own_count() if own else self._prune_to(target, step)
             self._progress.last_pruned_step = step
             self._importance.after_pruning()
             if newly_pruned:
@@ -452,7 +483,7 @@ class Pruner:
         self._mode.prune_own_count(self._targets, self._scores(), self.method)
         return sum(self._masked_counts()) - before
 
-    def _prune_to(self, target: float) -> int:
+    def _prune_to(self, target: float, step: int) -> int:
         """Prune up to ``target`` sparsity; return the number of units newly pruned."""
         if target <= 0:  # every count is 0 or less, in every scope: no scores needed
             return 0
@@ -475,7 +506,9 @@ class Pruner:
         if count <= 0:
             return 0
         self._mode.prune(self._targets, self._scores(), self.method, count, limits)
-        return sum(self._masked_counts()) - sum(pruned)
+        after = self._masked_counts()
+        self._collapse.check(self.targets, numels, pruned, after, step)
+        return sum(after) - sum(pruned)
 
     def _scores(self) -> list[Tensor]:
         return target_scores(self._targets, self.importance_fn, self._importance)

@@ -34,6 +34,7 @@ from torch import Tensor
 
 from tensorplay.ao.pruning.config import PrunerConfig, check_int
 from tensorplay.ao.pruning.rewind import check_values
+from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.targets import method_name
 from tensorplay.ao.pruning.tied_targets import Target
 
@@ -87,6 +88,23 @@ class Progress:
     permanent: bool = False
     snapshot: dict[str, Tensor] | None = None
     importance: dict[str, Any] = field(default_factory=dict)
+
+    def pruning_due(self, schedule: Schedule, step: int) -> bool:
+        """Whether ``step`` prunes: a pruning step of ``schedule`` lies between the last step
+        taken (or pruned) and ``step`` (a counter that jumps past a pruning step prunes at the
+        first step after it, to the schedule's target there), or ``step`` is a pruning step not
+        pruned yet.
+
+        Example:
+            >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+            >>> progress = Progress(seed=None, last_step=4)
+            >>> [progress.pruning_due(OneShotSchedule(0.5, step=5), step) for step in (4, 6)]
+            [False, True]
+        """
+        if step > self.last_step:
+            after = max(self.last_step, self.last_pruned_step)
+            return schedule.latest_pruning_step(after, step) is not None
+        return schedule.should_prune(step) and step > self.last_pruned_step
 
 
 def state_dict(

@@ -42,22 +42,29 @@ def snapshot_of(targets: Sequence[Target]) -> dict[str, Tensor]:
     return {target.name: target.parameter().detach().clone() for target in targets}
 
 
-def snapshot_due(config: PrunerConfig, step: int, taken: bool) -> bool:
-    """Whether the snapshot is to be taken now, at ``step`` (``"step"`` at ``rewind_step``).
+def snapshot_due(config: PrunerConfig, step: int, last_step: int, taken: bool) -> bool:
+    """Whether the snapshot is to be taken now, at ``step`` after ``last_step``
+    (``rewind="step"``: at ``rewind_step``, or at the first step past it if the counter jumped
+    over it since a step the pruner took; a first step past it is a run resumed without the
+    pruner's state, whose snapshot is gone).
 
     Raises:
         RuntimeError: The snapshot is due and was neither ``taken`` nor loaded.
 
     Example:
         >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
-        >>> config = PrunerConfig(OneShotSchedule(0.5), rewind="step", rewind_step=2)
-        >>> [snapshot_due(config, step, False) for step in (1, 2)]
+        >>> config = PrunerConfig(OneShotSchedule(0.5), rewind="step", rewind_step=3)
+        >>> [snapshot_due(config, step, step - 2, False) for step in (2, 4)]
         [False, True]
     """
     if config.rewind == "none" or taken:
         return False
-    if config.rewind == "step" and step <= config.rewind_step:
-        return step == config.rewind_step
+    if config.rewind == "step" and step < config.rewind_step:
+        return False
+    if config.rewind == "step" and (
+        step == config.rewind_step or 0 <= last_step < config.rewind_step
+    ):
+        return True
     due = "the initial values" if config.rewind == "init" else f"step {config.rewind_step}"
     raise RuntimeError(
         f"Expected the rewind snapshot of {due} to be taken or loaded with "

@@ -2,10 +2,12 @@
 
 A schedule is a small frozen dataclass. Calling it with a step gives the fraction of the selected
 units that should be pruned once that step is done; :meth:`Schedule.should_prune` says whether the
-step is a pruning step. Between pruning steps the target is held at the value of the last pruning
-step, and after the window it is held at its final value, so the value never depends on how often
-it is asked. Schedules speak in *cumulative* sparsity; the pruner turns a target into an exact
-count, ``round(target * total) - already_pruned``.
+step is a pruning step, and :meth:`Schedule.latest_pruning_step` finds the last one in a range of
+steps (a step counter that jumps past a pruning step prunes at the first step after it).
+Between pruning steps the target is held at the value of the last pruning step, and after the
+window it is held at its final value, so the value never depends on how often it is asked.
+Schedules speak in *cumulative* sparsity; the pruner turns a target into an exact count,
+``round(target * total) - already_pruned``.
 
 Every schedule serialises with :meth:`Schedule.to_dict` to the form jsonargparse and
 LightningCLI write, ``{"class_path": "<import path>", "init_args": {...}}``, and comes back with
@@ -76,6 +78,16 @@ def _in_window(step: int, start_step: int, end_step: int | None, frequency: int)
     return (step - start_step) % frequency == 0
 
 
+def _latest_in_window(
+    after: int, until: int, start_step: int, end_step: int | None, frequency: int
+) -> int | None:
+    """The last step of ``start_step + k * frequency`` (up to ``end_step``) in (after, until]."""
+    if until < start_step:
+        return None
+    latest = _last_pruning_step(until, start_step, end_step, frequency)
+    return latest if latest > after else None
+
+
 def _last_pruning_step(step: int, start_step: int, end_step: int | None, frequency: int) -> int:
     """The last pruning step at or before ``step`` (``step`` must be >= ``start_step``)."""
     if end_step is not None:
@@ -109,6 +121,26 @@ class Schedule(ABC):
     @abstractmethod
     def should_prune(self, step: int) -> bool:
         """Whether ``step`` is a pruning step."""
+
+    def latest_pruning_step(self, after: int, until: int) -> int | None:
+        """The last pruning step in ``(after, until]``, or ``None`` if there is none.
+
+        A step counter may pass a pruning step without landing on it (two optimizers each
+        advancing it, a loop stepping the pruner every other step): the pruner asks this to
+        prune at the first step past one. The built-in schedules answer in closed form; this
+        generic version asks :meth:`should_prune` of each step from ``until`` down, so a
+        subclass whose pruning steps are far apart may override it.
+
+        Example:
+            >>> OneShotSchedule(0.5, step=5).latest_pruning_step(4, 6)
+            5
+            >>> LinearSchedule(0.5, end_step=20, frequency=5).latest_pruning_step(11, 14) is None
+            True
+        """
+        for step in range(until, max(after, -1), -1):
+            if self.should_prune(step):
+                return step
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         """``{"class_path", "init_args"}``, as jsonargparse writes it; see :func:`schedule_from_dict`.
@@ -186,6 +218,9 @@ class _PolynomialSchedule(Schedule):
 
     def should_prune(self, step: int) -> bool:
         return _in_window(step, self.start_step, self.end_step, self.frequency)
+
+    def latest_pruning_step(self, after: int, until: int) -> int | None:
+        return _latest_in_window(after, until, self.start_step, self.end_step, self.frequency)
 
 
 @dataclass(frozen=True)
@@ -296,6 +331,9 @@ class ConstantSchedule(Schedule):
     def should_prune(self, step: int) -> bool:
         return _in_window(step, self.start_step, self.end_step, self.frequency)
 
+    def latest_pruning_step(self, after: int, until: int) -> int | None:
+        return _latest_in_window(after, until, self.start_step, self.end_step, self.frequency)
+
 
 @dataclass(frozen=True)
 class OneShotSchedule(Schedule):
@@ -326,6 +364,9 @@ class OneShotSchedule(Schedule):
 
     def should_prune(self, step: int) -> bool:
         return step == self.step
+
+    def latest_pruning_step(self, after: int, until: int) -> int | None:
+        return self.step if after < self.step <= until else None
 
 
 @dataclass(frozen=True)
@@ -381,6 +422,13 @@ class ExponentialSchedule(Schedule):
             return False
         return self.rounds is None or (step - self.start_step) // self.every < self.rounds
 
+    def latest_pruning_step(self, after: int, until: int) -> int | None:
+        end = self.end_step
+        if self.rounds is not None:
+            last_round = self.start_step + (self.rounds - 1) * self.every
+            end = last_round if end is None else min(end, last_round)
+        return _latest_in_window(after, until, self.start_step, end, self.every)
+
 
 @dataclass(frozen=True)
 class CallableSchedule(Schedule):
@@ -434,6 +482,9 @@ class CallableSchedule(Schedule):
 
     def should_prune(self, step: int) -> bool:
         return _in_window(step, self.start_step, self.end_step, self.frequency)
+
+    def latest_pruning_step(self, after: int, until: int) -> int | None:
+        return _latest_in_window(after, until, self.start_step, self.end_step, self.frequency)
 
     def init_args(self) -> dict[str, Any]:
         """The arguments with ``fn`` as its import path.

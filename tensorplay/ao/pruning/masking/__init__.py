@@ -5,8 +5,9 @@
 * :mod:`~tensorplay.ao.pruning.masking.reparametrized`: ``"reparametrize"``, torch's
   ``<name>_orig``/``<name>_mask``/hook;
 * :mod:`~tensorplay.ao.pruning.masking.lean`: ``"inplace"``, the lean bool masks, with their
-  primitives (:mod:`~tensorplay.ao.pruning.masking.lean_masks`) and optimizer hooks
-  (:mod:`~tensorplay.ao.pruning.masking.optimizer_hooks`);
+  primitives (:mod:`~tensorplay.ao.pruning.masking.lean_masks`), optimizer hooks
+  (:mod:`~tensorplay.ao.pruning.masking.optimizer_hooks`) and gradient hooks
+  (:mod:`~tensorplay.ao.pruning.masking.gradient_masks`);
 * :mod:`~tensorplay.ao.pruning.masking.readers`: a tensor's mask whichever mode holds it.
 
 :func:`masking_mode` is the one place a ``masking=`` string becomes a mode.

@@ -4,7 +4,9 @@
 ``DTensor``), its mask is a bool buffer ``<name>_mask``
 (:mod:`~tensorplay.ao.pruning.masking.lean_masks`) and its pruned entries are zero. Nothing is
 recomputed per forward; attached optimizers keep the zeros
-(:mod:`~tensorplay.ao.pruning.masking.optimizer_hooks`). Sharded targets are this mode's concern
+(:mod:`~tensorplay.ao.pruning.masking.optimizer_hooks`), and each target's gradient is masked as
+soon as autograd accumulates it, before any clipping reads it
+(:mod:`~tensorplay.ao.pruning.masking.gradient_masks`). Sharded targets are this mode's concern
 alone: :meth:`LeanMasks.check_step` checks their layout once per pruning step, the selection runs
 across ranks, and counts are global.
 
@@ -48,6 +50,7 @@ from tensorplay.ao.pruning.dtensor_targets import (
     sharding_of,
     sum_over_ranks,
 )
+from tensorplay.ao.pruning.masking.gradient_masks import GradientMasks
 from tensorplay.ao.pruning.masking.lean_masks import (
     apply_masks,
     install_mask,
@@ -87,9 +90,11 @@ class LeanMasks:
         # The version of each weight when its zeros were last written or read: an in-place
         # write (an optimizer step, a copy) changes it, so an unchanged one needs no reading.
         self._settled: dict[int, int] = {}
+        self._gradient_masks = GradientMasks()
 
     def check_targets(self, targets: Sequence[Target]) -> None:
-        """Refuse targets that the reparametrization prunes.
+        """Refuse targets that the reparametrization prunes; hook the gradients of those that
+        hold a lean mask already (a restored checkpoint).
 
         Raises:
             ValueError: naming the tensor.
@@ -103,6 +108,7 @@ class LeanMasks:
                         f"pruner has masking='inplace', but it has `{name}_orig`: make its "
                         "pruning permanent first (remove()), or use masking='reparametrize'."
                     )
+        self._gradient_masks.install([t for t in targets if lean_mask(*t.pair) is not None])
 
     def check_step(self, targets: Sequence[Target], method: type[BasePruningMethod]) -> None:
         """Sharded targets: the layout FSDP2 gives, and a method that streams.
@@ -130,6 +136,7 @@ class LeanMasks:
         for target in targets:
             if lean_mask(*target.pair) is None:
                 install_mask(target.pairs, self._mask_or_new(target))
+        self._gradient_masks.install(targets)
 
     def _mask_or_new(self, target: Target) -> Tensor:
         """The target's lean mask, or a new all-``True`` one (not installed yet)."""
@@ -161,6 +168,7 @@ class LeanMasks:
         select_in_place(method, count, sources, local_keeps, labels, limits, sharding, zero=zero)
         for target, keep in zip(targets, keeps, strict=True):
             install_mask(target.pairs, keep)
+        self._gradient_masks.install(targets)
         _settle(self._settled, params)
 
     def prune_each(
@@ -176,6 +184,7 @@ class LeanMasks:
             clear(index, local_tensor(score.detach()).to(local.device), local)
         for target, keep in zip(targets, keeps, strict=True):
             install_mask(target.pairs, keep)
+        self._gradient_masks.install(targets)
         self._zero([target.parameter() for target in targets], keeps)
 
     def prune_own_count(
@@ -194,6 +203,7 @@ class LeanMasks:
             mask.logical_and_(keep)
         for target, mask in zip(targets, current, strict=True):
             install_mask(target.pairs, mask)
+        self._gradient_masks.install(targets)
         self._zero(*self.masked(targets))
 
     def pruned_counts(self, targets: Sequence[Target], *, read_weights: bool = True) -> list[int]:
@@ -238,7 +248,9 @@ class LeanMasks:
         self.apply_masks([target])
 
     def make_permanent(self, targets: Sequence[Target]) -> None:
-        """Zero the pruned weights and drop the masks; pruned units hold ``+0.0``."""
+        """Zero the pruned weights and drop the masks and gradient hooks; pruned units hold
+        ``+0.0``."""
+        self._gradient_masks.remove()
         self.apply_masks(targets)
         with torch.no_grad():
             for target in targets:
