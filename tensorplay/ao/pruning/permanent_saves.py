@@ -9,11 +9,12 @@ training framework's checkpoints, ``torch.save(model.state_dict())``. The model 
 changed: it keeps its masks and trains on.
 
 ``load_state_dict`` takes that form back: a ``<name>`` loads into the values (``<name>_orig``,
-or the lean parameter) and the masks stay as they are. What the zeros of a saved model cannot
-tell is which zeros were pruned and which were kept weights that happen to be exactly zero (a
-zero-initialised LoRA ``B``): :func:`kept_zeros` lists those (usually none), and
-:func:`restore_masks` rebuilds exact masks from the loaded zeros and that list, so a run saved
-this way resumes with the masks it had.
+or the lean parameter) and its zeros into the mask, as a state_dict in the training form brings
+its ``<name>_mask``. What the zeros of a saved model cannot tell is which zeros were pruned and
+which were kept weights that happen to be exactly zero (a zero-initialised LoRA ``B``): those
+load pruned. :func:`kept_zeros` lists them (usually none) when the model is saved, and
+:func:`restore_masks` rebuilds the exact masks from the loaded zeros and that list, so a run
+saved this way resumes with the masks it had.
 
 ``state_dict(keep_vars=True)`` (which asks for the live parameters) is left in the training form.
 A lean tensor (``masking="inplace"``) whose pruned weights are not zero cannot be saved right
@@ -50,7 +51,6 @@ from torch import Tensor, nn
 
 from tensorplay.ao.pruning.masking.lean_masks import (
     MASK_SUFFIX,
-    apply_masks,
     lean_mask,
     revived_counts,
 )
@@ -143,8 +143,8 @@ class _SavePermanent:
 
 
 class _LoadPermanent:
-    """A ``load_state_dict`` pre-hook: a masked tensor saved as ``<name>`` loads into its values
-    and keeps its mask; records which names were loaded that way."""
+    """A ``load_state_dict`` pre-hook: a masked tensor saved as ``<name>`` loads into its values,
+    and its zeros into its mask; records which names were loaded that way."""
 
     def __init__(self) -> None:
         self.loaded: set[str] = set()
@@ -165,21 +165,21 @@ class _LoadPermanent:
         for name in _masked_names(module):
             key, mask_key = prefix + name, prefix + name + MASK_SUFFIX
             found = masked_values(module, name)
-            if found is None or key not in state_dict:
-                continue  # the training form, or missing: for the load to judge
+            value = state_dict.get(key)
+            if found is None or not isinstance(value, Tensor):
+                continue  # missing: for the load to judge
             if name + _ORIG in module._parameters:
                 if key + _ORIG in state_dict:
-                    continue
+                    continue  # the training form
                 state_dict[key + _ORIG] = state_dict.pop(key)
             elif mask_key in state_dict:
-                continue
-            state_dict[mask_key] = found[1]  # loads onto itself: the mask stays
+                continue  # the lean training form
+            state_dict[mask_key] = (value != 0).to(dtype=found[1].dtype)
             self.loaded.add(name)
 
 
 class _AfterLoad:
-    """A ``load_state_dict`` post-hook: lean values loaded in the permanent form are masked
-    (their pruned entries zero), and a holder the saved file left out (a tied weight saved
+    """A ``load_state_dict`` post-hook: a holder the saved file left out (a tied weight saved
     once) is reported missing under its permanent name, as for a model that is not pruned."""
 
     def __init__(self, loading: _LoadPermanent) -> None:
@@ -188,10 +188,7 @@ class _AfterLoad:
     def __call__(self, module: nn.Module, incompatible_keys: Any) -> None:
         prefix, missing = self.loading.prefix, incompatible_keys.missing_keys
         for name in _masked_names(module):
-            mask = lean_mask(module, name)
-            if mask is not None and name in self.loading.loaded:
-                apply_masks([module._parameters[name]], [mask])  # type: ignore[list-item]
-            values = name if mask is not None else name + _ORIG
+            values = name if lean_mask(module, name) is not None else name + _ORIG
             keys = [prefix + values, prefix + name + MASK_SUFFIX]
             if all(key in missing for key in keys):
                 for key in keys:
