@@ -36,23 +36,40 @@ Example:
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 from torch.optim import Optimizer
 
 from tensorplay.ao.pruning.config import PrunerConfig
 from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerAttachment
+from tensorplay.ao.pruning.permanent_saves import (
+    PermanentSaves,
+    kept_zeros,
+    restore_masks,
+    save_permanent,
+)
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.stats import SparsityReport
 
 from ._metrics import pruning_metrics
 from ._state import pruner_state
 
-__all__ = ["AdapterOptions", "PruningSession", "split_arguments"]
+__all__ = ["AdapterOptions", "PruningRollbackWarning", "PruningSession", "split_arguments"]
+
+
+class PruningRollbackWarning(UserWarning):
+    """A checkpoint loaded after training took the model back to fewer pruned units than the
+    run had reached (a framework's best-model reload); it says both sparsities and the fix.
+
+    Example:
+        >>> issubclass(PruningRollbackWarning, UserWarning)
+        True
+    """
 
 
 @dataclass(frozen=True)
@@ -149,6 +166,13 @@ class PruningSession:
         built_when: When the adapter builds the pruner, for the error of :attr:`pruner`
             before then (``"`Trainer.fit` has set it up"``).
         inform: How a message reaches the user on rank zero (the framework's logger).
+        permanent_saves: Make every save of the model the permanent form
+            (:mod:`~tensorplay.ao.pruning.permanent_saves`): the framework's default save then
+            writes a model that loads without tensorplay, and :meth:`kept_zeros` with
+            :meth:`load_state_dict` bring the exact masks back.
+        rollback_hint: What the user can do when a checkpoint loaded after training takes the
+            model back to fewer pruned units (the framework's best-model reload), appended to
+            the :class:`PruningRollbackWarning`.
     """
 
     def __init__(
@@ -159,15 +183,20 @@ class PruningSession:
         name: str,
         built_when: str,
         inform: Callable[[str], None] = inform_on_rank_zero,
+        permanent_saves: bool = False,
+        rollback_hint: str = "",
     ) -> None:
         self.config = config
         self.options = options
         self.name = name
         self._built_when = built_when
         self._inform = inform
+        self._permanent_saves = permanent_saves
+        self._rollback_hint = rollback_hint
         self._pruner: Pruner | None = None
+        self._saves: PermanentSaves | None = None
         self._attachment: OptimizerAttachment | None = None
-        self._pending_state: dict[str, Any] | None = None
+        self._pending: tuple[dict[str, Any], Mapping[str, Tensor] | None] | None = None
         self._report: SparsityReport | None = None  # the last counts, re-read when they change
 
     @property
@@ -209,6 +238,8 @@ class PruningSession:
             check(pruner)
         self._pruner = pruner
         pruner.reparametrize()
+        if self._permanent_saves:
+            self._saves = save_permanent(pruner)
         self._load_pending()
         return pruner
 
@@ -290,15 +321,69 @@ class PruningSession:
         it exists)."""
         return {} if self._pruner is None else self._pruner.state_dict()
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def kept_zeros(self) -> dict[str, Tensor]:
+        """With permanent saves, what the saved zeros cannot tell: per target, its kept units
+        that are exactly zero (:func:`~tensorplay.ao.pruning.permanent_saves.kept_zeros`); save
+        it beside the model's weights."""
+        if self._saves is None:
+            return {}
+        return kept_zeros(self.pruner)
+
+    def weights_loaded(self) -> bool:
+        """Whether weights in the permanent form were loaded into the targets since the last
+        :meth:`load_state_dict`."""
+        return self._saves is not None and bool(self._saves.loaded())
+
+    def load_state_dict(
+        self, state: Mapping[str, Any], kept_zeros: Mapping[str, Tensor] | None = None
+    ) -> None:
         """Restore the pruner's state (kept until it is built if early); tensorplay 0.1's
-        callback state (``{"version": 1, "pruner", "seed", "snapshot"}``) is accepted."""
-        self._pending_state = pruner_state(dict(state)) or None
+        callback state (``{"version": 1, "pruner", "seed", "snapshot"}``) is accepted. With
+        permanent saves, the targets whose weights were loaded in the permanent form get the
+        masks those weights were saved with, from their zeros and ``kept_zeros`` (what
+        :meth:`kept_zeros` gave when they were saved).
+
+        A state that takes the model back to fewer pruned units than the run had reached (a
+        framework loading its best checkpoint after training) is restored, with a
+        :class:`PruningRollbackWarning` that gives both sparsities.
+        """
+        self._pending = (pruner_state(dict(state)), kept_zeros)
         if self._pruner is not None:
             self._load_pending()
 
     def _load_pending(self) -> None:
-        state, self._pending_state = self._pending_state, None
-        self._report = None
-        if state is not None:
-            self.pruner.load_state_dict(state)
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        state, kept = pending
+        pruner = self.pruner
+        reached = self._reached()
+        if state:
+            pruner.load_state_dict(state)
+        if self._saves is not None:
+            loaded = self._saves.loaded()
+            if loaded:
+                restore_masks(pruner, kept or {}, loaded)
+            self._saves.forget_loads()
+        self._report = pruner.report()
+        if reached is not None and self._report.pruned < reached[1]:
+            self._warn_rollback(reached, self._report)
+
+    def _reached(self) -> tuple[int, int, float] | None:
+        """``(step, pruned units, sparsity)`` the run had reached, if it has taken a step."""
+        pruner = self.pruner
+        if pruner.last_step < 0:
+            return None
+        report = self._report if self._report is not None else pruner.report()
+        return pruner.last_step, report.pruned, report.sparsity
+
+    def _warn_rollback(self, reached: tuple[int, int, float], now: SparsityReport) -> None:
+        step, _, sparsity = reached
+        warnings.warn(
+            f"{self.name}: a checkpoint of step {self.pruner.last_step} was loaded into the "
+            f"model after the run had reached step {step}: its targets are {now.sparsity:.2%} "
+            f"sparse, not the {sparsity:.2%} the run had pruned them to. The model and the "
+            f"pruner are now that checkpoint's. {self._rollback_hint}".rstrip(),
+            PruningRollbackWarning,
+            stacklevel=2,
+        )

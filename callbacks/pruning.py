@@ -30,6 +30,14 @@ from ._strategies import check_disjoint, check_strategy
 
 __all__ = ["GradualPruning"]
 
+ROLLBACK_HINT = (
+    'Lightning loads it for `ckpt_path="best"`: the best checkpoint by the monitored metric, '
+    "which may be one saved before the schedule had pruned everything. To test the model at the "
+    'schedule\'s sparsity, test it as training left it (`trainer.test(model)`, or ckpt_path="last" '
+    "with ModelCheckpoint(save_last=True)), or monitor a metric logged only once the schedule "
+    "has ended."
+)
+
 
 class GradualPruning(Callback):
     """Prune a model on a sparsity schedule while it trains, and log its sparsity.
@@ -113,6 +121,7 @@ class GradualPruning(Callback):
             name="GradualPruning",
             built_when="`Trainer.fit` has set it up",
             inform=rank_zero_info,
+            rollback_hint=ROLLBACK_HINT,
         )
 
     @property

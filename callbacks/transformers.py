@@ -12,11 +12,12 @@ Trainer's logs, and keeps its state in ``trainer_state.json``. Importing this mo
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 from transformers import (
     DefaultFlowCallback,
     Trainer,
@@ -25,6 +26,7 @@ from transformers import (
     TrainerState,
     TrainingArguments,
 )
+from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import ExportableState
 from transformers.utils import logging
 from typing_extensions import override
@@ -34,7 +36,7 @@ from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.targets import KeepDense
 
-from ._json_state import from_json, to_json
+from ._json_state import find_saved, saved_entry
 from ._lifecycle import PruningSession, on_rank_zero, split_arguments
 from ._state import state_key_fields
 
@@ -136,6 +138,8 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
             name="GradualPruningCallback",
             built_when="a Trainer has been made with it",
             inform=_inform_on_main_process,
+            permanent_saves=True,
+            rollback_hint=ROLLBACK_HINT,
         )
 
     @property
@@ -240,7 +244,7 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
             self._check_not_resumed(state)
             self._session.build(model)
         if state.global_step > 0:  # resumed: the checkpoint's trainer_state.json is loaded
-            self._session.load_state_dict(self._saved_state(state))
+            self._session.load_state_dict(*self._saved_state(state))
         self._session.start([] if optimizer is None else [optimizer])
         self._session.step(state.global_step)
 
@@ -285,15 +289,24 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        """Report the final sparsity; make the pruning permanent if asked."""
+        """Bring the pruner to the checkpoint the Trainer loaded at the end
+        (``load_best_model_at_end``, warning if it has fewer pruned units); report the final
+        sparsity; make the pruning permanent if asked."""
+        best = state.best_model_checkpoint
+        if args.load_best_model_at_end and best and self._session.weights_loaded():
+            saved = TrainerState.load_from_json(os.path.join(best, TRAINER_STATE_NAME))
+            self._session.load_state_dict(*self._saved_state(saved))
         self._session.finish()
 
     @override
     def state(self) -> dict[str, Any]:
-        """What ``trainer_state.json`` keeps: the pruner's state (JSON) under :attr:`state_key`."""
-        saved = self._session.state_dict()
-        pruner = to_json(saved) if saved else None
-        return {"args": {}, "attributes": {"state_key": self.state_key, "pruner": pruner}}
+        """What ``trainer_state.json`` keeps: under :attr:`state_key`, the pruner's state and
+        the kept units whose weights are exactly zero in the weights saved beside it (JSON)."""
+        saved = None
+        if self._session.built:
+            pruner_state, kept = self._session.state_dict(), self._session.kept_zeros()
+            saved = saved_entry(self.state_key, pruner_state, kept)
+        return {"args": {}, "attributes": {"saved_state": saved}}
 
     def _check_not_resumed(self, state: TrainerState) -> None:
         if state.global_step > 0:
@@ -303,20 +316,27 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
                 "added later: the masks must exist before the checkpoint's weights are loaded."
             )
 
-    def _saved_state(self, state: TrainerState) -> dict[str, Any]:
-        # A resumed state holds the JSON of trainer_state.json: by class name, a list if several.
+    def _saved_state(self, state: TrainerState) -> tuple[dict[str, Any], dict[str, Tensor] | None]:
+        # A loaded state holds the JSON of trainer_state.json: by class name, a list if several.
         saved: Any = state.stateful_callbacks or {}
         entries = saved.get(type(self).__name__, []) if isinstance(saved, dict) else []
-        for entry in entries if isinstance(entries, list) else [entries]:
-            attributes: dict[str, Any] = entry.get("attributes", {})
-            if attributes.get("state_key") == self.state_key and attributes.get("pruner"):
-                loaded: dict[str, Any] = from_json(attributes["pruner"])
-                return loaded
+        found = find_saved(entries, self.state_key)
+        if found is not None:
+            return found
         raise ValueError(
-            f"Expected the checkpoint resumed at step {state.global_step} to hold the state of "
+            f"Expected the checkpoint of step {state.global_step} to hold the state of "
             f"this GradualPruningCallback (key {self.state_key}), but its trainer_state.json "
             "has none: it was saved without this callback, or with another configuration."
         )
+
+
+ROLLBACK_HINT = (
+    "With load_best_model_at_end=True the Trainer loads the checkpoint with the best metric "
+    "when training ends, which may be one saved before the schedule had pruned everything. To "
+    "end at the schedule's sparsity, evaluate only once it is reached, "
+    "TrainingArguments(eval_delay=<its last pruning step>), so that the best checkpoint is one "
+    "at that sparsity; or set load_best_model_at_end=False."
+)
 
 
 def _inform_on_main_process(message: str) -> None:

@@ -99,3 +99,41 @@ def test_resume_without_this_callbacks_state_is_an_error(tmp_path: Path) -> None
     trainer = make_trainer(tiny_gpt2().train(), tmp_path, [pruning], max_steps=4)
     with pytest.raises(ValueError, match=r"trainer_state\.json has none"):
         trainer.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+
+
+@pytest.mark.parametrize("masking", ["reparametrize", "inplace"])
+def test_kept_weights_that_are_exactly_zero_stay_kept_after_a_resume(
+    masking: str, tmp_path: Path
+) -> None:
+    """The checkpoint's weights hold every pruned unit as zero; a kept weight that is exactly
+    zero too (a frozen, zero-initialised one) comes back kept, from trainer_state.json."""
+
+    def model() -> torch.nn.Module:
+        built = tiny_gpt2(seed=0).train()
+        frozen = built.transformer.h[1].mlp.c_proj.weight
+        frozen.requires_grad_(False)
+        with torch.no_grad():
+            frozen.zero_()
+        return built
+
+    def callback() -> GradualPruningCallback:
+        return GradualPruningCallback(
+            LinearSchedule(0.5, end_step=4, frequency=2), scope="layerwise",
+            masking=masking, verbose=False,  # type: ignore[arg-type]
+        )  # fmt: skip
+
+    first = callback()
+    recorder = StepRecorder(first)
+    make_trainer(
+        model(), tmp_path, [first, recorder], max_steps=2, save_strategy="steps", save_steps=2
+    ).train()
+    mask = recorder.masks[2]["transformer.h.1.mlp.c_proj.weight_mask"]
+    assert 0 < int((mask == 0).sum()) < mask.numel()  # half pruned, half kept: all zero
+
+    second = callback()
+    resumed = StepRecorder(second)
+    trainer = make_trainer(model(), tmp_path, [second, resumed], max_steps=3)
+    trainer.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    assert sorted(resumed.begin) == sorted(recorder.masks[2])
+    for name, value in recorder.masks[2].items():
+        assert torch.equal(resumed.begin[name], value), name
