@@ -250,22 +250,26 @@ class PruningSession:
         weights training starts from (as loaded or broadcast)."""
         pruner = self.pruner
         self.detach()  # the optimizers of an earlier run
-        if pruner.mode.hooks_optimizers and not pruner.permanent and optimizers:
-            self._attachment = pruner.attach(*optimizers, mask_gradients=False, accumulate=False)
+        holding = [optimizer for optimizer in optimizers if pruner.held_by(optimizer)]
+        if pruner.mode.hooks_optimizers and not pruner.permanent and holding:
+            self._attachment = pruner.attach(*holding, mask_gradients=False, accumulate=False)
         if self.options.reset_optimizer_state:
-            pruner.optimizers = list(optimizers)
+            pruner.optimizers = holding
         if self.config.rewind == "init" and pruner.last_step < 0:
             pruner.take_snapshot()
 
     def before_optimizer_step(self, optimizer: Optimizer | None = None) -> None:
-        """Before an optimizer step: with attached optimizers, zero the pruned weights'
-        gradients; add the gradients to a gradient score (a no-op for other scores)."""
+        """Before ``optimizer`` steps (after the gradients are final): with attached
+        optimizers, zero the pruned weights' gradients (lean masks zero them as autograd
+        accumulates them already, so clipping never sees them: this is the guarantee); add the
+        gradients of the targets ``optimizer`` holds (all without it) to a gradient score (a
+        no-op for other scores)."""
         pruner = self._pruner
         if pruner is None or pruner.permanent:
             return
         if self._attachment is not None:
             pruner.mask_gradients()
-        pruner.accumulate()
+        pruner.accumulate(optimizer)
 
     def step(self, step: int, *, report_every: int = 1) -> int | None:
         """Take pruning step ``step`` (the framework's global step: ``k`` right after the

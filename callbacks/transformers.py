@@ -255,7 +255,7 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         """Before each optimizer step (the one place the callback calls into the pruner
         before a step): with an attached optimizer, zero the pruned weights' gradients; add the
         final gradients to a gradient score (once per optimizer step, accumulation folded in)."""
-        self._session.before_optimizer_step()
+        self._session.before_optimizer_step(kwargs.get("optimizer"))
 
     @override
     def on_step_end(
