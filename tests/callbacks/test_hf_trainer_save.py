@@ -146,3 +146,35 @@ def test_lean_pruned_weights_stay_exactly_zero_through_adamw(reset: bool, tmp_pa
                                        6: all_params}  # fmt: skip
     else:
         assert watcher.state_sizes == dict.fromkeys(range(1, 7), all_params)
+
+
+class NormRecorder(transformers.TrainerCallback):  # type: ignore[misc]
+    """The norm of every gradient right before each optimizer step (the Trainer has clipped by
+    then), as ``clip_grad_norm_`` computes it."""
+
+    def __init__(self) -> None:
+        self.norms: list[float] = []
+
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        grads = [p.grad for p in kwargs["model"].parameters() if p.grad is not None]
+        self.norms.append(float(torch.nn.utils.get_total_norm(grads)))
+
+
+def test_lean_grad_norm_the_trainer_clips_by_and_logs_leaves_out_pruned_weights(
+    tmp_path: Path,
+) -> None:
+    model = tiny_gpt2().train()
+    pruning = GradualPruningCallback(SCHEDULE, masking="inplace", verbose=False)
+    recorder = NormRecorder()
+    # A bound the norm never reaches: the gradients are left as they were when it was computed.
+    trainer = make_trainer(
+        model, tmp_path, [pruning, recorder], max_grad_norm=1e6, gradient_accumulation_steps=2
+    )
+    trainer.train()
+    logged = [entry["grad_norm"] for entry in trainer.state.log_history if "grad_norm" in entry]
+    assert len(logged) == len(recorder.norms) == 6
+    # After the pruning steps (2 and 4) the pruned gradients are zero when the Trainer computes
+    # the norm, so it is the norm of the kept weights' gradients.
+    for step, (norm, expected) in enumerate(zip(logged, recorder.norms, strict=True), start=1):
+        assert norm == pytest.approx(expected, rel=1e-5), step
+    assert pruning.pruner.pruned_count() == round(0.7 * pruning.pruner.total_count())
