@@ -46,6 +46,7 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 
 from tensorplay.ao.pruning.config import PrunerConfig
+from tensorplay.ao.pruning.imports import import_path
 from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerAttachment
 from tensorplay.ao.pruning.permanent_saves import (
     PermanentSaves,
@@ -54,12 +55,20 @@ from tensorplay.ao.pruning.permanent_saves import (
     save_permanent,
 )
 from tensorplay.ao.pruning.pruner import Pruner
+from tensorplay.ao.pruning.schedules import schedule_from_dict
 from tensorplay.ao.pruning.stats import SparsityReport
+from tensorplay.ao.pruning.targets import method_name
 
 from ._metrics import pruning_metrics
 from ._state import pruner_state
 
-__all__ = ["AdapterOptions", "PruningRollbackWarning", "PruningSession", "split_arguments"]
+__all__ = [
+    "AdapterOptions",
+    "PruningRollbackWarning",
+    "PruningSession",
+    "plain_arguments",
+    "split_arguments",
+]
 
 
 class PruningRollbackWarning(UserWarning):
@@ -98,12 +107,15 @@ def split_arguments(arguments: Mapping[str, Any]) -> tuple[PrunerConfig, Adapter
     """An adapter's constructor arguments (by name), split into the pruner's configuration
     (checked by :class:`PrunerConfig`) and the adapter's options. An adapter passes its own
     arguments through (``locals()`` at the top of its ``__init__``), so an argument added to the
-    adapters is read here, in one place.
+    adapters is read here, in one place. A ``schedule`` given in its
+    :meth:`~tensorplay.ao.pruning.schedules.Schedule.to_dict` form (as :func:`plain_arguments`
+    writes it) is rebuilt.
 
     Raises:
         TypeError: A name that is neither a field of :class:`PrunerConfig` nor of
             :class:`AdapterOptions`; as :class:`PrunerConfig`.
-        ValueError: As :class:`PrunerConfig`.
+        ValueError: As :class:`PrunerConfig` and
+            :func:`~tensorplay.ao.pruning.schedules.schedule_from_dict`.
 
     Example:
         >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
@@ -118,9 +130,43 @@ def split_arguments(arguments: Mapping[str, Any]) -> tuple[PrunerConfig, Adapter
             f"Expected the arguments of a pruning adapter to be fields of PrunerConfig or "
             f"AdapterOptions, but got {unknown}."
         )
+    if isinstance(given.get("schedule"), Mapping):
+        given["schedule"] = schedule_from_dict(given["schedule"])
     config = PrunerConfig(**{name: given[name] for name in _CONFIG_FIELDS if name in given})
     options = AdapterOptions(**{name: given[name] for name in _OPTION_FIELDS if name in given})
     return config, options
+
+
+def plain_arguments(config: PrunerConfig, options: AdapterOptions) -> dict[str, Any] | None:
+    """The adapter arguments that :func:`split_arguments` turns into ``config`` and
+    ``options``, as plain data (JSON or YAML): the schedule in its ``to_dict`` form, classes by
+    import path. ``None`` if something has no such form (a lambda schedule, a class defined in a
+    function).
+
+    Example:
+        >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+        >>> plain = plain_arguments(*split_arguments({"schedule": OneShotSchedule(0.5)}))
+        >>> plain["schedule"], plain["method"], plain["verbose"]
+        ({'class_path': 'tensorplay.ao.pruning.schedules.OneShotSchedule', 'init_args': {'sparsity': 0.5, 'step': 0}}, 'l1_unstructured', True)
+        >>> split_arguments(plain)[0].schedule == OneShotSchedule(0.5)
+        True
+    """  # noqa: E501
+    try:
+        schedule = config.schedule.to_dict()
+    except (TypeError, ValueError):
+        return None
+    plain: dict[str, Any] = {"schedule": schedule, "method": method_name(config.method_class)}
+    for name in _CONFIG_FIELDS:
+        if name in plain:
+            continue
+        value = getattr(config, name)
+        if isinstance(value, Sequence) and not isinstance(value, str):
+            value = [item if isinstance(item, str) else import_path(item) for item in value]
+            if None in value:
+                return None
+        plain[name] = value
+    plain.update({name: getattr(options, name) for name in _OPTION_FIELDS})
+    return plain
 
 
 def rank_zero_value(value: int) -> int:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -32,12 +33,13 @@ from transformers.utils import logging
 from typing_extensions import override
 
 from tensorplay.ao.pruning.config import AccumulatorDtype, Masking, PrunerConfig, Rewind, Scope
+from tensorplay.ao.pruning.imports import import_path
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.targets import KeepDense
 
 from ._json_state import find_saved, saved_entry
-from ._lifecycle import PruningSession, on_rank_zero, split_arguments
+from ._lifecycle import PruningSession, on_rank_zero, plain_arguments, split_arguments
 from ._state import state_key_fields
 
 __all__ = ["GradualPruningCallback"]
@@ -95,8 +97,9 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
     Raises:
         TypeError: As :class:`~tensorplay.ao.pruning.config.PrunerConfig`.
         ValueError: As it; when the ``Trainer`` is made, as the ``Pruner`` (an unknown or empty
-            selection), with ``restore_callback_states_from_checkpoint=True``, or with FSDP or
-            DeepSpeed (not supported yet).
+            selection), with FSDP or DeepSpeed (not supported yet), or with
+            ``restore_callback_states_from_checkpoint=True`` and a schedule that has no plain-data
+            form (a lambda).
 
     Example:
         >>> from tensorplay.ao.pruning.schedules import CubicSchedule
@@ -141,6 +144,10 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
             permanent_saves=True,
             rollback_hint=ROLLBACK_HINT,
         )
+        # Set by the Trainer on a callback it rebuilds from a checkpoint's trainer_state.json
+        # (restore_callback_states_from_checkpoint=True); the state itself is read from the
+        # Trainer's state, whose latest entry is the checkpoint's.
+        self.saved_state: dict[str, Any] | None = None
 
     @property
     def config(self) -> PrunerConfig:
@@ -171,7 +178,7 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
     def state_key(self) -> str:
         """Tells the saved states of several callbacks apart (the Trainer files them all under
         the class name); the fields of the Lightning callback's key."""
-        return json.dumps(state_key_fields(self.config), sort_keys=True, default=str)
+        return _state_key(self.config)
 
     @property
     def pruner(self) -> Pruner:
@@ -208,12 +215,12 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         **kwargs: Any,
     ) -> None:
         """Build the pruner and give every target its mask, before any checkpoint is loaded."""
-        if args.restore_callback_states_from_checkpoint:
+        if args.restore_callback_states_from_checkpoint and self._arguments() is None:
             raise ValueError(
-                "Expected `TrainingArguments(restore_callback_states_from_checkpoint=False)` with "
-                "GradualPruningCallback, but got True: the Trainer would replace the callback by "
-                "a new one built from JSON after the masks were made. The callback restores its "
-                "own state from the checkpoint's trainer_state.json."
+                "Expected arguments that are plain data with "
+                "`TrainingArguments(restore_callback_states_from_checkpoint=True)` (the Trainer "
+                "rebuilds the callback from them), but the schedule or a class has no import "
+                f"path: {self.config.schedule!r}. Define it at the top level of a module."
             )
         for option in ("fsdp", "deepspeed"):
             if getattr(args, option, None):
@@ -224,7 +231,7 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
                 )
         if model is not None:
             # The Trainer loads a checkpoint's weights into the model's keys: they must match.
-            self._session.build(model)
+            self._build(model)
 
     @override
     def on_train_begin(
@@ -241,8 +248,7 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         if model is None:
             raise ValueError("Expected the Trainer to pass its model to the callbacks.")
         if not self._session.built_for(model):
-            self._check_not_resumed(state)
-            self._session.build(model)
+            self._take_over_or_build(model, state)
         if state.global_step > 0:  # resumed: the checkpoint's trainer_state.json is loaded
             self._session.load_state_dict(*self._saved_state(state))
         self._session.start([] if optimizer is None else [optimizer])
@@ -306,21 +312,43 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         if self._session.built:
             pruner_state, kept = self._session.state_dict(), self._session.kept_zeros()
             saved = saved_entry(self.state_key, pruner_state, kept)
-        return {"args": {}, "attributes": {"saved_state": saved}}
+        return {"args": self._arguments() or {}, "attributes": {"saved_state": saved}}
 
-    def _check_not_resumed(self, state: TrainerState) -> None:
-        if state.global_step > 0:
+    def _arguments(self) -> dict[str, Any] | None:
+        return plain_arguments(self._session.config, self._session.options)
+
+    def _take_over_or_build(self, model: nn.Module, state: TrainerState) -> None:
+        if self.saved_state is not None:  # the Trainer rebuilt this callback from a checkpoint
+            # The latest first: the session of the callback this one replaces, whose masks the
+            # checkpoint's weights were loaded into.
+            for ref in reversed(_SESSIONS):
+                session = ref()
+                if session is not None and session.built_for(model) and self._same_key(session):
+                    self._session = session
+                    return
+        elif state.global_step > 0:
             raise ValueError(
                 "Expected GradualPruningCallback to be given to the Trainer when it is made "
                 "(`Trainer(..., callbacks=[...])`) to resume from a checkpoint, but it was "
                 "added later: the masks must exist before the checkpoint's weights are loaded."
             )
+        self._build(model)
+
+    def _same_key(self, session: PruningSession) -> bool:
+        return _state_key(session.config) == self.state_key
+
+    def _build(self, model: nn.Module) -> None:
+        self._session.build(model)
+        _SESSIONS[:] = [ref for ref in _SESSIONS if ref() is not None]
+        _SESSIONS.append(weakref.ref(self._session))
 
     def _saved_state(self, state: TrainerState) -> tuple[dict[str, Any], dict[str, Tensor] | None]:
         # A loaded state holds the JSON of trainer_state.json: by class name, a list if several.
         saved: Any = state.stateful_callbacks or {}
         entries = saved.get(type(self).__name__, []) if isinstance(saved, dict) else []
         found = find_saved(entries, self.state_key)
+        if found is None:  # saved before classes were written by their import path
+            found = find_saved(entries, _state_key(self.config, str))
         if found is not None:
             return found
         raise ValueError(
@@ -328,6 +356,18 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
             f"this GradualPruningCallback (key {self.state_key}), but its trainer_state.json "
             "has none: it was saved without this callback, or with another configuration."
         )
+
+
+# The sessions built here, held weakly: a callback the Trainer rebuilds from a checkpoint takes
+# over the session of the one it replaces (see GradualPruningCallback._take_over_or_build).
+_SESSIONS: list[weakref.ref[PruningSession]] = []
+
+
+def _state_key(config: PrunerConfig, name: Callable[[object], str] | None = None) -> str:
+    """The fields of the Lightning callback's key as JSON, a class by its import path (as the
+    callback the Trainer rebuilds from the saved arguments has it)."""
+    plain = name or (lambda value: import_path(value) or str(value))
+    return json.dumps(state_key_fields(config), sort_keys=True, default=plain)
 
 
 ROLLBACK_HINT = (
