@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import torch
@@ -64,6 +64,7 @@ from ._state import pruner_state
 
 __all__ = [
     "AdapterOptions",
+    "Option",
     "PruningRollbackWarning",
     "PruningSession",
     "plain_arguments",
@@ -97,6 +98,36 @@ class AdapterOptions:
     make_permanent: bool = False
     reset_optimizer_state: bool = False
     verbose: bool = True
+
+
+class Option:
+    """A callback attribute that reads and sets the option of the same name of the callback's
+    session (``callback.verbose = False``), so the options live in one place.
+
+    Example:
+        >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+        >>> class Adapter:
+        ...     verbose = Option()
+        ...     def __init__(self):
+        ...         config, options = split_arguments({"schedule": OneShotSchedule(0.5)})
+        ...         self._session = PruningSession(config, options, name="A", built_when="")
+        >>> adapter = Adapter()
+        >>> adapter.verbose = False
+        >>> adapter.verbose, adapter._session.options.verbose
+        (False, False)
+    """
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, callback: Any, owner: type | None = None) -> Any:
+        if callback is None:
+            return self
+        return getattr(callback._session.options, self.name)
+
+    def __set__(self, callback: Any, value: Any) -> None:
+        session = callback._session
+        session.options = replace(session.options, **{self.name: value})
 
 
 _CONFIG_FIELDS = tuple(field.name for field in fields(PrunerConfig))

@@ -24,7 +24,7 @@ from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.targets import KeepDense
 
-from ._lifecycle import PruningSession, split_arguments
+from ._lifecycle import Option, PruningSession, split_arguments
 from ._state import state_key_fields
 from ._strategies import check_disjoint, check_strategy
 
@@ -129,25 +129,11 @@ class GradualPruning(Callback):
         """The pruner's configuration, checked when the callback was made."""
         return self._session.config
 
-    @property
-    def log_per_tensor(self) -> bool:
-        """Whether ``pruning/sparsity/<module>.<name>`` is logged too."""
-        return self._session.options.log_per_tensor
-
-    @property
-    def make_permanent(self) -> bool:
-        """Whether the pruning is made permanent at the end of fit."""
-        return self._session.options.make_permanent
-
-    @property
-    def reset_optimizer_state(self) -> bool:
-        """Whether the optimizers' state is cleared after each pruning event."""
-        return self._session.options.reset_optimizer_state
-
-    @property
-    def verbose(self) -> bool:
-        """Whether pruning events and the final table are reported on rank zero."""
-        return self._session.options.verbose
+    # The adapter's options, read and set on the session (``callback.verbose = False``).
+    log_per_tensor = Option()
+    make_permanent = Option()
+    reset_optimizer_state = Option()
+    verbose = Option()
 
     @property
     @override

@@ -39,7 +39,7 @@ from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.targets import KeepDense
 
 from ._json_state import find_saved, saved_entry
-from ._lifecycle import PruningSession, on_rank_zero, plain_arguments, split_arguments
+from ._lifecycle import Option, PruningSession, on_rank_zero, plain_arguments, split_arguments
 from ._state import state_key_fields
 
 __all__ = ["GradualPruningCallback"]
@@ -154,25 +154,11 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         """The pruner's configuration, checked when the callback was made."""
         return self._session.config
 
-    @property
-    def log_per_tensor(self) -> bool:
-        """Whether ``pruning/sparsity/<module>.<name>`` joins the logs too."""
-        return self._session.options.log_per_tensor
-
-    @property
-    def make_permanent(self) -> bool:
-        """Whether the pruning is made permanent at the end of training."""
-        return self._session.options.make_permanent
-
-    @property
-    def reset_optimizer_state(self) -> bool:
-        """Whether the optimizer's state is cleared after each pruning event."""
-        return self._session.options.reset_optimizer_state
-
-    @property
-    def verbose(self) -> bool:
-        """Whether pruning events and the final table are logged on the main process."""
-        return self._session.options.verbose
+    # The adapter's options, read and set on the session (``callback.verbose = False``).
+    log_per_tensor = Option()
+    make_permanent = Option()
+    reset_optimizer_state = Option()
+    verbose = Option()
 
     @property
     def state_key(self) -> str:
