@@ -308,7 +308,7 @@ def test_unsupported_strategy_fails_at_setup_and_leaves_the_model(
     with pytest.raises(ValueError, match=match):
         trainer.fit(model)
 
-    assert callback._pruner is None
+    assert not callback.built
     _assert_same_state(model.state_dict(), before)
     assert masks_of(model) == {}
 
