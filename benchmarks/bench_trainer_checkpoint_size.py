@@ -166,10 +166,17 @@ def markdown(results: dict[str, Any]) -> str:
             f"| {_kb(row['trainer_state_json'])} | {_kb(row['optimizer_pt'])} "
             f"| {_kb(row['folder'])} | {row['folder'] / dense['folder']:.3f}x |"
         )
-    lines += ["", "| kept weights exactly zero | bytes each in trainer_state.json |", "|---:|---:|"]
-    for count, size in results["kept_zero_bytes"].items():
-        lines.append(f"| {int(count):,} | {size:.1f} |")
-    return "\n".join(lines) + "\n"
+    kept = ", ".join(
+        f"{size:.1f} bytes each with {int(count):,}"
+        for count, size in results["kept_zero_bytes"].items()
+    )
+    caption = (
+        f"GPT-2 of {results['layers']} blocks {results['width']} wide, "
+        f"{results['parameters']:,} parameters, fp32; 80% of the projections and the tied "
+        f"embedding pruned at step 4, the checkpoint written after step {STEPS}. Kept weights "
+        f"that are exactly zero, listed in trainer_state.json: {kept}."
+    )
+    return "\n".join(lines) + "\n\n" + caption + "\n"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -52,8 +52,13 @@ class GradualPruning(Callback):
     :class:`~tensorplay.callbacks.PrunableMixin`. See :doc:`/callback` for YAML, several
     callbacks on one model, and resuming.
 
-    With ``masking="inplace"`` the trainer's optimizers are attached to the pruner and the
-    gradients masked in :meth:`on_before_optimizer_step`, before clipping. It is the mode for
+    With ``masking="inplace"`` the trainer's optimizers that hold a pruned tensor are attached
+    to the pruner (a GAN pruning its generator attaches the generator's alone); the pruned
+    gradients are zero as soon as autograd accumulates them, before any clipping, manual
+    optimization included. A pruning step the step counter jumps over (two optimizers under
+    manual optimization move it by 2 per batch) is taken at the first step after it. A checkpoint
+    that ``trainer.test(ckpt_path="best")`` loads with fewer pruned units than the run reached
+    comes with a :class:`~tensorplay.callbacks.PruningRollbackWarning`. It is the mode for
     ``ModelParallelStrategy`` (FSDP2): masks are sharded like the weights and saved in the
     distributed checkpoint. Lightning's ``FSDPStrategy`` (FSDP1) is refused.
 

@@ -67,13 +67,19 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
     ...) that run after this callback, which :meth:`put_first` arranges.
 
     With ``masking="inplace"`` the trainer's optimizer (Accelerate's wrapper, unwrapped) is
-    attached to the pruner and the gradients are masked in :meth:`on_pre_optimizer_step`, which
-    the Trainer calls after clipping: the gradient norm it clips by and logs includes the
-    pruned entries' gradients (the reparametrization's are zero already).
+    attached to the pruner; the pruned gradients are zero as soon as autograd accumulates them,
+    so the norm the Trainer clips by and logs as ``grad_norm`` is the kept weights'.
 
-    Resuming with ``trainer.train(resume_from_checkpoint=...)`` restores the masks (with the
-    weights) and the pruner's state (from ``trainer_state.json``), into a freshly built model
-    too, under the Trainer's default ``restore_callback_states_from_checkpoint=False``.
+    Every save of the model is the permanent form
+    (:mod:`~tensorplay.ao.pruning.permanent_saves`): ``trainer.save_model``,
+    ``model.save_pretrained`` and the Trainer's checkpoints write a model that plain
+    ``from_pretrained`` loads, without ``make_permanent``. Resuming with
+    ``trainer.train(resume_from_checkpoint=...)`` restores the masks exactly (the loaded zeros,
+    and the kept zeros listed in ``trainer_state.json``) and the pruner's state, into a freshly
+    built model too, with ``restore_callback_states_from_checkpoint`` either way. A checkpoint
+    loaded at the end (``load_best_model_at_end``) with fewer pruned units than the run
+    reached is restored with its pruner state and a
+    :class:`~tensorplay.callbacks.PruningRollbackWarning`.
 
     Args:
         schedule: A field of ``PrunerConfig``, as are ``method`` (by name or import path),
@@ -86,9 +92,8 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         seed: The pruner's; by default rank zero's ``torch.initial_seed()`` (the Trainer's
             ``TrainingArguments.seed``), the same on every rank.
         log_per_tensor: Also log ``pruning/sparsity/<module>.<name>``.
-        make_permanent: At the end of training, drop ``_orig``, ``_mask`` and the hooks, so
-            that ``trainer.save_model(d)`` writes a plain model that ``from_pretrained`` loads
-            (checkpoints saved during training keep the masks).
+        make_permanent: At the end of training, drop the masks and the hooks, keeping the zeros
+            (every save is the permanent form anyway; this ends pruning in the model itself).
         reset_optimizer_state: Give the pruner the trainer's optimizer, whose state it clears
             after each pruning event.
         verbose: Log each pruning event and the final sparsity table (``logging.INFO``, on the
