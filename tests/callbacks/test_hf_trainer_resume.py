@@ -154,3 +154,26 @@ def test_kept_weights_that_are_exactly_zero_stay_kept_after_a_resume(
     assert sorted(resumed.begin) == sorted(recorder.masks[2])
     for name, value in recorder.masks[2].items():
         assert torch.equal(resumed.begin[name], value), name
+
+
+def test_two_callbacks_resume_each_from_its_latest_saved_state(tmp_path: Path) -> None:
+    """The Trainer files the states of several callbacks of one class as a list it appends to at
+    every checkpoint: each callback resumes from its own latest entry."""
+
+    def callbacks() -> list[GradualPruningCallback]:
+        return [
+            GradualPruningCallback(SCHEDULE, include=[r"\.h\.0\."], verbose=False),
+            GradualPruningCallback(SCHEDULE, include=[r"\.h\.1\."], verbose=False),
+        ]
+
+    first = callbacks()
+    make_trainer(
+        tiny_gpt2().train(), tmp_path, first, max_steps=3, save_strategy="steps", save_steps=1
+    ).train()
+    saved = [callback.pruner.state_dict() for callback in first]
+    second = callbacks()
+    trainer = make_trainer(tiny_gpt2(seed=1).train(), tmp_path, second, max_steps=4)
+    trainer.train(resume_from_checkpoint=str(tmp_path / "checkpoint-3"))
+    for before, after in zip(saved, second, strict=True):
+        assert before["history"] == after.pruner.history[:3]
+        assert [step for step, _, _ in after.pruner.history] == [1, 2, 3, 4]
