@@ -12,9 +12,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tensorplay.callbacks._loading import PrunableMixin
-    from tensorplay.callbacks.pruning import GradualPruning
-    from tensorplay.callbacks.transformers import GradualPruningCallback
+    from ._lifecycle import PruningRollbackWarning
+    from ._loading import PrunableMixin
+    from .pruning import GradualPruning
+    from .transformers import GradualPruningCallback
 
 __all__ = [
     # training: Lightning
@@ -23,6 +24,7 @@ __all__ = [
     "GradualPruningCallback",
     # loading
     "PrunableMixin",
+    "PruningRollbackWarning",
 ]
 
 # The module of each name, imported on first use.
@@ -30,6 +32,7 @@ _MODULES = {
     "GradualPruning": "tensorplay.callbacks.pruning",
     "GradualPruningCallback": "tensorplay.callbacks.transformers",
     "PrunableMixin": "tensorplay.callbacks._loading",
+    "PruningRollbackWarning": "tensorplay.callbacks._lifecycle",
 }
 
 

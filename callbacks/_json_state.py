@@ -4,6 +4,8 @@ The Trainer keeps a callback's state only as JSON (``ExportableState``). The pru
 :meth:`~tensorplay.ao.pruning.pruner.Pruner.state_dict` is plain data but for the fields that
 hold tensors (the rewind snapshot, an importance score's accumulators): each of those is written
 as ``{"torch.save": <base64 of its torch.save bytes>}`` and read back with ``weights_only=True``.
+:func:`saved_entry` is what the callback saves (its key, the pruner's state and the kept zeros
+of the weights saved beside it), :func:`find_saved` finds it again.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["from_json", "to_json"]
+__all__ = ["find_saved", "from_json", "saved_entry", "to_json"]
 
 _ENCODED = "torch.save"
 
@@ -84,3 +86,43 @@ def _decode(key: str, value: Mapping[str, Any]) -> Any:
             f"{type(encoded).__name__}."
         )
     return torch.load(io.BytesIO(base64.b64decode(encoded)), weights_only=True)
+
+
+def saved_entry(
+    state_key: str, pruner_state: Mapping[str, Any], kept_zeros: Mapping[str, Tensor]
+) -> dict[str, Any]:
+    """The JSON a callback saves: its ``state_key``, the pruner's state and the kept zeros of
+    the weights saved with it (one encoded field: usually empty).
+
+    Example:
+        >>> import json, torch
+        >>> entry = saved_entry("key", {"step": 3}, {"fc.weight": torch.tensor([0, 5])})
+        >>> find_saved([{"attributes": {"saved_state": json.loads(json.dumps(entry))}}], "key")
+        ({'step': 3}, {'fc.weight': tensor([0, 5])})
+    """
+    kept = to_json({"kept_zeros": dict(kept_zeros)})["kept_zeros"]
+    return {"state_key": state_key, "pruner": to_json(pruner_state), "kept_zeros": kept}
+
+
+def find_saved(
+    entries: Any, state_key: str
+) -> tuple[dict[str, Any], dict[str, Tensor] | None] | None:
+    """The pruner's state and the kept zeros (``None``: saved before they were kept) of the
+    last of ``entries`` (a callback class's entries in ``trainer_state.json``: one, or a list
+    that the Trainer appends to at each checkpoint) saved under ``state_key``; ``None`` if none.
+
+    Example:
+        >>> find_saved({"attributes": {"state_key": "k", "pruner": {"step": 2}}}, "k")
+        ({'step': 2}, None)
+    """
+    found = None
+    for entry in entries if isinstance(entries, list) else [entries]:
+        attributes = entry.get("attributes", {}) if isinstance(entry, Mapping) else {}
+        saved = attributes.get("saved_state") or attributes  # before: the fields themselves
+        if saved.get("state_key") == state_key and saved.get("pruner"):
+            found = saved
+    if found is None:
+        return None
+    kept = found.get("kept_zeros")
+    kept_zeros = None if kept is None else from_json({"kept_zeros": kept})["kept_zeros"]
+    return from_json(found["pruner"]), kept_zeros

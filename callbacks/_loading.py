@@ -14,7 +14,8 @@ from torch import nn
 from typing_extensions import override
 
 from tensorplay.ao.pruning.checkpoint import restore_pruning
-from tensorplay.callbacks._state import pruner_state, schedule_key, state_key_fields
+
+from ._state import pruner_state, schedule_key, state_key_fields
 
 __all__ = ["PrunableMixin", "pruner_state", "schedule_key", "state_key_fields"]
 

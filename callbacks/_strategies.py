@@ -17,7 +17,7 @@ from tensorplay.ao.pruning.masking import masking_mode
 from tensorplay.ao.pruning.pruner import Pruner
 
 if TYPE_CHECKING:
-    from tensorplay.callbacks.pruning import GradualPruning
+    from .pruning import GradualPruning
 
 __all__ = ["check_disjoint", "check_strategy"]
 
@@ -64,13 +64,13 @@ def check_disjoint(trainer: pl.Trainer, callback: GradualPruning, pruner: Pruner
     Raises:
         ValueError: Two callbacks select a tensor in common.
     """
-    from tensorplay.callbacks.pruning import GradualPruning  # it imports this module
+    from .pruning import GradualPruning  # it imports this module
 
     callbacks = list(trainer.callbacks)  # type: ignore[attr-defined]
     for index, other in enumerate(callbacks):
-        if other is callback or not isinstance(other, GradualPruning) or other._pruner is None:
+        if other is callback or not isinstance(other, GradualPruning) or not other.built:
             continue
-        shared = pruner.shared_targets(other._pruner)
+        shared = pruner.shared_targets(other.pruner)
         if shared:
             raise ValueError(
                 "Expected GradualPruning callbacks to prune disjoint tensors, but "

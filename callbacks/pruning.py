@@ -10,7 +10,6 @@ restores after set-up (``ModelParallelStrategy``, the model sharded in ``configu
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,16 +20,23 @@ from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
 from tensorplay.ao.pruning.config import AccumulatorDtype, Masking, PrunerConfig, Rewind, Scope
-from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerAttachment
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import Schedule
-from tensorplay.ao.pruning.stats import SparsityReport
 from tensorplay.ao.pruning.targets import KeepDense
-from tensorplay.callbacks._metrics import pruning_metrics
-from tensorplay.callbacks._state import pruner_state, state_key_fields
-from tensorplay.callbacks._strategies import check_disjoint, check_strategy
+
+from ._lifecycle import Option, PruningSession, split_arguments
+from ._state import state_key_fields
+from ._strategies import check_disjoint, check_strategy
 
 __all__ = ["GradualPruning"]
+
+ROLLBACK_HINT = (
+    'Lightning loads it for `ckpt_path="best"`: the best checkpoint by the monitored metric, '
+    "which may be one saved before the schedule had pruned everything. To test the model at the "
+    'schedule\'s sparsity, test it as training left it (`trainer.test(model)`, or ckpt_path="last" '
+    "with ModelCheckpoint(save_last=True)), or monitor a metric logged only once the schedule "
+    "has ended."
+)
 
 
 class GradualPruning(Callback):
@@ -46,8 +52,13 @@ class GradualPruning(Callback):
     :class:`~tensorplay.callbacks.PrunableMixin`. See :doc:`/callback` for YAML, several
     callbacks on one model, and resuming.
 
-    With ``masking="inplace"`` the trainer's optimizers are attached to the pruner and the
-    gradients masked in :meth:`on_before_optimizer_step`, before clipping. It is the mode for
+    With ``masking="inplace"`` the trainer's optimizers that hold a pruned tensor are attached
+    to the pruner (a GAN pruning its generator attaches the generator's alone); the pruned
+    gradients are zero as soon as autograd accumulates them, before any clipping, manual
+    optimization included. A pruning step the step counter jumps over (two optimizers under
+    manual optimization move it by 2 per batch) is taken at the first step after it. A checkpoint
+    that ``trainer.test(ckpt_path="best")`` loads with fewer pruned units than the run reached
+    comes with a :class:`~tensorplay.callbacks.PruningRollbackWarning`. It is the mode for
     ``ModelParallelStrategy`` (FSDP2): masks are sharded like the weights and saved in the
     distributed checkpoint. Lightning's ``FSDPStrategy`` (FSDP1) is refused.
 
@@ -106,20 +117,28 @@ class GradualPruning(Callback):
         importance: str = "magnitude",
         accumulator_dtype: AccumulatorDtype = "float32",
     ) -> None:
-        # In the order of PrunerConfig's fields; a test checks every argument reaches its check.
-        self.config = PrunerConfig(
-            *(schedule, parameters, module_types, names, include, exclude, keep_dense),
-            *(method, scope, min_density, rewind, rewind_step, seed, masking),
-            *(importance, accumulator_dtype),
+        # Every argument, by name, to the one place that reads them (LightningCLI reads the
+        # signature above, so it stays explicit; a test keeps it equal to the Trainer callback's).
+        config, options = split_arguments(locals())
+        self._session = PruningSession(
+            config,
+            options,
+            name="GradualPruning",
+            built_when="`Trainer.fit` has set it up",
+            inform=rank_zero_info,
+            rollback_hint=ROLLBACK_HINT,
         )
-        self.log_per_tensor = log_per_tensor
-        self.make_permanent = make_permanent
-        self.reset_optimizer_state = reset_optimizer_state
-        self.verbose = verbose
-        self._pruner: Pruner | None = None
-        self._attachment: OptimizerAttachment | None = None
-        self._pending_state: dict[str, Any] | None = None
-        self._report: SparsityReport | None = None  # the last counts, re-read when they change
+
+    @property
+    def config(self) -> PrunerConfig:
+        """The pruner's configuration, checked when the callback was made."""
+        return self._session.config
+
+    # The adapter's options, read and set on the session (``callback.verbose = False``).
+    log_per_tensor = Option()
+    make_permanent = Option()
+    reset_optimizer_state = Option()
+    verbose = Option()
 
     @property
     @override
@@ -130,21 +149,28 @@ class GradualPruning(Callback):
     @property
     def pruner(self) -> Pruner:
         """The pruner, built when ``Trainer.fit`` sets up (before, a ``RuntimeError``)."""
-        if self._pruner is None:
-            raise RuntimeError("`GradualPruning.pruner` exists once `Trainer.fit` has set it up.")
-        return self._pruner
+        return self._session.pruner
+
+    @property
+    def built(self) -> bool:
+        """Whether :attr:`pruner` exists."""
+        return self._session.built
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """Check the strategy; build the pruner unless it restores checkpoints after set-up."""
-        if stage != "fit" or self._built_for(pl_module):
+        if stage != "fit" or self._session.built_for(pl_module):
             return
-        self._set_up(trainer, pl_module)
+        check_strategy(trainer.strategy, self.config)
+        if not trainer.strategy.restore_checkpoint_after_setup:
+            self._build(trainer, pl_module)
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Build the pruner if :meth:`setup` did not; hand it the optimizers and weights."""
-        self._start(trainer, pl_module)
+        if not self._session.built_for(pl_module):
+            self._build(trainer, pl_module)
+        self._session.start(trainer.optimizers)
 
     @override
     def on_before_optimizer_step(
@@ -152,17 +178,14 @@ class GradualPruning(Callback):
     ) -> None:
         """With attached optimizers, zero the pruned weights' gradients before clipping; add the
         final gradients to a gradient score (once per optimizer step)."""
-        if self._attachment is not None:
-            self.pruner.mask_gradients()
-        if not self.pruner.permanent:
-            self.pruner.accumulate()  # a no-op for scores that read no gradients
+        self._session.before_optimizer_step(optimizer)
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Take step ``global_step`` (0 unless resumed): a schedule may prune before training."""
         if self._should_skip(trainer):
             return
-        self._step(trainer, pl_module, log=False)
+        self._session.step(trainer.global_step, report_every=self._log_every(trainer))
 
     @override
     def on_train_batch_end(
@@ -173,105 +196,46 @@ class GradualPruning(Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        """Take a pruning step if this batch ended with an optimizer step."""
-        if self._should_skip(trainer) or trainer.global_step == self.pruner.last_step:
+        """Take a pruning step if this batch ended with an optimizer step, and log."""
+        if self._should_skip(trainer):
             return
-        self._step(trainer, pl_module, log=True)
-
-    @override
-    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """Report the final sparsity; make the pruning permanent if asked."""
-        if self._pruner is None:
+        if self._session.step(trainer.global_step, report_every=self._log_every(trainer)) is None:
             return
-        self._finish()
-
-    @override
-    def state_dict(self) -> dict[str, Any]:
-        """The pruner's :meth:`~tensorplay.ao.pruning.pruner.Pruner.state_dict` (or ``{}``)."""
-        return {} if self._pruner is None else self._pruner.state_dict()
-
-    @override
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore the pruner's state (kept until it is built if early); tensorplay 0.1's
-        callback state (``{"version": 1, "pruner", "seed", "snapshot"}``) is accepted."""
-        self._pending_state = pruner_state(state_dict) or None
-        if self._pruner is not None:
-            self._load_pending()
-
-    def _should_skip(self, trainer: pl.Trainer) -> bool:
-        return trainer.sanity_checking or not trainer.training
-
-    def _built_for(self, pl_module: pl.LightningModule) -> bool:
-        return self._pruner is not None and self._pruner.model is pl_module
-
-    def _set_up(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        check_strategy(trainer.strategy, self.config)
-        if not trainer.strategy.restore_checkpoint_after_setup:
-            self._build(trainer, pl_module)
-
-    def _build(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        seed = torch.initial_seed() if self.config.seed is None else self.config.seed
-        # Rank zero's seed on every rank: random methods then draw the same masks everywhere.
-        config = dataclasses.replace(self.config, seed=int(trainer.strategy.broadcast(seed, 0)))
-        pruner = Pruner(pl_module, **config.as_kwargs())
-        check_disjoint(trainer, self, pruner)
-        self._pruner = pruner
-        # Lightning loads the model's state before any callback's: the keys must match already.
-        pruner.reparametrize()
-        self._load_pending()
-
-    def _load_pending(self) -> None:
-        state, self._pending_state = self._pending_state, None
-        self._report = None
-        if state is not None:
-            self.pruner.load_state_dict(state)
-
-    def _start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not self._built_for(pl_module):
-            self._build(trainer, pl_module)
-        self._detach()  # the optimizers of an earlier fit
-        if self.pruner.mode.hooks_optimizers and not self.pruner.permanent:
-            # Lightning masks the gradients in on_before_optimizer_step, before clipping.
-            self._attachment = self.pruner.attach(
-                *trainer.optimizers, mask_gradients=False, accumulate=False
-            )
-        if self.reset_optimizer_state:
-            self.pruner.optimizers = list(trainer.optimizers)
-        if self.config.rewind == "init" and self.pruner.last_step < 0:
-            self.pruner.take_snapshot()  # the weights training starts from, as DDP broadcast them
-
-    def _step(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *, log: bool) -> None:
-        step = trainer.global_step
-        pruned = self.pruner.step(step)
-        # Counting reads every mask; the counts change on pruning steps only (or by hand), so
-        # between those they are re-read on the steps the loggers write, not on every step.
-        every = max(1, int(getattr(trainer, "log_every_n_steps", 1)))  # set by the Trainer
-        if pruned > 0 or self._report is None or step % every == 0:
-            self._report = self.pruner.report()
-        if pruned > 0 and self.verbose:
-            rank_zero_info(
-                f"GradualPruning: step {step}: pruned {pruned} more units, sparsity "
-                f"{self._report.sparsity:.4f} (target {self.pruner.target_sparsity(step):.4f})."
-            )
-        if log:
-            self._log(pl_module, self._report)
-
-    def _log(self, pl_module: pl.LightningModule, report: SparsityReport) -> None:
-        for name, value in pruning_metrics(self.pruner, report, self.log_per_tensor).items():
+        for name, value in self._session.metrics().items():
             # float64: Lightning turns a Python number into float32, exact only up to 2**24 units.
             value64 = torch.tensor(value, dtype=torch.float64)
             pl_module.log(
                 name, value64, on_step=True, on_epoch=False, prog_bar=name == "pruning/sparsity"
             )
 
-    def _detach(self) -> None:
-        if self._attachment is not None:
-            self._attachment.remove()
-            self._attachment = None
+    @override
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Report the final sparsity; make the pruning permanent if asked."""
+        self._session.finish()
 
-    def _finish(self) -> None:
-        self._detach()
-        if self.verbose:
-            rank_zero_info(f"GradualPruning: final sparsity\n{self.pruner.report()}")
-        if self.make_permanent:
-            self.pruner.make_permanent()
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        """The pruner's :meth:`~tensorplay.ao.pruning.pruner.Pruner.state_dict` (or ``{}``)."""
+        return self._session.state_dict()
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the pruner's state (kept until it is built if early); tensorplay 0.1's
+        callback state (``{"version": 1, "pruner", "seed", "snapshot"}``) is accepted."""
+        self._session.load_state_dict(state_dict)
+
+    def _should_skip(self, trainer: pl.Trainer) -> bool:
+        return trainer.sanity_checking or not trainer.training
+
+    def _log_every(self, trainer: pl.Trainer) -> int:
+        # Counting reads every mask; the counts change on pruning steps only (or by hand), so
+        # between those they are re-read on the steps the loggers write, not on every step.
+        return max(1, int(getattr(trainer, "log_every_n_steps", 1)))  # set by the Trainer
+
+    def _build(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # Lightning loads the model's state before any callback's: the keys must match already.
+        self._session.build(
+            pl_module,
+            broadcast=lambda seed: int(trainer.strategy.broadcast(seed, 0)),
+            check=lambda pruner: check_disjoint(trainer, self, pruner),
+        )

@@ -12,11 +12,13 @@ Trainer's logs, and keeps its state in ``trainer_state.json``. Importing this mo
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import os
+import weakref
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 from transformers import (
     DefaultFlowCallback,
     Trainer,
@@ -25,18 +27,20 @@ from transformers import (
     TrainerState,
     TrainingArguments,
 )
+from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import ExportableState
 from transformers.utils import logging
 from typing_extensions import override
 
 from tensorplay.ao.pruning.config import AccumulatorDtype, Masking, PrunerConfig, Rewind, Scope
-from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerAttachment
+from tensorplay.ao.pruning.imports import import_path
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.targets import KeepDense
-from tensorplay.callbacks._json_state import from_json, to_json
-from tensorplay.callbacks._metrics import pruning_metrics
-from tensorplay.callbacks._state import state_key_fields
+
+from ._json_state import find_saved, saved_entry
+from ._lifecycle import Option, PruningSession, on_rank_zero, plain_arguments, split_arguments
+from ._state import state_key_fields
 
 __all__ = ["GradualPruningCallback"]
 
@@ -63,13 +67,19 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
     ...) that run after this callback, which :meth:`put_first` arranges.
 
     With ``masking="inplace"`` the trainer's optimizer (Accelerate's wrapper, unwrapped) is
-    attached to the pruner and the gradients are masked in :meth:`on_pre_optimizer_step`, which
-    the Trainer calls after clipping: the gradient norm it clips by and logs includes the
-    pruned entries' gradients (the reparametrization's are zero already).
+    attached to the pruner; the pruned gradients are zero as soon as autograd accumulates them,
+    so the norm the Trainer clips by and logs as ``grad_norm`` is the kept weights'.
 
-    Resuming with ``trainer.train(resume_from_checkpoint=...)`` restores the masks (with the
-    weights) and the pruner's state (from ``trainer_state.json``), into a freshly built model
-    too, under the Trainer's default ``restore_callback_states_from_checkpoint=False``.
+    Every save of the model is the permanent form
+    (:mod:`~tensorplay.ao.pruning.permanent_saves`): ``trainer.save_model``,
+    ``model.save_pretrained`` and the Trainer's checkpoints write a model that plain
+    ``from_pretrained`` loads, without ``make_permanent``. Resuming with
+    ``trainer.train(resume_from_checkpoint=...)`` restores the masks exactly (the loaded zeros,
+    and the kept zeros listed in ``trainer_state.json``) and the pruner's state, into a freshly
+    built model too, with ``restore_callback_states_from_checkpoint`` either way. A checkpoint
+    loaded at the end (``load_best_model_at_end``) with fewer pruned units than the run
+    reached is restored with its pruner state and a
+    :class:`~tensorplay.callbacks.PruningRollbackWarning`.
 
     Args:
         schedule: A field of ``PrunerConfig``, as are ``method`` (by name or import path),
@@ -82,9 +92,8 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         seed: The pruner's; by default rank zero's ``torch.initial_seed()`` (the Trainer's
             ``TrainingArguments.seed``), the same on every rank.
         log_per_tensor: Also log ``pruning/sparsity/<module>.<name>``.
-        make_permanent: At the end of training, drop ``_orig``, ``_mask`` and the hooks, so
-            that ``trainer.save_model(d)`` writes a plain model that ``from_pretrained`` loads
-            (checkpoints saved during training keep the masks).
+        make_permanent: At the end of training, drop the masks and the hooks, keeping the zeros
+            (every save is the permanent form anyway; this ends pruning in the model itself).
         reset_optimizer_state: Give the pruner the trainer's optimizer, whose state it clears
             after each pruning event.
         verbose: Log each pruning event and the final sparsity table (``logging.INFO``, on the
@@ -93,8 +102,9 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
     Raises:
         TypeError: As :class:`~tensorplay.ao.pruning.config.PrunerConfig`.
         ValueError: As it; when the ``Trainer`` is made, as the ``Pruner`` (an unknown or empty
-            selection), with ``restore_callback_states_from_checkpoint=True``, or with FSDP or
-            DeepSpeed (not supported yet).
+            selection), with FSDP or DeepSpeed (not supported yet), or with
+            ``restore_callback_states_from_checkpoint=True`` and a schedule that has no plain-data
+            form (a lambda).
 
     Example:
         >>> from tensorplay.ao.pruning.schedules import CubicSchedule
@@ -127,33 +137,44 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         importance: str = "magnitude",
         accumulator_dtype: AccumulatorDtype = "float32",
     ) -> None:
-        # In the order of PrunerConfig's fields, as the Lightning callback builds it.
-        self.config = PrunerConfig(
-            *(schedule, parameters, module_types, names, include, exclude, keep_dense),
-            *(method, scope, min_density, rewind, rewind_step, seed, masking),
-            *(importance, accumulator_dtype),
+        # Every argument, by name, to the one place that reads them (a test keeps the signature
+        # equal to the Lightning callback's).
+        config, options = split_arguments(locals())
+        self._session = PruningSession(
+            config,
+            options,
+            name="GradualPruningCallback",
+            built_when="a Trainer has been made with it",
+            inform=_inform_on_main_process,
+            permanent_saves=True,
+            rollback_hint=ROLLBACK_HINT,
         )
-        self.log_per_tensor = log_per_tensor
-        self.make_permanent = make_permanent
-        self.reset_optimizer_state = reset_optimizer_state
-        self.verbose = verbose
-        self._pruner: Pruner | None = None
-        self._attachment: OptimizerAttachment | None = None
+        # Set by the Trainer on a callback it rebuilds from a checkpoint's trainer_state.json
+        # (restore_callback_states_from_checkpoint=True); the state itself is read from the
+        # Trainer's state, whose latest entry is the checkpoint's.
+        self.saved_state: dict[str, Any] | None = None
+
+    @property
+    def config(self) -> PrunerConfig:
+        """The pruner's configuration, checked when the callback was made."""
+        return self._session.config
+
+    # The adapter's options, read and set on the session (``callback.verbose = False``).
+    log_per_tensor = Option()
+    make_permanent = Option()
+    reset_optimizer_state = Option()
+    verbose = Option()
 
     @property
     def state_key(self) -> str:
         """Tells the saved states of several callbacks apart (the Trainer files them all under
         the class name); the fields of the Lightning callback's key."""
-        return json.dumps(state_key_fields(self.config), sort_keys=True, default=str)
+        return _state_key(self.config)
 
     @property
     def pruner(self) -> Pruner:
         """The pruner, built when the ``Trainer`` is made (before, a ``RuntimeError``)."""
-        if self._pruner is None:
-            raise RuntimeError(
-                "`GradualPruningCallback.pruner` exists once a Trainer has been made with it."
-            )
-        return self._pruner
+        return self._session.pruner
 
     @staticmethod
     def put_first(trainer: Trainer) -> None:
@@ -185,12 +206,12 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         **kwargs: Any,
     ) -> None:
         """Build the pruner and give every target its mask, before any checkpoint is loaded."""
-        if args.restore_callback_states_from_checkpoint:
+        if args.restore_callback_states_from_checkpoint and self._arguments() is None:
             raise ValueError(
-                "Expected `TrainingArguments(restore_callback_states_from_checkpoint=False)` with "
-                "GradualPruningCallback, but got True: the Trainer would replace the callback by "
-                "a new one built from JSON after the masks were made. The callback restores its "
-                "own state from the checkpoint's trainer_state.json."
+                "Expected arguments that are plain data with "
+                "`TrainingArguments(restore_callback_states_from_checkpoint=True)` (the Trainer "
+                "rebuilds the callback from them), but the schedule or a class has no import "
+                f"path: {self.config.schedule!r}. Define it at the top level of a module."
             )
         for option in ("fsdp", "deepspeed"):
             if getattr(args, option, None):
@@ -200,6 +221,7 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
                     f"{option}={getattr(args, option)!r}."
                 )
         if model is not None:
+            # The Trainer loads a checkpoint's weights into the model's keys: they must match.
             self._build(model)
 
     @override
@@ -216,22 +238,12 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         step ``global_step`` (0 unless resumed): a schedule may prune before training."""
         if model is None:
             raise ValueError("Expected the Trainer to pass its model to the callbacks.")
-        if self._pruner is None or self._pruner.model is not model:
-            self._check_not_resumed(state)
-            self._build(model)
+        if not self._session.built_for(model):
+            self._take_over_or_build(model, state)
         if state.global_step > 0:  # resumed: the checkpoint's trainer_state.json is loaded
-            self.pruner.load_state_dict(self._saved_state(state))
-        self._detach()  # the optimizer of an earlier train()
-        lean = self.pruner.mode.hooks_optimizers and not self.pruner.permanent
-        if optimizer is not None and lean:
-            # The gradients are masked in on_pre_optimizer_step (after the Trainer's clipping).
-            self._attachment = self.pruner.attach(optimizer, mask_gradients=False, accumulate=False)
-        if self.reset_optimizer_state and optimizer is not None:
-            self.pruner.optimizers = [optimizer]
-        if self.config.rewind == "init" and self.pruner.last_step < 0:
-            self.pruner.take_snapshot()  # the weights training starts from, as loaded
-        if state.global_step != self.pruner.last_step:
-            self._step(state)
+            self._session.load_state_dict(*self._saved_state(state))
+        self._session.start([] if optimizer is None else [optimizer])
+        self._session.step(state.global_step)
 
     @override
     def on_pre_optimizer_step(
@@ -240,19 +252,15 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         """Before each optimizer step (the one place the callback calls into the pruner
         before a step): with an attached optimizer, zero the pruned weights' gradients; add the
         final gradients to a gradient score (once per optimizer step, accumulation folded in)."""
-        if self._pruner is None or self._pruner.permanent:
-            return
-        if self._attachment is not None:
-            self.pruner.mask_gradients()
-        self.pruner.accumulate()  # a no-op for scores that read no gradients
+        self._session.before_optimizer_step(kwargs.get("optimizer"))
 
     @override
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
         """Take the pruning step of the optimizer step just done."""
-        if self._pruner is not None and state.global_step != self.pruner.last_step:
-            self._step(state)
+        if self._session.built:
+            self._session.step(state.global_step)
 
     @override
     def on_log(
@@ -266,9 +274,9 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         """Add the pruning metrics to the training logs of this logging step: to ``logs`` (for
         the callbacks after this one) and to the entry the Trainer just put in
         ``state.log_history``."""
-        if self._pruner is None or logs is None or "loss" not in logs:
+        if not self._session.built or logs is None or "loss" not in logs:
             return  # evaluation and the end-of-training summary are logged without them
-        metrics = pruning_metrics(self.pruner, self.pruner.report(), self.log_per_tensor)
+        metrics = self._session.metrics(fresh=True)
         logs.update(metrics)
         last = state.log_history[-1] if state.log_history else {}
         if last.get("step") == state.global_step and last.get("loss") == logs["loss"]:
@@ -278,72 +286,91 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
     def on_train_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        """Report the final sparsity; make the pruning permanent if asked."""
-        if self._pruner is None:
-            return
-        self._detach()
-        if self.verbose and state.is_world_process_zero:
-            logger.info(f"GradualPruningCallback: final sparsity\n{self.pruner.report()}")
-        if self.make_permanent and not self.pruner.permanent:
-            self.pruner.make_permanent()
+        """Bring the pruner to the checkpoint the Trainer loaded at the end
+        (``load_best_model_at_end``, warning if it has fewer pruned units); report the final
+        sparsity; make the pruning permanent if asked."""
+        best = state.best_model_checkpoint
+        if args.load_best_model_at_end and best and self._session.weights_loaded():
+            saved = TrainerState.load_from_json(os.path.join(best, TRAINER_STATE_NAME))
+            self._session.load_state_dict(*self._saved_state(saved))
+        self._session.finish()
 
     @override
     def state(self) -> dict[str, Any]:
-        """What ``trainer_state.json`` keeps: the pruner's state (JSON) under :attr:`state_key`."""
-        pruner = None if self._pruner is None else to_json(self._pruner.state_dict())
-        return {"args": {}, "attributes": {"state_key": self.state_key, "pruner": pruner}}
+        """What ``trainer_state.json`` keeps: under :attr:`state_key`, the pruner's state and
+        the kept units whose weights are exactly zero in the weights saved beside it (JSON)."""
+        saved = None
+        if self._session.built:
+            pruner_state, kept = self._session.state_dict(), self._session.kept_zeros()
+            saved = saved_entry(self.state_key, pruner_state, kept)
+        return {"args": self._arguments() or {}, "attributes": {"saved_state": saved}}
 
-    def _build(self, model: nn.Module) -> None:
-        seed = torch.initial_seed() if self.config.seed is None else self.config.seed
-        # Rank zero's seed on every rank: random methods then draw the same masks everywhere.
-        config = PrunerConfig(**{**self.config.as_kwargs(), "seed": _rank_zero(int(seed))})
-        pruner = Pruner(model, **config.as_kwargs())
-        self._pruner = pruner
-        # The Trainer loads a checkpoint's weights into the model's keys: they must match.
-        pruner.reparametrize()
+    def _arguments(self) -> dict[str, Any] | None:
+        return plain_arguments(self._session.config, self._session.options)
 
-    def _check_not_resumed(self, state: TrainerState) -> None:
-        if state.global_step > 0:
+    def _take_over_or_build(self, model: nn.Module, state: TrainerState) -> None:
+        if self.saved_state is not None:  # the Trainer rebuilt this callback from a checkpoint
+            # The latest first: the session of the callback this one replaces, whose masks the
+            # checkpoint's weights were loaded into.
+            for ref in reversed(_SESSIONS):
+                session = ref()
+                if session is not None and session.built_for(model) and self._same_key(session):
+                    self._session = session
+                    return
+        elif state.global_step > 0:
             raise ValueError(
                 "Expected GradualPruningCallback to be given to the Trainer when it is made "
                 "(`Trainer(..., callbacks=[...])`) to resume from a checkpoint, but it was "
                 "added later: the masks must exist before the checkpoint's weights are loaded."
             )
+        self._build(model)
 
-    def _saved_state(self, state: TrainerState) -> dict[str, Any]:
-        # A resumed state holds the JSON of trainer_state.json: by class name, a list if several.
+    def _same_key(self, session: PruningSession) -> bool:
+        return _state_key(session.config) == self.state_key
+
+    def _build(self, model: nn.Module) -> None:
+        self._session.build(model)
+        _SESSIONS[:] = [ref for ref in _SESSIONS if ref() is not None]
+        _SESSIONS.append(weakref.ref(self._session))
+
+    def _saved_state(self, state: TrainerState) -> tuple[dict[str, Any], dict[str, Tensor] | None]:
+        # A loaded state holds the JSON of trainer_state.json: by class name, a list if several.
         saved: Any = state.stateful_callbacks or {}
         entries = saved.get(type(self).__name__, []) if isinstance(saved, dict) else []
-        for entry in entries if isinstance(entries, list) else [entries]:
-            attributes: dict[str, Any] = entry.get("attributes", {})
-            if attributes.get("state_key") == self.state_key and attributes.get("pruner"):
-                loaded: dict[str, Any] = from_json(attributes["pruner"])
-                return loaded
+        found = find_saved(entries, self.state_key)
+        if found is None:  # saved before classes were written by their import path
+            found = find_saved(entries, _state_key(self.config, str))
+        if found is not None:
+            return found
         raise ValueError(
-            f"Expected the checkpoint resumed at step {state.global_step} to hold the state of "
+            f"Expected the checkpoint of step {state.global_step} to hold the state of "
             f"this GradualPruningCallback (key {self.state_key}), but its trainer_state.json "
             "has none: it was saved without this callback, or with another configuration."
         )
 
-    def _step(self, state: TrainerState) -> None:
-        pruned = self.pruner.step(state.global_step)
-        if pruned > 0 and self.verbose and state.is_world_process_zero:
-            report = self.pruner.report()
-            logger.info(
-                f"GradualPruningCallback: step {state.global_step}: pruned {pruned} more units, "
-                f"sparsity {report.sparsity:.4f} (target {self.pruner.target_sparsity():.4f})."
-            )
 
-    def _detach(self) -> None:
-        if self._attachment is not None:
-            self._attachment.remove()
-            self._attachment = None
+# The sessions built here, held weakly: a callback the Trainer rebuilds from a checkpoint takes
+# over the session of the one it replaces (see GradualPruningCallback._take_over_or_build).
+_SESSIONS: list[weakref.ref[PruningSession]] = []
 
 
-def _rank_zero(value: int) -> int:
-    """``value`` as rank zero has it, when a process group is up."""
-    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-        return value
-    values = [value]
-    torch.distributed.broadcast_object_list(values, src=0)
-    return int(values[0])
+def _state_key(config: PrunerConfig, name: Callable[[object], str] | None = None) -> str:
+    """The fields of the Lightning callback's key as JSON, a class by its import path (as the
+    callback the Trainer rebuilds from the saved arguments has it)."""
+    plain = name or (lambda value: import_path(value) or str(value))
+    return json.dumps(state_key_fields(config), sort_keys=True, default=plain)
+
+
+ROLLBACK_HINT = (
+    "With load_best_model_at_end=True the Trainer loads the checkpoint with the best metric "
+    "when training ends, which may be one saved before the schedule had pruned everything. To "
+    "end at the schedule's sparsity, evaluate only once it is reached, "
+    "TrainingArguments(eval_delay=<its last pruning step>), so that the best checkpoint is one "
+    "at that sparsity; or set load_best_model_at_end=False."
+)
+
+
+def _inform_on_main_process(message: str) -> None:
+    """``message`` at ``INFO`` on the main process, through the library's logger."""
+    if on_rank_zero():
+        logger.info(message)

@@ -46,3 +46,18 @@ def tiny_bert(seed: int = 0) -> nn.Module:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return transformers.BertForMaskedLM(config).eval()
+
+
+def tiny_llama(seed: int = 0) -> nn.Module:
+    """``LlamaForCausalLM``: 2 blocks, grouped-query attention (4 query heads over 2 key/value
+    heads), SwiGLU MLP, an output head that is not tied to the embedding."""
+    transformers = _transformers()
+    torch.manual_seed(seed)
+    config = transformers.LlamaConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        tie_word_embeddings=False,
+    )  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return transformers.LlamaForCausalLM(config).eval()

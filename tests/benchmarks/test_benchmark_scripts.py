@@ -68,6 +68,25 @@ def test_hf_trainer_overhead_benchmark_compares_both_modes_with_dense(tmp_path: 
 
 
 @pytest.mark.slow
+def test_trainer_checkpoint_size_benchmark_measures_each_masking(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    out = run_script("bench_trainer_checkpoint_size.py", "--tiny", "--out", str(tmp_path))
+    results = json.loads((tmp_path / "trainer_checkpoint_size.json").read_text())
+    ways = results["ways"]
+    assert list(ways) == ["dense", "reparametrize", "inplace"]
+    for way in ("reparametrize", "inplace"):
+        # The permanent form: the model file of the dense run, the masks in no file.
+        assert ways[way]["model_safetensors"] == ways["dense"]["model_safetensors"]
+        assert ways[way]["training_form"] > ways["dense"]["training_form"]
+        assert ways[way]["sparsity"] == pytest.approx(0.8, abs=1e-3)
+    assert ways["reparametrize"]["training_form"] > ways["inplace"]["training_form"]
+    assert list(results["kept_zero_bytes"]) == ["10", "100"]
+    assert all(size > 8 for size in results["kept_zero_bytes"].values())  # an int64 index each
+    table = (tmp_path / "trainer_checkpoint_size.md").read_text()
+    assert table in out and "| inplace |" in table
+
+
+@pytest.mark.slow
 def test_importance_overhead_benchmark_compares_with_magnitude(tmp_path: Path) -> None:
     out = run_script("bench_importance_overhead.py", "--quick", "--out", str(tmp_path))
     results = json.loads((tmp_path / "importance_overhead.json").read_text())

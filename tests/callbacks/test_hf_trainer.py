@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tensorplay.ao.pruning import Pruner
-from tensorplay.ao.pruning.schedules import LinearSchedule, OneShotSchedule
+from tensorplay.ao.pruning.schedules import CallableSchedule, LinearSchedule, OneShotSchedule
 from tensorplay.callbacks.transformers import GradualPruningCallback
 from tests.callbacks.hf_trainer_helpers import (
     StepRecorder,
@@ -148,14 +148,25 @@ def test_an_unknown_parameter_fails_when_the_trainer_is_made_and_changes_nothing
     assert sorted(model.state_dict()) == before
 
 
-def test_the_trainers_restore_of_callback_states_is_refused_before_training(
-    tmp_path: Path,
-) -> None:
+def test_restoring_callback_states_needs_a_schedule_with_an_import_path(tmp_path: Path) -> None:
     model = tiny_gpt2().train()
-    pruning = GradualPruningCallback(SCHEDULE)
-    with pytest.raises(ValueError, match="restore_callback_states_from_checkpoint=False"):
+    pruning = GradualPruningCallback(CallableSchedule(lambda step: 0.5))
+    with pytest.raises(ValueError, match=r"arguments that are plain data .* CallableSchedule"):
         make_trainer(model, tmp_path, [pruning], restore_callback_states_from_checkpoint=True)
     assert masks(model) == {}
+
+
+def test_the_trainer_rebuilds_the_callback_from_its_saved_arguments() -> None:
+    pruning = GradualPruningCallback(
+        LinearSchedule(0.5, end_step=4), module_types=[torch.nn.Linear], keep_dense=["last"],
+        scope="layerwise", seed=3, verbose=False,
+    )  # fmt: skip
+    saved = pruning.state()
+    rebuilt = GradualPruningCallback(**saved["args"])  # as the Trainer does, from the JSON
+    assert rebuilt.config.schedule == pruning.config.schedule
+    assert rebuilt.config.module_types == ["torch.nn.modules.linear.Linear"]
+    assert rebuilt.state_key == pruning.state_key  # it finds the state saved under it
+    assert (rebuilt.config.scope, rebuilt.config.seed, rebuilt.verbose) == ("layerwise", 3, False)
 
 
 VERBOSE = """

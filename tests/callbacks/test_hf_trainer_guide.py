@@ -48,7 +48,7 @@ def _setting(tmp_path: Path, **kwargs: Any) -> dict[str, Any]:
 
 def test_the_page_has_the_blocks_these_tests_know() -> None:
     languages = [language for language, _ in code_blocks(PAGE)]
-    assert languages == ["bash", "python", "python", "python", "python", "python"]
+    assert languages == ["bash", "python", "python", "python", "python", "python", "python"]
 
 
 def test_the_first_example_trains_with_the_callback(
@@ -69,24 +69,32 @@ def test_put_first_puts_the_callback_before_the_integrations(tmp_path: Path) -> 
     assert names[:3] == ["DefaultFlowCallback", "GradualPruningCallback", "TensorBoardCallback"]
 
 
+def test_the_best_model_example_evaluates_once_the_schedule_is_done() -> None:
+    args = _run(3, {"TrainingArguments": transformers.TrainingArguments})["args"]
+    assert (args.load_best_model_at_end, args.eval_delay) == (True, 1000)
+    assert args.eval_steps == args.save_steps  # the Trainer needs them aligned for the best
+
+
 def test_the_saving_example_gives_a_folder_with_the_same_logits(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    namespace = _run(3, _setting(tmp_path))
+    namespace = _run(4, _setting(tmp_path))
     model, reloaded = namespace["model"].eval(), namespace["reloaded"].eval()
     tokens = torch.randint(0, 97, (2, 8))
     with torch.no_grad():
         assert torch.equal(reloaded(tokens).logits, model(tokens).logits)
     assert reloaded.lm_head.weight is reloaded.transformer.wte.weight
     assert sorted(reloaded.state_dict()) == sorted(model.state_dict())
+    assert namespace["pruning"].pruner.pruned_count() > 0  # still under pruning, masks and all
+    assert any(name.endswith("_mask") for name in model.state_dict(keep_vars=True))
 
 
 def test_the_replacement_prunes_the_units_the_hand_written_callback_prunes(
     tmp_path: Path,
 ) -> None:
-    before = _run(4, {})["KeepMasks"](0.5)
-    after = _run(5, {})["keep_masks"]
+    before = _run(5, {})["KeepMasks"](0.5)
+    after = _run(6, {})["keep_masks"]
     after.verbose = False
     model = tiny_gpt2().train()
     twin = copy.deepcopy(model)

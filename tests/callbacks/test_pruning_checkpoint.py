@@ -248,3 +248,52 @@ def test_callback_state_of_another_version_is_rejected():
     callback = GradualPruning(SCHEDULE)
     with pytest.raises(ValueError, match="state version 1 or a pruner state, but got 2"):
         callback.load_state_dict({"version": 2, "pruner": {}, "seed": 0, "snapshot": None})
+
+
+class ScoredTiny(TinyModule):
+    """A validation score that falls as training goes on: the first checkpoint is the best."""
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        self.log("score", -float(self.global_step))
+
+    def val_dataloader(self):  # type: ignore[no-untyped-def]
+        return self.train_dataloader()
+
+    def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        self.log("test_loss", self.training_step(batch, batch_idx))
+
+    def test_dataloader(self):  # type: ignore[no-untyped-def]
+        return self.train_dataloader()
+
+
+@pytest.mark.parametrize("masking", ["reparametrize", "inplace"])
+def test_testing_the_best_checkpoint_before_the_end_warns_with_both_sparsities(
+    make_trainer, tmp_path: Path, masking: str
+) -> None:
+    from tensorplay.callbacks import PruningRollbackWarning
+
+    callback = GradualPruning(SCHEDULE, masking=masking, verbose=False)  # type: ignore[arg-type]
+    best = ModelCheckpoint(dirpath=tmp_path / "ckpt", monitor="score", mode="max")
+    trainer = make_trainer(
+        max_epochs=EPOCHS, callbacks=[callback, best], enable_checkpointing=True,
+        limit_val_batches=1,
+    )  # fmt: skip
+    model = ScoredTiny()
+    trainer.fit(model)
+    assert callback.pruner.pruned_count() == round(0.8 * TOTAL)
+    assert Path(best.best_model_path).name == "epoch=0-step=8.ckpt"
+
+    with pytest.warns(PruningRollbackWarning) as warned:
+        trainer.test(model, ckpt_path="best")
+    sparsity, final = round(SCHEDULE(8) * TOTAL) / TOTAL, round(0.8 * TOTAL) / TOTAL
+    rollbacks = [w for w in warned if issubclass(w.category, PruningRollbackWarning)]
+    assert len(rollbacks) == 1
+    message = str(rollbacks[0].message)
+    assert "a checkpoint of step 8 was loaded into the model after the run had reached step 24" in (
+        message
+    )
+    assert f"are {sparsity:.2%} sparse, not the {final:.2%} the run had pruned them to" in message
+    assert 'ckpt_path="last"' in message
+    # The model tested and the pruner are the checkpoint's.
+    assert callback.pruner.last_step == 8
+    assert callback.pruner.pruned_count() == round(SCHEDULE(8) * TOTAL)

@@ -125,6 +125,46 @@ def test_gradients_of_pruned_weights_are_zero_before_clipping(make_trainer):
     _assert_lean(model)
 
 
+class _ManualClip(TinyModule):
+    """Manual optimization that clips right after the backward, before Lightning calls any
+    callback: records the norm it clips by and the norm of the gradients with every pruned
+    entry left out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.norms: list[tuple[float, float]] = []
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        optimizer = self.optimizers()
+        optimizer.zero_grad()  # type: ignore[union-attr]
+        self.manual_backward(super().training_step(batch, batch_idx))
+        kept = []
+        for param in self.parameters():
+            module = next((m for m in self.modules() if m._parameters.get("weight") is param), None)
+            mask = getattr(module, "weight_mask", None) if module is not None else None
+            kept.append(param.grad if mask is None else param.grad * mask)
+        kept_norm = float(torch.nn.utils.get_total_norm(kept))
+        clipped = torch.nn.utils.clip_grad_norm_(self.parameters(), max_norm=0.05)
+        self.norms.append((float(clipped), kept_norm))
+        optimizer.step()  # type: ignore[union-attr]
+
+
+def test_manual_optimization_clips_by_the_norm_of_the_kept_weights_gradients(make_trainer):
+    model = _ManualClip()
+    callback = _lean()
+    trainer = make_trainer(max_epochs=2, callbacks=[callback], logger=False)
+    trainer.fit(model)
+
+    assert len(model.norms) == 16
+    assert callback.pruner.pruned_count() == round(0.75 * TOTAL)
+    # From the first pruning step on, the pruned entries are zero when the loop clips.
+    for step, (clipped, kept) in enumerate(model.norms):
+        assert clipped == pytest.approx(kept, rel=1e-6), step
+    assert model.norms[-1][0] > 0
+    _assert_lean(model)
+
+
 def _differs(a: dict[str, Tensor], b: dict[str, Tensor]) -> bool:
     return sorted(a) != sorted(b) or any(not torch.equal(a[k], b[k]) for k in a)
 
@@ -268,7 +308,7 @@ def test_unsupported_strategy_fails_at_setup_and_leaves_the_model(
     with pytest.raises(ValueError, match=match):
         trainer.fit(model)
 
-    assert callback._pruner is None
+    assert not callback.built
     _assert_same_state(model.state_dict(), before)
     assert masks_of(model) == {}
 

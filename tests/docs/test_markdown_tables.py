@@ -64,6 +64,7 @@ def test_the_pages_show_every_benchmark_result_they_include_as_a_table() -> None
         "importance_overhead.md",
         "lean_selection.md",
         "sharded_selection.md",
+        "trainer_checkpoint_size.md",
         "training_overhead.md",
     ]
 

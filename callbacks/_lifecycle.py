@@ -1,0 +1,470 @@
+"""The lifecycle of a pruner inside a training framework, once for every adapter.
+
+A training framework calls its callbacks at its own events; what the pruner needs at those
+events is the same in every framework: build it from a
+:class:`~tensorplay.ao.pruning.config.PrunerConfig` with rank zero's seed and give every
+target its mask before a checkpoint's weights are loaded; attach the optimizers when the
+masking mode hooks them, hand them over for state resets and take the rewind snapshot when
+training starts; before each optimizer step mask the gradients and accumulate gradient scores;
+take the pruning step of the framework's global step; report; and at the end detach, report and
+make the pruning permanent if asked. :class:`PruningSession` does all of it and imports no
+framework: an adapter owns one and maps its framework's hooks onto it, a guard and one call each
+(``callbacks/pruning.py`` for Lightning, ``callbacks/transformers.py`` for the Hugging Face
+Trainer).
+
+Example:
+    >>> import torch
+    >>> from torch import nn
+    >>> from tensorplay.ao.pruning.schedules import LinearSchedule
+    >>> config, options = split_arguments({"schedule": LinearSchedule(0.5, end_step=2),
+    ...                                    "verbose": False})
+    >>> session = PruningSession(config, options, name="MyAdapter", built_when="fit starts")
+    >>> model = nn.Linear(4, 4)
+    >>> _ = session.build(model)
+    >>> optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    >>> session.start([optimizer])
+    >>> for step in range(1, 3):  # the framework's loop
+    ...     model(torch.randn(2, 4)).sum().backward()
+    ...     session.before_optimizer_step(optimizer)
+    ...     optimizer.step()
+    ...     _ = session.step(step)
+    >>> session.metrics()["pruning/sparsity"]
+    0.5
+    >>> session.finish()
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.optim import Optimizer
+
+from tensorplay.ao.pruning.config import PrunerConfig
+from tensorplay.ao.pruning.imports import import_path
+from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerAttachment
+from tensorplay.ao.pruning.permanent_saves import (
+    PermanentSaves,
+    kept_zeros,
+    restore_masks,
+    save_permanent,
+)
+from tensorplay.ao.pruning.pruner import Pruner
+from tensorplay.ao.pruning.schedules import schedule_from_dict
+from tensorplay.ao.pruning.stats import SparsityReport
+from tensorplay.ao.pruning.targets import method_name
+
+from ._metrics import pruning_metrics
+from ._state import pruner_state
+
+__all__ = [
+    "AdapterOptions",
+    "Option",
+    "PruningRollbackWarning",
+    "PruningSession",
+    "plain_arguments",
+    "split_arguments",
+]
+
+
+class PruningRollbackWarning(UserWarning):
+    """A checkpoint loaded after training took the model back to fewer pruned units than the
+    run had reached (a framework's best-model reload); it says both sparsities and the fix.
+
+    Example:
+        >>> issubclass(PruningRollbackWarning, UserWarning)
+        True
+    """
+
+
+@dataclass(frozen=True)
+class AdapterOptions:
+    """The adapters' arguments that are not the pruner's (:class:`PrunerConfig` holds those).
+
+    Args:
+        log_per_tensor: Also report ``pruning/sparsity/<module>.<name>``.
+        make_permanent: At the end of training, drop the masks, keeping the zeros.
+        reset_optimizer_state: Give the pruner the framework's optimizers, whose state it
+            clears after each pruning event.
+        verbose: Report each pruning event and the final sparsity table (on rank zero).
+    """
+
+    log_per_tensor: bool = False
+    make_permanent: bool = False
+    reset_optimizer_state: bool = False
+    verbose: bool = True
+
+
+class Option:
+    """A callback attribute that reads and sets the option of the same name of the callback's
+    session (``callback.verbose = False``), so the options live in one place.
+
+    Example:
+        >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+        >>> class Adapter:
+        ...     verbose = Option()
+        ...     def __init__(self):
+        ...         config, options = split_arguments({"schedule": OneShotSchedule(0.5)})
+        ...         self._session = PruningSession(config, options, name="A", built_when="")
+        >>> adapter = Adapter()
+        >>> adapter.verbose = False
+        >>> adapter.verbose, adapter._session.options.verbose
+        (False, False)
+    """
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, callback: Any, owner: type | None = None) -> Any:
+        if callback is None:
+            return self
+        return getattr(callback._session.options, self.name)
+
+    def __set__(self, callback: Any, value: Any) -> None:
+        session = callback._session
+        session.options = replace(session.options, **{self.name: value})
+
+
+_CONFIG_FIELDS = tuple(field.name for field in fields(PrunerConfig))
+_OPTION_FIELDS = tuple(field.name for field in fields(AdapterOptions))
+
+
+def split_arguments(arguments: Mapping[str, Any]) -> tuple[PrunerConfig, AdapterOptions]:
+    """An adapter's constructor arguments (by name), split into the pruner's configuration
+    (checked by :class:`PrunerConfig`) and the adapter's options. An adapter passes its own
+    arguments through (``locals()`` at the top of its ``__init__``), so an argument added to the
+    adapters is read here, in one place. A ``schedule`` given in its
+    :meth:`~tensorplay.ao.pruning.schedules.Schedule.to_dict` form (as :func:`plain_arguments`
+    writes it) is rebuilt.
+
+    Raises:
+        TypeError: A name that is neither a field of :class:`PrunerConfig` nor of
+            :class:`AdapterOptions`; as :class:`PrunerConfig`.
+        ValueError: As :class:`PrunerConfig` and
+            :func:`~tensorplay.ao.pruning.schedules.schedule_from_dict`.
+
+    Example:
+        >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+        >>> config, options = split_arguments({"schedule": OneShotSchedule(0.5), "verbose": False})
+        >>> config.scope, options.verbose
+        ('global', False)
+    """
+    given = {name: value for name, value in arguments.items() if name not in ("self", "__class__")}
+    unknown = sorted(set(given) - set(_CONFIG_FIELDS) - set(_OPTION_FIELDS))
+    if unknown:
+        raise TypeError(
+            f"Expected the arguments of a pruning adapter to be fields of PrunerConfig or "
+            f"AdapterOptions, but got {unknown}."
+        )
+    if isinstance(given.get("schedule"), Mapping):
+        given["schedule"] = schedule_from_dict(given["schedule"])
+    config = PrunerConfig(**{name: given[name] for name in _CONFIG_FIELDS if name in given})
+    options = AdapterOptions(**{name: given[name] for name in _OPTION_FIELDS if name in given})
+    return config, options
+
+
+def plain_arguments(config: PrunerConfig, options: AdapterOptions) -> dict[str, Any] | None:
+    """The adapter arguments that :func:`split_arguments` turns into ``config`` and
+    ``options``, as plain data (JSON or YAML): the schedule in its ``to_dict`` form, classes by
+    import path. ``None`` if something has no such form (a lambda schedule, a class defined in a
+    function).
+
+    Example:
+        >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+        >>> plain = plain_arguments(*split_arguments({"schedule": OneShotSchedule(0.5)}))
+        >>> plain["schedule"], plain["method"], plain["verbose"]
+        ({'class_path': 'tensorplay.ao.pruning.schedules.OneShotSchedule', 'init_args': {'sparsity': 0.5, 'step': 0}}, 'l1_unstructured', True)
+        >>> split_arguments(plain)[0].schedule == OneShotSchedule(0.5)
+        True
+    """  # noqa: E501
+    try:
+        schedule = config.schedule.to_dict()
+    except (TypeError, ValueError):
+        return None
+    plain: dict[str, Any] = {"schedule": schedule, "method": method_name(config.method_class)}
+    for name in _CONFIG_FIELDS:
+        if name in plain:
+            continue
+        value = getattr(config, name)
+        if isinstance(value, Sequence) and not isinstance(value, str):
+            value = [item if isinstance(item, str) else import_path(item) for item in value]
+            if None in value:
+                return None
+        plain[name] = value
+    plain.update({name: getattr(options, name) for name in _OPTION_FIELDS})
+    return plain
+
+
+def rank_zero_value(value: int) -> int:
+    """``value`` as rank zero has it, when a ``torch.distributed`` process group is up.
+
+    Example:
+        >>> rank_zero_value(7)  # one process
+        7
+    """
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return value
+    values = [value]
+    torch.distributed.broadcast_object_list(values, src=0)
+    return int(values[0])
+
+
+def on_rank_zero() -> bool:
+    """Whether this process is rank zero (or the only one).
+
+    Example:
+        >>> on_rank_zero()
+        True
+    """
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return True
+    return torch.distributed.get_rank() == 0
+
+
+def inform_on_rank_zero(message: str) -> None:
+    """Log ``message`` at ``INFO`` on rank zero (the ``tensorplay.callbacks`` logger): the
+    default way a session reports."""
+    if on_rank_zero():
+        logging.getLogger("tensorplay.callbacks").info(message)
+
+
+class PruningSession:
+    """One pruner's life in a training framework, whatever the framework.
+
+    Args:
+        config: The pruner's configuration.
+        options: The adapter's options.
+        name: The adapter's name, heading its messages.
+        built_when: When the adapter builds the pruner, for the error of :attr:`pruner`
+            before then (``"`Trainer.fit` has set it up"``).
+        inform: How a message reaches the user on rank zero (the framework's logger).
+        permanent_saves: Make every save of the model the permanent form
+            (:mod:`~tensorplay.ao.pruning.permanent_saves`): the framework's default save then
+            writes a model that loads without tensorplay, and :meth:`kept_zeros` with
+            :meth:`load_state_dict` bring the exact masks back.
+        rollback_hint: What the user can do when a checkpoint loaded after training takes the
+            model back to fewer pruned units (the framework's best-model reload), appended to
+            the :class:`PruningRollbackWarning`.
+    """
+
+    def __init__(
+        self,
+        config: PrunerConfig,
+        options: AdapterOptions,
+        *,
+        name: str,
+        built_when: str,
+        inform: Callable[[str], None] = inform_on_rank_zero,
+        permanent_saves: bool = False,
+        rollback_hint: str = "",
+    ) -> None:
+        self.config = config
+        self.options = options
+        self.name = name
+        self._built_when = built_when
+        self._inform = inform
+        self._permanent_saves = permanent_saves
+        self._rollback_hint = rollback_hint
+        self._pruner: Pruner | None = None
+        self._saves: PermanentSaves | None = None
+        self._attachment: OptimizerAttachment | None = None
+        self._pending: tuple[dict[str, Any], Mapping[str, Tensor] | None] | None = None
+        self._report: SparsityReport | None = None  # the last counts, re-read when they change
+
+    @property
+    def built(self) -> bool:
+        """Whether the pruner exists."""
+        return self._pruner is not None
+
+    @property
+    def pruner(self) -> Pruner:
+        """The pruner (before :meth:`build`, a ``RuntimeError``)."""
+        if self._pruner is None:
+            raise RuntimeError(f"`{self.name}.pruner` exists once {self._built_when}.")
+        return self._pruner
+
+    def built_for(self, model: nn.Module) -> bool:
+        """Whether the pruner exists and prunes ``model``."""
+        return self._pruner is not None and self._pruner.model is model
+
+    def build(
+        self,
+        model: nn.Module,
+        *,
+        broadcast: Callable[[int], int] = rank_zero_value,
+        check: Callable[[Pruner], None] | None = None,
+    ) -> Pruner:
+        """Build the pruner of ``model`` and give every target its mask, so that a checkpoint's
+        weights load into the keys the model has at every step; load a state given early.
+
+        Args:
+            model: The model the framework trains.
+            broadcast: Rank zero's value of an int (the seed, so random methods draw the same
+                masks on every rank).
+            check: Called with the new pruner before the model changes (may raise).
+        """
+        seed = torch.initial_seed() if self.config.seed is None else self.config.seed
+        kwargs = {**self.config.as_kwargs(), "seed": int(broadcast(int(seed)))}
+        pruner = Pruner(model, **kwargs)
+        if check is not None:
+            check(pruner)
+        self._pruner = pruner
+        pruner.reparametrize()
+        if self._permanent_saves:
+            self._saves = save_permanent(pruner)
+        self._load_pending()
+        return pruner
+
+    def start(self, optimizers: Sequence[Optimizer]) -> None:
+        """Training starts with ``optimizers``: attach them when the masking mode hooks
+        optimizers (the adapter masks the gradients in :meth:`before_optimizer_step`), hand
+        them over for state resets if asked, and take the ``rewind="init"`` snapshot of the
+        weights training starts from (as loaded or broadcast)."""
+        pruner = self.pruner
+        self.detach()  # the optimizers of an earlier run
+        holding = [optimizer for optimizer in optimizers if pruner.held_by(optimizer)]
+        if pruner.mode.hooks_optimizers and not pruner.permanent and holding:
+            self._attachment = pruner.attach(*holding, mask_gradients=False, accumulate=False)
+        if self.options.reset_optimizer_state:
+            pruner.optimizers = holding
+        if self.config.rewind == "init" and pruner.last_step < 0:
+            pruner.take_snapshot()
+
+    def before_optimizer_step(self, optimizer: Optimizer | None = None) -> None:
+        """Before ``optimizer`` steps (after the gradients are final): with attached
+        optimizers, zero the pruned weights' gradients (lean masks zero them as autograd
+        accumulates them already, so clipping never sees them: this is the guarantee); add the
+        gradients of the targets ``optimizer`` holds (all without it) to a gradient score (a
+        no-op for other scores)."""
+        pruner = self._pruner
+        if pruner is None or pruner.permanent:
+            return
+        if self._attachment is not None:
+            pruner.mask_gradients()
+        pruner.accumulate(optimizer)
+
+    def step(self, step: int, *, report_every: int = 1) -> int | None:
+        """Take pruning step ``step`` (the framework's global step: ``k`` right after the
+        ``k``-th optimizer step), unless it is the step last taken.
+
+        Args:
+            step: The step.
+            report_every: Re-read the counts for :meth:`metrics` on steps that are multiples
+                of it (and whenever units are pruned); they change on pruning steps only.
+
+        Returns:
+            The units newly pruned, or ``None`` if ``step`` was taken already.
+        """
+        pruner = self.pruner
+        if step == pruner.last_step:
+            return None
+        pruned = pruner.step(step)
+        if pruned > 0 or self._report is None or step % max(1, report_every) == 0:
+            self._report = pruner.report()
+        if pruned > 0 and self.options.verbose:
+            self._inform(
+                f"{self.name}: step {step}: pruned {pruned} more units, sparsity "
+                f"{self._report.sparsity:.4f} (target {pruner.target_sparsity(step):.4f})."
+            )
+        return pruned
+
+    def metrics(self, *, fresh: bool = False) -> dict[str, float]:
+        """The stable metrics (``pruning/sparsity`` ...) of the last counts read (``fresh``:
+        read now)."""
+        if fresh or self._report is None:
+            self._report = self.pruner.report()
+        return pruning_metrics(self.pruner, self._report, self.options.log_per_tensor)
+
+    def finish(self) -> None:
+        """Training ended: detach the optimizers, report the final sparsity, make the pruning
+        permanent if asked."""
+        if self._pruner is None:
+            return
+        self.detach()
+        if self.options.verbose:
+            self._inform(f"{self.name}: final sparsity\n{self._pruner.report()}")
+        if self.options.make_permanent and not self._pruner.permanent:
+            self._pruner.make_permanent()
+
+    def detach(self) -> None:
+        """Take the hooks off the attached optimizers."""
+        if self._attachment is not None:
+            self._attachment.remove()
+            self._attachment = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The pruner's :meth:`~tensorplay.ao.pruning.pruner.Pruner.state_dict` (``{}`` before
+        it exists)."""
+        return {} if self._pruner is None else self._pruner.state_dict()
+
+    def kept_zeros(self) -> dict[str, Tensor]:
+        """With permanent saves, what the saved zeros cannot tell: per target, its kept units
+        that are exactly zero (:func:`~tensorplay.ao.pruning.permanent_saves.kept_zeros`); save
+        it beside the model's weights."""
+        if self._saves is None:
+            return {}
+        return kept_zeros(self.pruner)
+
+    def weights_loaded(self) -> bool:
+        """Whether weights in the permanent form were loaded into the targets since the last
+        :meth:`load_state_dict`."""
+        return self._saves is not None and bool(self._saves.loaded())
+
+    def load_state_dict(
+        self, state: Mapping[str, Any], kept_zeros: Mapping[str, Tensor] | None = None
+    ) -> None:
+        """Restore the pruner's state (kept until it is built if early); tensorplay 0.1's
+        callback state (``{"version": 1, "pruner", "seed", "snapshot"}``) is accepted. With
+        permanent saves, the targets whose weights were loaded in the permanent form get the
+        masks those weights were saved with, from their zeros and ``kept_zeros`` (what
+        :meth:`kept_zeros` gave when they were saved).
+
+        A state that takes the model back to fewer pruned units than the run had reached (a
+        framework loading its best checkpoint after training) is restored, with a
+        :class:`PruningRollbackWarning` that gives both sparsities.
+        """
+        self._pending = (pruner_state(dict(state)), kept_zeros)
+        if self._pruner is not None:
+            self._load_pending()
+
+    def _load_pending(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        state, kept = pending
+        pruner = self.pruner
+        reached = self._reached()
+        if state:
+            pruner.load_state_dict(state)
+        if self._saves is not None:
+            loaded = self._saves.loaded()
+            if loaded:
+                restore_masks(pruner, kept or {}, loaded)
+            self._saves.forget_loads()
+        self._report = pruner.report()
+        if reached is not None and self._report.pruned < reached[1]:
+            self._warn_rollback(reached, self._report)
+
+    def _reached(self) -> tuple[int, int, float] | None:
+        """``(step, pruned units, sparsity)`` the run had reached, if it has taken a step."""
+        pruner = self.pruner
+        if pruner.last_step < 0:
+            return None
+        report = self._report if self._report is not None else pruner.report()
+        return pruner.last_step, report.pruned, report.sparsity
+
+    def _warn_rollback(self, reached: tuple[int, int, float], now: SparsityReport) -> None:
+        step, _, sparsity = reached
+        warnings.warn(
+            f"{self.name}: a checkpoint of step {self.pruner.last_step} was loaded into the "
+            f"model after the run had reached step {step}: its targets are {now.sparsity:.2%} "
+            f"sparse, not the {sparsity:.2%} the run had pruned them to. The model and the "
+            f"pruner are now that checkpoint's. {self._rollback_hint}".rstrip(),
+            PruningRollbackWarning,
+            stacklevel=2,
+        )
