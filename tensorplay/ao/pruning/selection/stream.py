@@ -24,7 +24,7 @@ from tensorplay.ao.pruning.selection.passes import Band, check_sums, gather_band
 from tensorplay.ao.pruning.selection.plan import Chunk, Selection
 from tensorplay.ao.pruning.selection.threads import run_chunks
 
-__all__ = ["clear_candidates", "count_under", "write_band", "zero_chunk"]
+__all__ = ["clear_candidates", "count_under", "write_band"]
 
 
 def _all_eligible(selection: Selection, chunk: Chunk) -> bool:
@@ -101,7 +101,7 @@ def write_band(
             if not band.overflow:
                 gather_band(worker, chunk, key, keep, hi, band, bounded=True)
             worker.write(chunk, keep, outs)
-            zero_chunk(chunk, keep, zero)
+            worker.zero(chunk, keep, zero)
         return band
 
     band = Band(below=0)
@@ -110,16 +110,6 @@ def write_band(
     if band.overflow:
         band.drop()
     return band
-
-
-def zero_chunk(chunk: Chunk, keep: Tensor, zero: list[Tensor | None]) -> None:
-    """Multiply each piece of ``zero`` in the chunk by the chunk's ``keep`` factors (0 or 1)."""
-    offset = 0
-    for i, start, stop in chunk:
-        target = zero[i]
-        if target is not None:
-            target[start:stop].mul_(keep[offset : offset + stop - start])
-        offset += stop - start
 
 
 def clear_candidates(

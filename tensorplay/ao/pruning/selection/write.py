@@ -16,7 +16,7 @@ from torch import Tensor
 from tensorplay.ao.pruning.selection.buffers import Worker
 from tensorplay.ao.pruning.selection.cut import Cut, local_stops, orders
 from tensorplay.ao.pruning.selection.plan import Chunk, Selection, piece_slices
-from tensorplay.ao.pruning.selection.stream import clear_candidates, zero_chunk
+from tensorplay.ao.pruning.selection.stream import clear_candidates
 from tensorplay.ao.pruning.selection.threads import run_chunks
 
 __all__ = ["apply_cut", "count_cut", "write_cut"]
@@ -100,7 +100,7 @@ def write_cut(
                 keep.mul_(worker.eligible_flags(chunk, scratch))
             worker.write(chunk, keep, outs)
             if zero is not None:
-                zero_chunk(chunk, keep, zero)
+                worker.zero(chunk, keep, zero)
 
     run_chunks(selection, work)
 
