@@ -114,8 +114,7 @@ def write_band(
 
 def clear_candidates(
     band: Band,
-    orders: list[Tensor],
-    cut: tuple[float, int],
+    cut: tuple[float, list[int]],
     outs: list[Tensor],
     zero: list[Tensor | None],
 ) -> int:
@@ -125,9 +124,8 @@ def clear_candidates(
 
     Args:
         band: this rank's candidates.
-        orders: per piece of the band, its candidates' order (global position in the tie rule).
-        cut: ``(value, order)``: candidates of a lower key, or of that key and at most that
-            order, are cleared (``(inf, 0)``: all).
+        cut: ``(value, stops)``: candidates of a lower key, or of that key at a local flat
+            index below their source's stop, are cleared (``(inf, ...)``: all).
         outs: per source, its flat keep mask.
         zero: per source, a flat tensor to zero at the cleared units, or ``None``.
 
@@ -138,21 +136,19 @@ def clear_candidates(
         >>> band = Band(below=0, values=[torch.tensor([0.2, 0.1]), torch.tensor([0.2])],
         ...             sources=[0, 0], positions=[torch.tensor([1, 4]), torch.tensor([6])])
         >>> keep, weight = torch.ones(8, dtype=torch.bool), torch.ones(8)
-        >>> orders = [torch.tensor([1, 4]), torch.tensor([6])]
-        >>> clear_candidates(band, orders, (0.2, 1), [keep], [weight])
+        >>> clear_candidates(band, (0.2, [2]), [keep], [weight])
         2
         >>> keep.nonzero().view(-1).tolist(), weight.nonzero().view(-1).tolist()
         ([0, 2, 3, 5, 6, 7], [0, 2, 3, 5, 6, 7])
     """
-    value, last = cut
+    value, stops = cut
     cleared = 0
     for source, run in _runs(band.sources):
         positions = _join([band.positions[j] for j in run])
         if value != math.inf:
-            values = _join([band.values[j] for j in run])
-            order = _join([orders[j] for j in run]).to(values.device)
-            below = (values < value) | ((values == value) & (order <= last))
-            positions = positions[below.to(positions.device)]
+            values = _join([band.values[j] for j in run]).to(positions.device)
+            tied = (values == value) & (positions < stops[source])
+            positions = positions[(values < value) | tied]
         if not positions.numel():
             continue
         cleared += positions.numel()

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from tensorplay.ao.pruning.selection.buffers import Worker
-from tensorplay.ao.pruning.selection.cut import Cut, local_stops, orders
+from tensorplay.ao.pruning.selection.cut import Cut, local_stops
 from tensorplay.ao.pruning.selection.plan import Chunk, Selection, piece_slices
 from tensorplay.ao.pruning.selection.stream import clear_candidates
 from tensorplay.ao.pruning.selection.threads import run_chunks
@@ -50,8 +50,8 @@ def apply_cut(
     """
     targets: list[Tensor | None] = [None] * len(outs) if zero is None else zero
     if cut.band is not None:
-        band = cut.band
-        clear_candidates(band, orders(selection, band), (cut.value, cut.order), outs, targets)
+        stops = local_stops(selection, cut.order)
+        clear_candidates(cut.band, (cut.value, stops), outs, targets)
         return
     values = [cut.value] * len(outs)
     write_cut(selection, values, local_stops(selection, cut.order), outs, targets, factors=factors)
