@@ -173,6 +173,31 @@ class Worker:
             outs[i][start:stop].copy_(values[offset : offset + stop - start])
             offset += stop - start
 
+    def clear(
+        self, chunk: Chunk, keep: Tensor, eligible: Tensor | None, masks: list[Tensor]
+    ) -> None:
+        """Write a chunk's keep flags into the masks that are also its eligibility (in place).
+
+        A bool mask takes the flags. A float mask (eligible where ``1``) has its eligible units
+        that the flags clear set to ``0``, and keeps every other value as it is.
+
+        Args:
+            chunk: the chunk.
+            keep: its keep flags (``0`` or ``1``; ``0`` where not eligible).
+            eligible: its eligibility flags, overwritten; ``None``: every unit is eligible (a
+                float mask then holds only ``1``).
+            masks: per source, its flat mask.
+        """
+        offset = 0
+        for i, start, stop in chunk:
+            mask, flags = masks[i][start:stop], keep[offset : offset + stop - start]
+            if mask.dtype == torch.bool or eligible is None:
+                mask.copy_(flags)
+            else:  # eligible and cleared now: 1 - 1 = 0; any other value minus 0 stays
+                cleared = eligible[offset : offset + stop - start].sub_(flags)
+                mask.sub_(self.cast(cleared, mask.dtype))
+            offset += stop - start
+
     def zero(self, chunk: Chunk, keep: Tensor, zero: list[Tensor | None]) -> None:
         """Multiply each piece of ``zero`` in the chunk by the chunk's ``keep`` factors (0 or 1),
         in the piece's own dtype (``x * 0`` keeps its sign and NaN stays NaN, as in float32)."""

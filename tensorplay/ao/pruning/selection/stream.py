@@ -81,7 +81,8 @@ def write_band(
         selection: the selection.
         lo: units below it are cleared.
         hi: the band's upper key.
-        outs: per source, its flat keep mask (bool), updated in place.
+        outs: per source, its flat mask (bool, or float: eligible where ``1``), updated in
+            place.
         zero: per source, a flat tensor multiplied by its new keep mask, or ``None``.
 
     Returns:
@@ -95,12 +96,13 @@ def write_band(
             n = key.numel()
             keep = worker.scratch(key.device)[:n]
             torch.ge(key, lo, out=keep)
-            flags = worker.flags(key.device)[:n]
+            eligible = None
             if not _all_eligible(selection, chunk):
-                keep.mul_(worker.eligible_flags(chunk, flags))
+                eligible = worker.eligible_flags(chunk, worker.flags(key.device)[:n])
+                keep.mul_(eligible)
+            worker.clear(chunk, keep, eligible, outs)  # before the gather reuses the flags
             if not band.overflow:
                 gather_band(worker, chunk, key, keep, hi, band, bounded=True)
-            worker.write(chunk, keep, outs)
             worker.zero(chunk, keep, zero)
         return band
 
