@@ -13,9 +13,10 @@ tree before the script runs. The script's JSON result is read back: every dict h
 ``seconds`` in a list of rows is a measurement, keyed by the row's identifying fields (its
 strings and numbers: size, layout, call) and the dict's name (the mode or library). Printed, and
 written to ``--out``: per measurement, the median of the rounds on each side, new/old, and each
-side's spread (min-max); where the measurements also hold ``peak_bytes_per_param`` (or
-``extra_bytes_per_param``), a second table of those medians; the machine (CPUs, load average at
-start and end, torch version).
+side's spread (min-max); where the measurements also hold ``cpu_seconds`` (the process CPU
+time of the call, which other processes on a shared machine do not inflate as they do the wall
+time) and ``peak_bytes_per_param`` (or ``extra_bytes_per_param``), a table of each; the machine
+(CPUs, load average at start and end, torch version).
 """
 
 from __future__ import annotations
@@ -112,8 +113,9 @@ def measurements(results: dict[str, Any], field: str = "seconds") -> dict[Key, f
 
     A measurement is a dict with ``seconds`` (or ``error``) inside a row of a list of rows; its
     key is the file stem, the list's name unless it is ``rows``, the row's strings and numbers
-    in order, and the dict's name. With ``field="memory"``, the value is its peak bytes per
-    parameter (:data:`MEMORY_FIELDS`), and measurements without one are left out.
+    in order, and the dict's name. With another ``field`` (``"cpu_seconds"``, or ``"memory"``:
+    its peak bytes per parameter, :data:`MEMORY_FIELDS`), the value is that field's, and
+    measurements without it are left out.
     """
     found: dict[Key, float | None] = {}
     for stem, result in results.items():
@@ -129,9 +131,10 @@ def measurements(results: dict[str, Any], field: str = "seconds") -> dict[Key, f
                         if field == "seconds":
                             found[key] = value.get("seconds")
                             continue
-                        memory = [value[f] for f in MEMORY_FIELDS if f in value]
-                        if memory or "error" in value:
-                            found[key] = memory[0] if memory else None
+                        names = MEMORY_FIELDS if field == "memory" else (field,)
+                        held = [value[name] for name in names if name in value]
+                        if held or "error" in value:
+                            found[key] = held[0] if held else None
     return found
 
 
@@ -174,11 +177,16 @@ def report(
     header: dict[str, str],
     loads: tuple[tuple[float, ...], tuple[float, ...]],
     memory: dict[Key, dict[str, list[float | None]]] | None = None,
+    cpu: dict[Key, dict[str, list[float | None]]] | None = None,
 ) -> str:
-    """The markdown report: what was compared, the table (and the memory's), the machine."""
+    """The markdown report: what was compared, the tables (times; CPU times and memory where
+    measured), the machine."""
     start, end = (" ".join(f"{x:.2f}" for x in load) for load in loads)
     lines = [f"- {name}: {value}" for name, value in header.items()]
     lines += ["", *table(samples), ""]
+    if cpu:
+        lines += ["CPU time of the call (every thread of its process, user and system):", ""]
+        lines += [*table(cpu, unit="CPU s"), ""]
     if memory:
         lines += ["Peak memory during the call, above what was resident before it:", ""]
         lines += [*table(memory, unit="B/param"), ""]
@@ -221,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     loads_start = os.getloadavg()
     samples: dict[Key, dict[str, list[float | None]]] = defaultdict(lambda: {"old": [], "new": []})
     memory: dict[Key, dict[str, list[float | None]]] = defaultdict(lambda: {"old": [], "new": []})
+    cpu: dict[Key, dict[str, list[float | None]]] = defaultdict(lambda: {"old": [], "new": []})
     folder = Path(tempfile.mkdtemp(prefix="ab-"))
     try:
         with worktrees(REPO, revisions, folder / "trees") as trees:
@@ -232,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
                     samples[key][side].append(seconds)
                 for key, peak in measurements(results, "memory").items():
                     memory[key][side].append(peak)
+                for key, spent in measurements(results, "cpu_seconds").items():
+                    cpu[key][side].append(spent)
                 print(
                     f"round {index + 1}/{args.rounds} {side}: {len(found)} measurements", flush=True
                 )
@@ -244,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         "new": f"{revisions['new'][:10]} ({args.new})",
         "rounds": f"{args.rounds}, alternating which side runs first",
     }
-    text = report(samples, header, (loads_start, os.getloadavg()), memory)
+    text = report(samples, header, (loads_start, os.getloadavg()), memory, cpu)
     if args.out is not None:
         args.out.write_text(text)
     print(text)

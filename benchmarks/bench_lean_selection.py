@@ -24,7 +24,8 @@ Per call: the time, the **peak** extra memory (peak resident memory during the c
 reset through ``/proc/self/clear_refs`` just before it, minus the resident memory before it) and
 the **held** extra memory (resident memory after the call minus before it), per parameter. Each
 process warms its library up on a small stand-in model first and touches and frees the memory
-the call may use (see ``bench_global_unstructured.py`` for why). Printed: a table with the
+the call may use (see ``bench_global_unstructured.py`` for why, and for ``cpu_seconds``, the
+call's CPU time, beside its wall time in the JSON). Printed: a table with the
 speed-up of each mode against torch in the same run; results go to
 ``benchmarks/results/lean_selection.json`` and ``.md``. Timings from a busy machine are noisy:
 compare the ratios of one run. ``--plot`` draws the docs' two figures from that JSON, measuring
@@ -46,7 +47,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_global_unstructured import _label, _memory_kib, _shapes, _size, _warm_memory
+from bench_global_unstructured import (
+    _cpu_seconds,
+    _label,
+    _memory_kib,
+    _shapes,
+    _size,
+    _warm_memory,
+)
 from plotting import add_plot_option, plot_saved
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -125,9 +133,9 @@ def worker(mode: str, params: int, call: str, dtype: str = "float32") -> dict[st
     _warm_memory(total)
     Path("/proc/self/clear_refs").write_text("5")
     before = _memory_kib("VmRSS")
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), _cpu_seconds()
     prune_once()
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, _cpu_seconds() - cpu_start
     peak = _memory_kib("VmHWM")
     after = _memory_kib("VmRSS")
     expected = round((FIRST if call == "first" else SECOND) * total)
@@ -137,6 +145,7 @@ def worker(mode: str, params: int, call: str, dtype: str = "float32") -> dict[st
             raise RuntimeError(f"lean: {zeros} zero weights, expected at least {expected}")
     return {
         "seconds": seconds,
+        "cpu_seconds": cpu_seconds,
         "peak_bytes_per_param": (peak - before) * 1024 / total,
         "held_bytes_per_param": (after - before) * 1024 / total,
         "params": total,
@@ -163,6 +172,7 @@ def measure(mode: str, params: int, call: str, repeats: int, dtype: str) -> dict
     return {
         "seconds": statistics.median(r["seconds"] for r in runs),
         "seconds_all": [r["seconds"] for r in runs],
+        "cpu_seconds": statistics.median(r["cpu_seconds"] for r in runs),
         "peak_bytes_per_param": statistics.median(r["peak_bytes_per_param"] for r in runs),
         "held_bytes_per_param": statistics.median(r["held_bytes_per_param"] for r in runs),
         "params": runs[0]["params"],

@@ -49,7 +49,7 @@ def test_measurements_are_keyed_by_the_rows_fields_and_the_mode() -> None:
     }
 
 
-def test_memory_is_keyed_like_the_times_where_a_measurement_has_it() -> None:
+def test_memory_and_cpu_time_are_keyed_like_the_times_where_a_measurement_has_them() -> None:
     results = {
         "lean_selection": {
             "rows": [
@@ -68,9 +68,13 @@ def test_memory_is_keyed_like_the_times_where_a_measurement_has_it() -> None:
         ("lean_selection", "1M", "first", "lean"): 1.25,
         ("lean_selection", "1M", "first", "reparametrize"): None,
     }
+    assert _ab().measurements(results, "cpu_seconds") == {
+        ("lean_selection", "1M", "first", "reparametrize"): None
+    }
     samples = {("lean_selection", "1M", "first", "lean"): {"old": [3.0, 3.5], "new": [1.0, 1.5]}}
-    text = _ab().report({}, {"script": "x"}, ((1.0,), (1.0,)), samples)
+    text = _ab().report({}, {"script": "x"}, ((1.0,), (1.0,)), samples, samples)
     assert "| measurement | old median (B/param) | new median (B/param) |" in text
+    assert "| measurement | old median (CPU s) | new median (CPU s) |" in text
     assert "| 1M / first / lean | 3.250 | 1.250 | 0.385 | 3.000-3.500 | 1.000-1.500 |" in text
 
 
