@@ -410,6 +410,8 @@ def plot(results: dict[str, Any], folder: Path) -> list[Path]:
     right.set_xticks(sizes, [_label(p) for p in sizes])
     right.xaxis.set_minor_locator(NullLocator())
     right.set_xlim(sizes[0] / 1.6, sizes[-1] * 1.6)
+    right.set_yticks([1, 2, 4, 8, 16, 32], ["1", "2", "4", "8", "16", "32"])
+    right.yaxis.set_minor_locator(NullLocator())
     right.set_xlabel("parameters")
     right.set_ylabel("peak bytes per parameter above the weights")
     right.set_title("memory per parameter, every size run", fontsize=10)
