@@ -13,7 +13,10 @@ tree before the script runs. The script's JSON result is read back: every dict h
 ``seconds`` in a list of rows is a measurement, keyed by the row's identifying fields (its
 strings and numbers: size, layout, call) and the dict's name (the mode or library). Printed, and
 written to ``--out``: per measurement, the median of the rounds on each side, new/old, and each
-side's spread (min-max); the machine (CPUs, load average at start and end, torch version).
+side's spread (min-max); where the measurements also hold ``cpu_seconds`` (the process CPU
+time of the call, which other processes on a shared machine do not inflate as they do the wall
+time) and ``peak_bytes_per_param`` (or ``extra_bytes_per_param``), a table of each; the machine
+(CPUs, load average at start and end, torch version).
 """
 
 from __future__ import annotations
@@ -101,13 +104,19 @@ def run_once(tree: Path, script: Path, args: list[str], out: Path) -> dict[str, 
     return results
 
 
-def measurements(results: dict[str, Any]) -> dict[Key, float | None]:
+# The fields of a measurement read as its peak memory, first found first.
+MEMORY_FIELDS = ("peak_bytes_per_param", "extra_bytes_per_param")
+
+
+def measurements(results: dict[str, Any], field: str = "seconds") -> dict[Key, float | None]:
     """Every timed measurement of a script's results: key to seconds (``None``: an error).
 
     A measurement is a dict with ``seconds`` (or ``error``) inside a row of a list of rows, or
     an entry of a row's ``seconds`` dict (way: seconds); its key is the file stem, the list's
     name unless it is ``rows``, the row's strings and ints in order, and the dict's (or the
-    way's) name.
+    way's) name. With another ``field`` (``"cpu_seconds"``, or ``"memory"``: its peak bytes per
+    parameter, :data:`MEMORY_FIELDS`), the value is that field's, and measurements without it
+    are left out.
     """
     found: dict[Key, float | None] = {}
     for stem, result in results.items():
@@ -126,9 +135,15 @@ def measurements(results: dict[str, Any]) -> dict[Key, float | None]:
                 for name, value in row.items():
                     if isinstance(value, dict) and ("seconds" in value or "error" in value):
                         key = (*prefix, *fields, name)
-                        found[key] = value.get("seconds")
-                    elif name == "seconds" and isinstance(value, dict):  # {way: seconds}
-                        for way, seconds in value.items():
+                        if field == "seconds":
+                            found[key] = value.get("seconds")
+                            continue
+                        names = MEMORY_FIELDS if field == "memory" else (field,)
+                        held = [value[name] for name in names if name in value]
+                        if held or "error" in value:
+                            found[key] = held[0] if held else None
+                    elif name == "seconds" and isinstance(value, dict) and field == "seconds":
+                        for way, seconds in value.items():  # {way: seconds}
                             found[(*prefix, *fields, way)] = float(seconds)
     return found
 
@@ -144,10 +159,11 @@ def _spread(values: list[float]) -> str:
     return f"{min(values):.3f}-{max(values):.3f}"
 
 
-def table(samples: dict[Key, dict[str, list[float | None]]]) -> list[str]:
+def table(samples: dict[Key, dict[str, list[float | None]]], unit: str = "s") -> list[str]:
     """Markdown rows: per key, medians, new/old and spreads (``error`` where a run failed)."""
     lines = [
-        "| measurement | old median (s) | new median (s) | new/old | old min-max | new min-max |",
+        f"| measurement | old median ({unit}) | new median ({unit}) | new/old | old min-max "
+        "| new min-max |",
         "|---|---|---|---|---|---|",
     ]
     one_file = len({key[0] for key in samples}) == 1
@@ -170,11 +186,20 @@ def report(
     samples: dict[Key, dict[str, list[float | None]]],
     header: dict[str, str],
     loads: tuple[tuple[float, ...], tuple[float, ...]],
+    memory: dict[Key, dict[str, list[float | None]]] | None = None,
+    cpu: dict[Key, dict[str, list[float | None]]] | None = None,
 ) -> str:
-    """The markdown report: what was compared, the table, the machine."""
+    """The markdown report: what was compared, the tables (times; CPU times and memory where
+    measured), the machine."""
     start, end = (" ".join(f"{x:.2f}" for x in load) for load in loads)
     lines = [f"- {name}: {value}" for name, value in header.items()]
     lines += ["", *table(samples), ""]
+    if cpu:
+        lines += ["CPU time of the call (every thread of its process, user and system):", ""]
+        lines += [*table(cpu, unit="CPU s"), ""]
+    if memory:
+        lines += ["Peak memory during the call, above what was resident before it:", ""]
+        lines += [*table(memory, unit="B/param"), ""]
     lines.append(
         f"Machine: {os.cpu_count()} CPUs ({len(os.sched_getaffinity(0))} usable), load average "
         f"(1, 5, 15 min) {start} at start and {end} at end, torch "
@@ -213,14 +238,21 @@ def main(argv: list[str] | None = None) -> int:
     }
     loads_start = os.getloadavg()
     samples: dict[Key, dict[str, list[float | None]]] = defaultdict(lambda: {"old": [], "new": []})
+    memory: dict[Key, dict[str, list[float | None]]] = defaultdict(lambda: {"old": [], "new": []})
+    cpu: dict[Key, dict[str, list[float | None]]] = defaultdict(lambda: {"old": [], "new": []})
     folder = Path(tempfile.mkdtemp(prefix="ab-"))
     try:
         with worktrees(REPO, revisions, folder / "trees") as trees:
             for index, side in alternate(args.rounds):
                 out = folder / "runs" / f"{index}-{side}"
-                found = measurements(run_once(trees[side], script, script_args, out))
+                results = run_once(trees[side], script, script_args, out)
+                found = measurements(results)
                 for key, seconds in found.items():
                     samples[key][side].append(seconds)
+                for key, peak in measurements(results, "memory").items():
+                    memory[key][side].append(peak)
+                for key, spent in measurements(results, "cpu_seconds").items():
+                    cpu[key][side].append(spent)
                 print(
                     f"round {index + 1}/{args.rounds} {side}: {len(found)} measurements", flush=True
                 )
@@ -233,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         "new": f"{revisions['new'][:10]} ({args.new})",
         "rounds": f"{args.rounds}, alternating which side runs first",
     }
-    text = report(samples, header, (loads_start, os.getloadavg()))
+    text = report(samples, header, (loads_start, os.getloadavg()), memory, cpu)
     if args.out is not None:
         args.out.write_text(text)
     print(text)

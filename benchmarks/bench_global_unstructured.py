@@ -17,7 +17,9 @@ resident memory before the call, per parameter. The *second* call is an iterativ
 ``amount=0.5`` call (not timed), then the timed ``amount=0.5`` call on top of it. The models are
 stacks of transformer-shaped ``nn.Linear`` weights (``d x 4d`` and ``4d x d``); the layout rows
 spread 50M parameters over 64 or 1024 tensors instead. The *read pass* is the time of one
-``sum`` over every weight: the physical floor of any exact selection.
+``sum`` over every weight: the physical floor of any exact selection. Beside each call's wall
+time the JSON holds its ``cpu_seconds``: the process's CPU time during the call (every thread,
+user and system), which other processes on a shared machine do not stretch.
 
 Results go to ``benchmarks/results/global_unstructured.json`` and ``.md`` (the docs include the
 markdown table). ``--plot`` draws the figure of the docs from that JSON, measuring nothing::
@@ -31,6 +33,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -66,6 +69,13 @@ def _memory_kib(field: str, path: str = "/proc/self/status") -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1])
     raise RuntimeError(f"no {field} in {path}")
+
+
+def _cpu_seconds() -> float:
+    """The CPU time of this process so far, every thread's, user and system: unlike the wall
+    time, it does not grow while other processes hold the CPUs (a shared machine's noise)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _warm_memory(params: int) -> None:
@@ -129,15 +139,16 @@ def worker(library: str, params: int, call: str, layout: str) -> dict[str, Any]:
         reads.append(time.perf_counter() - start)
     Path("/proc/self/clear_refs").write_text("5")
     before = _memory_kib("VmRSS")
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), _cpu_seconds()
     prune_once()
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, _cpu_seconds() - cpu_start
     peak = _memory_kib("VmHWM")
     pruned = sum(int((layer.weight_mask == 0).sum()) for layer in layers)
     first = round(0.5 * total)
     expected = first if call == "first" else first + round(0.5 * (total - first))
     return {
         "seconds": seconds,
+        "cpu_seconds": cpu_seconds,
         "extra_bytes_per_param": (peak - before) * 1024 / total,
         "read_pass_seconds": min(reads),
         "params": total,
@@ -164,6 +175,7 @@ def measure(library: str, params: int, call: str, layout: str, repeats: int) -> 
     return {
         "seconds": statistics.median(r["seconds"] for r in runs),
         "seconds_all": [r["seconds"] for r in runs],
+        "cpu_seconds": statistics.median(r["cpu_seconds"] for r in runs),
         "extra_bytes_per_param": statistics.median(r["extra_bytes_per_param"] for r in runs),
         "read_pass_seconds": statistics.median(r["read_pass_seconds"] for r in runs),
         "params": runs[0]["params"],

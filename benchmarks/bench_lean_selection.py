@@ -1,4 +1,4 @@
-"""Global L1 selection in the three ways to hold masks, side by side (CPU, fp32).
+"""Global L1 selection in the three ways to hold masks, side by side (CPU, fp32 by default).
 
 Run (about 4 minutes on a 2-core machine at the default sizes; needs ~12 GB of free memory for
 torch at 200M parameters)::
@@ -6,6 +6,7 @@ torch at 200M parameters)::
     python benchmarks/bench_lean_selection.py                       # 50M and 200M, 1 repeat
     python benchmarks/bench_lean_selection.py --sizes 50M --repeats 3
     python benchmarks/bench_lean_selection.py --quick               # 2M, no torch past 10M
+    python benchmarks/bench_lean_selection.py --dtype bfloat16      # the weights in bf16
 
 Three ways, each measured in a fresh process (so no allocator state carries over), on the models
 of ``bench_global_unstructured.py`` (stacks of transformer-shaped ``nn.Linear`` weights):
@@ -23,7 +24,8 @@ Per call: the time, the **peak** extra memory (peak resident memory during the c
 reset through ``/proc/self/clear_refs`` just before it, minus the resident memory before it) and
 the **held** extra memory (resident memory after the call minus before it), per parameter. Each
 process warms its library up on a small stand-in model first and touches and frees the memory
-the call may use (see ``bench_global_unstructured.py`` for why). Printed: a table with the
+the call may use (see ``bench_global_unstructured.py`` for why, and for ``cpu_seconds``, the
+call's CPU time, beside its wall time in the JSON). Printed: a table with the
 speed-up of each mode against torch in the same run; results go to
 ``benchmarks/results/lean_selection.json`` and ``.md``. Timings from a busy machine are noisy:
 compare the ratios of one run. ``--plot`` draws the docs' two figures from that JSON, measuring
@@ -45,12 +47,20 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_global_unstructured import _label, _memory_kib, _shapes, _size, _warm_memory
+from bench_global_unstructured import (
+    _cpu_seconds,
+    _label,
+    _memory_kib,
+    _shapes,
+    _size,
+    _warm_memory,
+)
 from plotting import add_plot_option, plot_saved
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODES = ("lean", "reparametrize", "torch")
 FIRST, SECOND = 0.5, 0.75  # cumulative sparsity after the first and the second call
+_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
 def _targets(step: int) -> float:
@@ -61,14 +71,16 @@ def _targets(step: int) -> float:
 # --- the worker: one measurement in this process ----------------------------------------------
 
 
-def _model(params: int) -> Any:
+def _model(params: int, dtype: str = "float32") -> Any:
     import torch
     from torch import nn
 
     torch.manual_seed(0)
     layers = []
     for out_features, in_features in _shapes(params, "transformer"):
-        layer = nn.utils.skip_init(nn.Linear, in_features, out_features, bias=False)
+        layer = nn.utils.skip_init(
+            nn.Linear, in_features, out_features, bias=False, dtype=getattr(torch, dtype)
+        )
         with torch.no_grad():
             layer.weight.normal_()
         layers.append(layer)
@@ -105,15 +117,15 @@ def _pruned(model: Any) -> int:
     return sum(int((layer.weight_mask == 0).sum()) for layer in model)
 
 
-def worker(mode: str, params: int, call: str) -> dict[str, Any]:
+def worker(mode: str, params: int, call: str, dtype: str = "float32") -> dict[str, Any]:
     """Build the model, make the call, report time and memory (run in a fresh process)."""
     import torch
 
-    warm = _model(300_000)
+    warm = _model(300_000, dtype)
     for _ in range(2):
         _caller(mode, warm)()
     del warm
-    model = _model(params)
+    model = _model(params, dtype)
     total = sum(layer.weight.numel() for layer in model)
     prune_once = _caller(mode, model)
     if call == "second":
@@ -121,9 +133,9 @@ def worker(mode: str, params: int, call: str) -> dict[str, Any]:
     _warm_memory(total)
     Path("/proc/self/clear_refs").write_text("5")
     before = _memory_kib("VmRSS")
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), _cpu_seconds()
     prune_once()
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, _cpu_seconds() - cpu_start
     peak = _memory_kib("VmHWM")
     after = _memory_kib("VmRSS")
     expected = round((FIRST if call == "first" else SECOND) * total)
@@ -133,6 +145,7 @@ def worker(mode: str, params: int, call: str) -> dict[str, Any]:
             raise RuntimeError(f"lean: {zeros} zero weights, expected at least {expected}")
     return {
         "seconds": seconds,
+        "cpu_seconds": cpu_seconds,
         "peak_bytes_per_param": (peak - before) * 1024 / total,
         "held_bytes_per_param": (after - before) * 1024 / total,
         "params": total,
@@ -145,10 +158,10 @@ def worker(mode: str, params: int, call: str) -> dict[str, Any]:
 # --- the driver: subprocesses, medians, the table ---------------------------------------------
 
 
-def measure(mode: str, params: int, call: str, repeats: int) -> dict[str, Any]:
+def measure(mode: str, params: int, call: str, repeats: int, dtype: str) -> dict[str, Any]:
     runs = []
     for _ in range(repeats):
-        command = [sys.executable, __file__, "--worker", mode, str(params), call]
+        command = [sys.executable, __file__, "--worker", mode, str(params), call, dtype]
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             return {"error": (done.stderr or done.stdout).strip().splitlines()[-1:]}
@@ -159,6 +172,7 @@ def measure(mode: str, params: int, call: str, repeats: int) -> dict[str, Any]:
     return {
         "seconds": statistics.median(r["seconds"] for r in runs),
         "seconds_all": [r["seconds"] for r in runs],
+        "cpu_seconds": statistics.median(r["cpu_seconds"] for r in runs),
         "peak_bytes_per_param": statistics.median(r["peak_bytes_per_param"] for r in runs),
         "held_bytes_per_param": statistics.median(r["held_bytes_per_param"] for r in runs),
         "params": runs[0]["params"],
@@ -175,7 +189,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for mode in MODES:
                 if mode == "torch" and (args.skip_torch or size > args.torch_max):
                     continue
-                row[mode] = measure(mode, size, call, args.repeats)
+                row[mode] = measure(mode, size, call, args.repeats, args.dtype)
                 _progress(row, mode)
             rows.append(row)
     return {
@@ -186,6 +200,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "torch": __import__("torch").__version__,
         },
         "repeats": args.repeats,
+        "dtype": args.dtype,
         "rows": rows,
     }
 
@@ -222,10 +237,11 @@ def markdown(results: dict[str, Any]) -> str:
                 f"| {result['peak_bytes_per_param']:.2f} | {result['held_bytes_per_param']:.2f} |"
             )
     machine = results["machine"]
+    dtype = _DTYPES[results.get("dtype", "float32")]
     lines += [
         "",
-        f"CPU, fp32, global L1; first call: 50% of an unpruned model, second: on to 75%. Medians "
-        f"of {results['repeats']} fresh processes; {machine['cpus']} CPUs, torch "
+        f"CPU, {dtype}, global L1; first call: 50% of an unpruned model, second: on to 75%. "
+        f"Medians of {results['repeats']} fresh processes; {machine['cpus']} CPUs, torch "
         f"{machine['torch']}, Python {machine['python']}. Peak: the most resident memory during "
         "the call minus before it; held: after minus before. lean: Pruner(masking='inplace'); "
         "reparametrize: Pruner(masking='reparametrize'); torch: torch.nn.utils.prune.",
@@ -263,7 +279,9 @@ def plot(results: dict[str, Any], folder: Path) -> list[Path]:
     panels[1].set_ylabel("")
     legend_below(figure, panels[0])
     figure.suptitle(
-        "Global L1 selection, CPU fp32: time per call (labels: speed-up over torch)", fontsize=11
+        f"Global L1 selection, CPU {_DTYPES[results.get('dtype', 'float32')]}: time per call "
+        "(labels: speed-up over torch)",
+        fontsize=11,
     )
     written = [save(figure, folder / "lean_selection_time.png")]
 
@@ -305,8 +323,8 @@ def main(argv: list[str] | None = None) -> None:
     if argv is None:
         argv = sys.argv[1:]
     if argv and argv[0] == "--worker":
-        mode, params, call = argv[1:4]
-        print(json.dumps(worker(mode, int(params), call)))
+        mode, params, call, dtype = argv[1:5]
+        print(json.dumps(worker(mode, int(params), call, dtype)))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="50M,200M", help="comma-separated, e.g. 10M,50M")
@@ -318,6 +336,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--skip-torch", action="store_true", help="no torch runs (e.g. in an A/B of two commits)"
     )
+    parser.add_argument("--dtype", default="float32", choices=list(_DTYPES), help="the weights'")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the JSON and .md")
     add_plot_option(parser)
     args = parser.parse_args(argv)

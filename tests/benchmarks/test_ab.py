@@ -69,6 +69,35 @@ def test_a_rows_seconds_by_way_are_measurements_too() -> None:
     }
 
 
+def test_memory_and_cpu_time_are_keyed_like_the_times_where_a_measurement_has_them() -> None:
+    results = {
+        "lean_selection": {
+            "rows": [
+                {
+                    "size": "1M",
+                    "call": "first",
+                    "lean": {"seconds": 0.5, "peak_bytes_per_param": 1.25},
+                    "torch": {"seconds": 2.0},  # no memory: left out
+                    "reparametrize": {"error": ["boom"]},
+                },
+                {"size": "1M", "call": "second", "tensorplay": {"extra_bytes_per_param": 8.0}},
+            ],
+        }
+    }
+    assert _ab().measurements(results, "memory") == {
+        ("lean_selection", "1M", "first", "lean"): 1.25,
+        ("lean_selection", "1M", "first", "reparametrize"): None,
+    }
+    assert _ab().measurements(results, "cpu_seconds") == {
+        ("lean_selection", "1M", "first", "reparametrize"): None
+    }
+    samples = {("lean_selection", "1M", "first", "lean"): {"old": [3.0, 3.5], "new": [1.0, 1.5]}}
+    text = _ab().report({}, {"script": "x"}, ((1.0,), (1.0,)), samples, samples)
+    assert "| measurement | old median (B/param) | new median (B/param) |" in text
+    assert "| measurement | old median (CPU s) | new median (CPU s) |" in text
+    assert "| 1M / first / lean | 3.250 | 1.250 | 0.385 | 3.000-3.500 | 1.000-1.500 |" in text
+
+
 def test_rounds_alternate_which_side_goes_first() -> None:
     assert list(_ab().alternate(3)) == [
         (0, "old"),

@@ -103,6 +103,27 @@ def _callback_overhead() -> dict[str, Any]:
     return {"params": 4096, "repeats": 2, "variants": variants}
 
 
+def _large_model() -> dict[str, Any]:
+    def way(params: int, seconds: float, peak: float) -> dict[str, Any]:
+        return {
+            **_timing(seconds, params),
+            "peak_bytes_per_param": peak,
+            "held_bytes_per_param": 1.0,
+            "weights_bytes": 2 * params,
+        }
+
+    rows = [
+        {"size": "1M", "lean": way(10**6, 0.1, 1.4), "reparametrize": way(10**6, 0.2, 5.2)},
+        {"size": "3M", "lean": way(3 * 10**6, 0.3, 1.1), "reparametrize": {"skipped": "no room"}},
+    ]
+    return {
+        "machine": {"memory_gib": 0.1},
+        "dtype": "bfloat16",
+        "torch_reference": {"size": "1M", **way(10**6, 3.0, 28.0)},
+        "rows": rows,
+    }
+
+
 # (script, results file, its results, {figure: (width, height) in pixels at plotting.DPI})
 CASES = [
     (
@@ -128,6 +149,12 @@ CASES = [
         "callback_overhead.json",
         _callback_overhead(),
         {"callback_overhead.png": (1350, 420)},
+    ),
+    (
+        "bench_large_model",
+        "large_model.json",
+        _large_model(),
+        {"large_model.png": (1425, 585)},
     ),
 ]
 

@@ -41,6 +41,7 @@ def test_the_pages_show_the_benchmark_and_main_job_figures() -> None:
         "callback_overhead.png",
         "gradual_sparsity.png",
         "gradual_layers.png",
+        "large_model.png",
     }
     assert {p.name for p in figures} == expected
     assert figures <= shown, f"figures no page shows: {sorted(p.name for p in figures - shown)}"
@@ -86,7 +87,7 @@ def test_the_built_site_has_every_image_its_pages_show_and_copy_buttons(tmp_path
         for src in local:
             assert (page.parent / src).is_file(), f"{page.name} shows {src}, not in the build"
     # The figures of the pages that tell the speed, memory and accuracy story are there.
-    assert len(shown["performance.html"]) == 5
+    assert len(shown["performance.html"]) == 6
     assert len(shown["large_models.html"]) == 2
     assert len(shown["quickstart.html"]) == 2
     assert len(shown["index.html"]) == 1

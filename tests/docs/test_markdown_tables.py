@@ -62,6 +62,7 @@ def test_the_pages_show_every_benchmark_result_they_include_as_a_table() -> None
         "global_unstructured.md",
         "hf_trainer_overhead.md",
         "importance_overhead.md",
+        "large_model.md",
         "lean_selection.md",
         "sharded_selection.md",
         "trainer_checkpoint_size.md",

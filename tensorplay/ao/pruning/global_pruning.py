@@ -62,6 +62,7 @@ from tensorplay.ao.pruning.reparametrization import install, pruned_parts
 from tensorplay.ao.pruning.selection import (
     KeySpec,
     capped_keep_masks,
+    clear_lowest,
     count_eligible,
     keep_masks,
     multiply_in_place,
@@ -338,6 +339,20 @@ class _Masks:
             [None if e is None else e.reshape(-1) for e in eligible], [s.numel() for s in scores]
         )
         count = _count(self.method, n_eligible)
+        if any(e is not None for e in eligible) and all(
+            e is None or e.is_contiguous() for e in eligible
+        ):
+            # Pruned before: the masks are cleared in place, as the lean masks are (no keep
+            # factor, no pass multiplying it in); a tensor pruned now for the first time
+            # starts from all ones.
+            masks = [
+                torch.ones_like(t.param, memory_format=torch.contiguous_format).detach()
+                if t.mask is None
+                else t.mask
+                for t in targets
+            ]
+            clear_lowest(scores, masks, count, keys, labels=labels, n_eligible=n_eligible)
+            return masks, False
         # A tensor pruned before gets a bool keep factor: a float compare is written to bool
         # vectorised (about 6x faster than to uint8), and it is read back as bytes (_apply).
         out_dtypes = [t.param.dtype if t.mask is None else torch.bool for t in targets]
@@ -395,7 +410,7 @@ def _apply(
             shared = old
             if factors:
                 multiply_in_place(shared, _as_bytes(mask, old))
-            else:
+            elif mask is not old:  # cleared in place: nothing to copy
                 shared.copy_(mask)
         del mask
         share_mask(pairs, shared)

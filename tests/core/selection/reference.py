@@ -65,6 +65,7 @@ def small_constants(chunk: int = 64, sample: int = 48, band: int = 8) -> Iterato
         MAX_BAND_FRACTION=0.0,
         TORCH_GRAIN=16,
         GATHER=4,
+        RANK_BLOCK=32,
     ):
         yield
 

@@ -3,6 +3,8 @@ on the same inputs: the bits they clear in the bool masks are exactly the units 
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -97,6 +99,47 @@ def test_capped_equals_capped_keep_masks(problem: Problem) -> None:
     assert_same(masks, [m & f.bool() for m, f in zip(keep, factors, strict=True)])
 
 
+def as_float_masks(keep: list[Tensor], dtype: torch.dtype, seed: int) -> list[Tensor]:
+    """torch-style masks: ``1`` where eligible; elsewhere ``0``, or a value that is not ``1``
+    (0.5, -0.0, NaN) and must come back unchanged."""
+    generator = torch.Generator().manual_seed(seed)
+    masks = []
+    for mask in keep:
+        odd = torch.tensor([0.0, 0.5, -0.0, math.nan])[
+            torch.randint(0, 4, mask.shape, generator=generator)
+        ]
+        masks.append(torch.where(mask, torch.ones(mask.shape), odd).to(dtype))
+    return masks
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "fp16", "bf16"])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problem=problems(), capped=st.booleans(), seed=st.integers(0, 2**16))
+def test_float_masks_clear_what_bool_masks_clear_and_keep_the_rest(
+    dtype: torch.dtype, problem: Problem, capped: bool, seed: int
+) -> None:
+    scores, keep, k, caps = problem
+    floats = as_float_masks(keep, dtype, seed)
+    before = [m.clone() for m in floats]
+    bools = [m.clone() for m in keep]
+    with small_constants():
+        if capped:
+            k = sum(caps) // 2
+            clear_lowest_capped(scores, bools, k, AbsKeys(), caps)
+            clear_lowest_capped(scores, floats, k, AbsKeys(), caps)
+        else:
+            clear_lowest(scores, bools, k, AbsKeys())
+            clear_lowest(scores, floats, k, AbsKeys())
+    for got, old, eligible, want in zip(floats, before, keep, bools, strict=True):
+        assert got.dtype == dtype
+        assert torch.equal(got[eligible], want[eligible].to(dtype))  # 1 kept, 0 pruned
+        # Not eligible: as before, NaN still NaN and the same bits otherwise (-0.0 too).
+        rest, was = got[~eligible], old[~eligible]
+        assert torch.equal(rest.isnan(), was.isnan())
+        bits = torch.int32 if dtype == torch.float32 else torch.int16
+        assert torch.equal(rest[~was.isnan()].view(bits), was[~was.isnan()].view(bits))
+
+
 def test_heavy_ties_past_the_band_resolve_by_position() -> None:
     scores = [torch.zeros(300), torch.ones(100), torch.zeros(50, 4)]
     keep = [torch.ones(300, dtype=torch.bool), torch.ones(100, dtype=torch.bool)]
@@ -126,7 +169,9 @@ def test_a_piece_of_a_source_equals_its_part_of_the_whole_random_keys() -> None:
 @pytest.mark.parametrize(
     ("keep", "match"),
     [
-        pytest.param([torch.ones(3)], "contiguous bool tensor of shape", id="float-mask"),
+        pytest.param(
+            [torch.ones(3, dtype=torch.int64)], "contiguous bool or floating tensor", id="int-mask"
+        ),
         pytest.param([torch.ones(4, dtype=torch.bool)], "of shape \\(3,\\)", id="shape"),
         pytest.param(
             [torch.ones(6, dtype=torch.bool)[::2]], "contiguous: False", id="not-contiguous"

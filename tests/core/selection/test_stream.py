@@ -37,23 +37,38 @@ def expected(scores: list[Tensor], keep: list[Tensor], k: int, keys: KeySpec) ->
 def assert_zeroed(got: list[Tensor], weights: list[Tensor], masks: list[Tensor]) -> None:
     """``got`` is each weight times its final mask, bit for bit (NaN where the weight is)."""
     assert len(got) == len(weights) == len(masks)
+    bits = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
     for a, w, m in zip(got, weights, masks, strict=True):
+        want = w * m
         assert a.dtype == w.dtype and a.shape == w.shape
-        assert torch.equal(a, w * m)
+        assert torch.equal(a.isnan(), want.isnan())
+        numbers = ~want.isnan()
+        # The bit patterns: -0.0 where a negative weight was pruned, as the multiply gives.
+        assert torch.equal(a[numbers].view(bits[a.dtype]), want[numbers].view(bits[a.dtype]))
 
 
 @pytest.mark.parametrize("keys", [AbsKeys(), UniformKeys(seed=5)], ids=["l1", "random"])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(problem=problems(), scores_are_weights=st.booleans())
+@given(
+    problem=problems(),
+    scores_are_weights=st.booleans(),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.float16]),
+)
 def test_zero_is_the_weights_times_the_final_masks(
-    keys: KeySpec, problem: Problem, scores_are_weights: bool
+    keys: KeySpec, problem: Problem, scores_are_weights: bool, dtype: torch.dtype
 ) -> None:
+    """Weights of another dtype than the keys (bf16, fp16) are multiplied in their own dtype:
+    the same values, signed zeros and NaN as ``weight * mask``."""
     scores, keep, k, _ = problem
     weights = [s.clone() if scores_are_weights else torch.randn(s.shape) for s in scores]
+    weights = [w.to(dtype) for w in weights]
+    for w in weights:  # pruned, a NaN or an inf weight becomes NaN, as NaN * 0 and inf * 0 do
+        if w.numel() > 2 and not scores_are_weights:
+            w.view(-1)[:2] = torch.tensor([math.nan, -math.inf])
     original = [w.clone() for w in weights]
-    want = expected(scores, keep, k, keys)
-    masks = [m.clone() for m in keep]
     sources = weights if scores_are_weights else scores  # the scores may be the weights
+    want = expected(sources, keep, k, keys)
+    masks = [m.clone() for m in keep]
     with small_constants():
         clear_lowest(sources, masks, k, keys, zero=weights)
     assert_same(masks, want)

@@ -26,7 +26,8 @@ ever built):
    which are then certainly pruned, cleared in the masks and zeroed in the weights.
 3. **Resolve exactly** (``cut.resolve``). If ``count(below lo) < k <= count(below lo) +
    candidates``, the cut is the ``(k - count(below lo))``-th lowest candidate in the tie-rule
-   order: a ``(key, order)`` pair.
+   order: a ``(key, order)`` pair, found by a radix selection of the candidates' bit patterns
+   that reads them a block at a time and never joins them (``ranks.py``).
 4. **Fallbacks, still exact** (``refine.py``, ``cut.cut_between``, ``cut.tie_cut``). A bad
    sample or a band swollen by ties falls back to counting passes over thresholds (the sampled
    quantiles, then a bisection of the keys' bit patterns, which for non-negative floats is

@@ -60,7 +60,10 @@ def _count_ones(parts: list[Tensor]) -> int:
             continue
         if part.device not in buffers:
             buffers[part.device] = torch.empty(size, dtype=torch.float32, device=part.device)
-        counts.append(torch.eq(part, 1, out=buffers[part.device][: part.numel()]).sum())
+        out = buffers[part.device][: part.numel()]
+        if part.dtype in (torch.float16, torch.bfloat16):  # compared in float32: no temporary
+            part = out.copy_(part)
+        counts.append(torch.eq(part, 1, out=out).sum())
     return sum(round(float(count)) for count in counts)
 
 

@@ -21,7 +21,7 @@ from tensorplay.ao.pruning.selection.checks import count_eligible
 from tensorplay.ao.pruning.selection.cut import find_cut, local_stops
 from tensorplay.ao.pruning.selection.keys import KeySpec
 from tensorplay.ao.pruning.selection.passes import check_pass
-from tensorplay.ao.pruning.selection.plan import Selection
+from tensorplay.ao.pruning.selection.plan import Selection, chunk_size
 from tensorplay.ao.pruning.selection.scans import Certain
 from tensorplay.ao.pruning.selection.sharding import (
     Collectives,
@@ -53,7 +53,8 @@ def clear_lowest(
     n_eligible: int | None = None,
     zero: Sequence[Tensor | None] | None = None,
 ) -> SelectionCost:
-    """Set to ``False`` the ``k`` units of lowest key among those whose ``keep`` is ``True``.
+    """Set to ``False`` the ``k`` units of lowest key among those whose ``keep`` is ``True``
+    (or, in a float mask, to ``0`` among those that are ``1``).
 
     Across all sources and, with ``group``, across all ranks of the group: each rank passes
     its local pieces (or ``DTensor``\\ s, whose local tensors are used), every rank calls with
@@ -63,8 +64,9 @@ def clear_lowest(
 
     Args:
         scores: the sources' scores (local pieces), any shapes, dtypes and devices.
-        keep: per source, its bool keep mask (``True``: eligible), of the scores' shape,
-            contiguous; updated in place.
+        keep: per source, its keep mask of the scores' shape, contiguous, updated in place:
+            bool (``True``: eligible), or floating (a ``torch.nn.utils.prune`` mask: eligible
+            where ``1``; the units pruned become ``0``, any other value stays).
         k: how many eligible units to clear, ``0 <= k <= eligible units`` (over all ranks).
         keys: how keys follow from scores (:class:`~.keys.AbsKeys`, :class:`~.keys.UniformKeys`).
         labels: names of the sources for error messages (default: ``source <index>``).
@@ -127,12 +129,21 @@ def _clear(
         check_pass(selection)
         if k:
             for mask in flat:
-                mask.fill_(False)
+                _clear_every_eligible(mask)
             selection.passes += 1
         _zero_late([(t, i) for i, t in enumerate(zero) if t is not None], flat)
         return
     cut = find_cut(selection, k, n_eligible, Certain(flat, zero))
     apply_cut(selection, cut, flat, zero)
+
+
+def _clear_every_eligible(mask: Tensor) -> None:
+    """Clear every eligible unit of a flat mask: all of a bool one, the ``1`` of a float one."""
+    if mask.dtype == torch.bool:
+        mask.fill_(False)
+        return
+    for piece in torch.split(mask, chunk_size(mask.device)):
+        piece.masked_fill_(piece == 1, 0)
 
 
 def _zero_targets(
@@ -277,10 +288,11 @@ def _selection(
     pieces = [local_part(s).detach() for s in scores]
     masks = [local_part(m) for m in keep]
     for score, mask, layout, name in zip(pieces, masks, layouts, names, strict=True):
-        if mask.dtype != torch.bool or mask.shape != score.shape or not mask.is_contiguous():
+        kind_ok = mask.dtype == torch.bool or mask.is_floating_point()
+        if not kind_ok or mask.shape != score.shape or not mask.is_contiguous():
             raise ValueError(
-                f"Expected the keep mask of {name} to be a contiguous bool tensor of shape "
-                f"{tuple(score.shape)}, but got a {mask.dtype} tensor of shape "
+                f"Expected the keep mask of {name} to be a contiguous bool or floating tensor "
+                f"of shape {tuple(score.shape)}, but got a {mask.dtype} tensor of shape "
                 f"{tuple(mask.shape)} (contiguous: {mask.is_contiguous()})."
             )
         if mask.device != score.device:

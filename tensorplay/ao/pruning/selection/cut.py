@@ -29,6 +29,7 @@ from tensorplay.ao.pruning.selection.buffers import Worker
 from tensorplay.ao.pruning.selection.floats import largest, next_down, next_up
 from tensorplay.ao.pruning.selection.passes import Band
 from tensorplay.ao.pruning.selection.plan import Chunk, Selection, piece_slices
+from tensorplay.ao.pruning.selection.ranks import lowest_key, nth_equal
 from tensorplay.ao.pruning.selection.refine import bounds_after, narrow, split_points
 from tensorplay.ao.pruning.selection.sample import guess_band
 from tensorplay.ao.pruning.selection.scans import Scan
@@ -173,17 +174,22 @@ def resolve(
     Returns:
         ``(value, order)``.
     """
-    device = band.values[0].device if band.values else torch.device("cpu")
+    comm = selection.comm
     dtype = selection.keys.dtype
+    if comm.group is None:
+        # One process: the pieces are in the tie-rule order, ranked without joining them.
+        value, nth = lowest_key(band.values, wanted, dtype)
+        piece, index = nth_equal(band.values, value, nth)
+        source = band.sources[piece]
+        first = bases(selection)[source] + selection.layouts[source].offset
+        return value, first + int(band.positions[piece][index])
+    device = band.values[0].device if band.values else torch.device("cpu")
     values = torch.cat([v.to(device) for v in band.values]) if band.values else torch.empty(0)
     order = (
         torch.cat([p.to(device) for p in orders(selection, band)])
         if band.positions
         else torch.empty(0, dtype=torch.int64)
     )
-    comm = selection.comm
-    if comm.group is None:
-        return lowest(values.to(dtype), order, wanted)
     values, order, wanted = _narrow_candidates(comm, values.to(dtype), order, wanted, low, high)
     both = comm.gather(torch.stack([values.double(), order.double()], 1).cpu())
     return lowest(both[:, 0].to(dtype), both[:, 1].long(), wanted)

@@ -111,7 +111,7 @@ def multiply_in_place(mask: Tensor, keep: Tensor) -> None:
     without a thread to start (this memory-bound product gains nothing from more threads).
 
     Args:
-        mask: the mask to update in place (contiguous).
+        mask: the mask to update in place (any strides).
         keep: the keep factors, of ``mask``'s shape (any dtype, e.g. the ``uint8`` masks of
             :func:`keep_masks`).
 
@@ -121,6 +121,9 @@ def multiply_in_place(mask: Tensor, keep: Tensor) -> None:
         >>> mask
         tensor([0., 1., 0.])
     """
+    if not mask.is_contiguous():  # no flat view: one multiply, element by element
+        mask.mul_(keep.view(mask.shape))
+        return
     step = chunk_size(mask.device)
     if mask.device.type == "cpu":
         step = min(step, tuning.TORCH_GRAIN)

@@ -128,10 +128,11 @@ def _write_keep(
     worker: Worker, chunk: Chunk, key: Tensor, lo: float, outs: list[Tensor] | None
 ) -> Tensor:
     """Write a chunk's keep mask ``key >= lo`` into ``outs`` (if any); return it."""
-    # Comparisons into a float buffer are vectorised; into bool or uint8 they are not: a
-    # chunk of one float output is written in place, any other goes through scratch.
+    # Comparisons into a buffer of the keys' dtype are vectorised; into bool, uint8 or another
+    # float dtype they are not (and make a temporary: see buffers.py): a chunk of one output of
+    # the keys' dtype is written in place, any other goes through scratch and a copy.
     i, start, stop = chunk[0]
-    direct = outs is not None and len(chunk) == 1 and outs[i].is_floating_point()
+    direct = outs is not None and len(chunk) == 1 and outs[i].dtype == key.dtype
     keep = worker.scratch(key.device)[: key.numel()]
     if outs is not None and direct:
         keep = outs[i][start:stop]

@@ -24,7 +24,7 @@ from tensorplay.ao.pruning.selection.passes import Band, check_sums, gather_band
 from tensorplay.ao.pruning.selection.plan import Chunk, Selection
 from tensorplay.ao.pruning.selection.threads import run_chunks
 
-__all__ = ["clear_candidates", "count_under", "write_band", "zero_chunk"]
+__all__ = ["clear_candidates", "count_under", "write_band"]
 
 
 def _all_eligible(selection: Selection, chunk: Chunk) -> bool:
@@ -81,7 +81,8 @@ def write_band(
         selection: the selection.
         lo: units below it are cleared.
         hi: the band's upper key.
-        outs: per source, its flat keep mask (bool), updated in place.
+        outs: per source, its flat mask (bool, or float: eligible where ``1``), updated in
+            place.
         zero: per source, a flat tensor multiplied by its new keep mask, or ``None``.
 
     Returns:
@@ -95,13 +96,14 @@ def write_band(
             n = key.numel()
             keep = worker.scratch(key.device)[:n]
             torch.ge(key, lo, out=keep)
-            flags = worker.flags(key.device)[:n]
+            eligible = None
             if not _all_eligible(selection, chunk):
-                keep.mul_(worker.eligible_flags(chunk, flags))
+                eligible = worker.eligible_flags(chunk, worker.flags(key.device)[:n])
+                keep.mul_(eligible)
+            worker.clear(chunk, keep, eligible, outs)  # before the gather reuses the flags
             if not band.overflow:
                 gather_band(worker, chunk, key, keep, hi, band, bounded=True)
-            worker.write(chunk, keep, outs)
-            zero_chunk(chunk, keep, zero)
+            worker.zero(chunk, keep, zero)
         return band
 
     band = Band(below=0)
@@ -112,20 +114,9 @@ def write_band(
     return band
 
 
-def zero_chunk(chunk: Chunk, keep: Tensor, zero: list[Tensor | None]) -> None:
-    """Multiply each piece of ``zero`` in the chunk by the chunk's ``keep`` factors (0 or 1)."""
-    offset = 0
-    for i, start, stop in chunk:
-        target = zero[i]
-        if target is not None:
-            target[start:stop].mul_(keep[offset : offset + stop - start])
-        offset += stop - start
-
-
 def clear_candidates(
     band: Band,
-    orders: list[Tensor],
-    cut: tuple[float, int],
+    cut: tuple[float, list[int]],
     outs: list[Tensor],
     zero: list[Tensor | None],
 ) -> int:
@@ -135,9 +126,8 @@ def clear_candidates(
 
     Args:
         band: this rank's candidates.
-        orders: per piece of the band, its candidates' order (global position in the tie rule).
-        cut: ``(value, order)``: candidates of a lower key, or of that key and at most that
-            order, are cleared (``(inf, 0)``: all).
+        cut: ``(value, stops)``: candidates of a lower key, or of that key at a local flat
+            index below their source's stop, are cleared (``(inf, ...)``: all).
         outs: per source, its flat keep mask.
         zero: per source, a flat tensor to zero at the cleared units, or ``None``.
 
@@ -148,21 +138,19 @@ def clear_candidates(
         >>> band = Band(below=0, values=[torch.tensor([0.2, 0.1]), torch.tensor([0.2])],
         ...             sources=[0, 0], positions=[torch.tensor([1, 4]), torch.tensor([6])])
         >>> keep, weight = torch.ones(8, dtype=torch.bool), torch.ones(8)
-        >>> orders = [torch.tensor([1, 4]), torch.tensor([6])]
-        >>> clear_candidates(band, orders, (0.2, 1), [keep], [weight])
+        >>> clear_candidates(band, (0.2, [2]), [keep], [weight])
         2
         >>> keep.nonzero().view(-1).tolist(), weight.nonzero().view(-1).tolist()
         ([0, 2, 3, 5, 6, 7], [0, 2, 3, 5, 6, 7])
     """
-    value, last = cut
+    value, stops = cut
     cleared = 0
     for source, run in _runs(band.sources):
         positions = _join([band.positions[j] for j in run])
         if value != math.inf:
-            values = _join([band.values[j] for j in run])
-            order = _join([orders[j] for j in run]).to(values.device)
-            below = (values < value) | ((values == value) & (order <= last))
-            positions = positions[below.to(positions.device)]
+            values = _join([band.values[j] for j in run]).to(positions.device)
+            tied = (values == value) & (positions < stops[source])
+            positions = positions[(values < value) | tied]
         if not positions.numel():
             continue
         cleared += positions.numel()

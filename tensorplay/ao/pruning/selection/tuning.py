@@ -13,6 +13,7 @@ __all__ = [
     "GATHER",
     "MAX_BAND_FRACTION",
     "MIN_BAND",
+    "RANK_BLOCK",
     "ROWS",
     "SAMPLE",
     "SAMPLE_SEED",
@@ -47,6 +48,9 @@ THRESHOLDS_PER_PASS = 31
 # Sharded: candidates gathered on every rank once counting collectives have narrowed them
 # (16 bytes each, value and order: a gather receives at most 64 KiB per rank).
 GATHER = 1 << 12
+# Candidates read at once when ranking a band's keys (ranks.py): a few MiB of temporaries, and
+# few large ops rather than one per piece.
+RANK_BLOCK = 1 << 20
 # Rows of the column prefilter when extracting candidate positions: a column (every
 # ``n / ROWS``-th unit) is scanned only if it holds a candidate. 16 measured fastest for bands
 # of 0.05-1%.

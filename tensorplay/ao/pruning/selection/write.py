@@ -14,9 +14,9 @@ import torch
 from torch import Tensor
 
 from tensorplay.ao.pruning.selection.buffers import Worker
-from tensorplay.ao.pruning.selection.cut import Cut, local_stops, orders
+from tensorplay.ao.pruning.selection.cut import Cut, local_stops
 from tensorplay.ao.pruning.selection.plan import Chunk, Selection, piece_slices
-from tensorplay.ao.pruning.selection.stream import clear_candidates, zero_chunk
+from tensorplay.ao.pruning.selection.stream import clear_candidates
 from tensorplay.ao.pruning.selection.threads import run_chunks
 
 __all__ = ["apply_cut", "count_cut", "write_cut"]
@@ -50,8 +50,8 @@ def apply_cut(
     """
     targets: list[Tensor | None] = [None] * len(outs) if zero is None else zero
     if cut.band is not None:
-        band = cut.band
-        clear_candidates(band, orders(selection, band), (cut.value, cut.order), outs, targets)
+        stops = local_stops(selection, cut.order)
+        clear_candidates(cut.band, (cut.value, stops), outs, targets)
         return
     values = [cut.value] * len(outs)
     write_cut(selection, values, local_stops(selection, cut.order), outs, targets, factors=factors)
@@ -66,15 +66,16 @@ def write_cut(
     *,
     factors: bool = False,
 ) -> None:
-    """Clear in ``outs`` (the flat bool keep masks) the eligible units of each source ``i``
-    with a key below ``values[i]``, or equal to it at a local flat index below ``stops[i]``.
+    """Clear in ``outs`` (the flat keep masks: bool, or float and eligible where ``1``) the
+    eligible units of each source ``i`` with a key below ``values[i]``, or equal to it at a
+    local flat index below ``stops[i]``.
 
     Args:
         selection: the selection; its eligibility is ``outs`` themselves (or every unit, where
             a source's eligibility is ``None``).
         values: per source, the cut's key (``-inf``: nothing pruned).
         stops: per source, where the pruned ties end.
-        outs: the flat keep masks, updated in place.
+        outs: the flat keep masks, updated in place (see :meth:`~.buffers.Worker.clear`).
         zero: per source, a flat tensor multiplied by its new keep mask in the same pass, or
             ``None``.
         factors: whether ``outs`` are keep factors of the selection's eligibility (written in
@@ -95,12 +96,17 @@ def write_cut(
                 tied = min(max(stops[i] - start, 0), b - a)
                 if tied:
                     torch.gt(key[a : a + tied], value, out=keep[a : a + tied])
-            if not factors and any(selection.eligible[i] is not None for i, _, _ in chunk):
-                scratch = worker.scratch(key.device)[: key.numel()]
-                keep.mul_(worker.eligible_flags(chunk, scratch))
-            worker.write(chunk, keep, outs)
+            if factors:
+                worker.write(chunk, keep, outs)
+            else:
+                eligible = None
+                if any(selection.eligible[i] is not None for i, _, _ in chunk):
+                    scratch = worker.scratch(key.device)[: key.numel()]
+                    eligible = worker.eligible_flags(chunk, scratch)
+                    keep.mul_(eligible)
+                worker.clear(chunk, keep, eligible, outs)
             if zero is not None:
-                zero_chunk(chunk, keep, zero)
+                worker.zero(chunk, keep, zero)
 
     run_chunks(selection, work)
 
