@@ -1,0 +1,388 @@
+"""Channels of plain PyTorch models found by tracing: the exact groups, and the oracle that
+masking random units gives the same outputs as removing them (train and eval mode)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from tensorplay.ao.pruning.structure.tracing import (
+    trace_channels,
+    traced_groups,
+)
+from tensorplay.ao.pruning.structure.units import Slice, UnitGroup, expand_keep, shapes_of
+
+
+def _out(parameter: str, width: int = 1, offset: int = 0) -> Slice:
+    """A producer's weight rows."""
+    return Slice(parameter, 0, offset, width)
+
+
+def _entry(parameter: str, width: int = 1, offset: int = 0) -> Slice:
+    """An unscored per-channel entry: a bias or a norm's weight or bias."""
+    return Slice(parameter, 0, offset, width, scored=False)
+
+
+def _in(parameter: str, width: int = 1, offset: int = 0) -> Slice:
+    """A consumer's input columns."""
+    return Slice(parameter, 1, offset, width)
+
+
+def _norm(prefix: str) -> tuple[Slice, Slice]:
+    return _entry(f"{prefix}.weight"), _entry(f"{prefix}.bias")
+
+
+def _channel(name: str, size: int, *slices: Slice) -> UnitGroup:
+    return UnitGroup(name, "channel", size, slices)
+
+
+# -- the oracle --------------------------------------------------------------------------------
+
+
+def _random_keep(groups: list[UnitGroup], seed: int) -> list[Tensor]:
+    """Random keep flags per group, at least one unit kept and one removed where possible."""
+    generator = torch.Generator().manual_seed(seed)
+    keeps = []
+    for group in groups:
+        keep = torch.rand(group.size, generator=generator) < 0.5
+        keep[0] = True
+        if group.size > 1:
+            keep[-1] = False
+        keeps.append(keep)
+    return keeps
+
+
+def _masked(model: nn.Module, groups: list[UnitGroup], keeps: list[Tensor]) -> nn.Module:
+    masked = copy.deepcopy(model)
+    shapes = shapes_of(masked)
+    with torch.no_grad():
+        for group, keep in zip(groups, keeps, strict=True):
+            for name, mask in expand_keep(group, keep, shapes).items():
+                masked.get_parameter(name).mul_(mask)
+    return masked
+
+
+def _removed(model: nn.Module, groups: list[UnitGroup], keeps: list[Tensor]) -> nn.Module:
+    """The model with the removed units sliced out of every parameter (and BatchNorm's
+    running statistics), module attributes updated."""
+    removed = copy.deepcopy(model)
+    gone: dict[tuple[str, int], set[int]] = {}
+    for group, keep in zip(groups, keeps, strict=True):
+        for unit in torch.nonzero(~keep).flatten().tolist():
+            for piece in group.slices:
+                span = piece.span(unit)
+                gone.setdefault((piece.parameter, piece.dim), set()).update(
+                    range(span.start, span.stop)
+                )
+    kept_rows: dict[str, Tensor] = {}
+    with torch.no_grad():
+        for (name, dim), indices in gone.items():
+            owner, _, leaf = name.rpartition(".")
+            module = removed.get_submodule(owner)
+            param = getattr(module, leaf)
+            index = torch.tensor([i for i in range(param.shape[dim]) if i not in indices])
+            setattr(module, leaf, nn.Parameter(param.index_select(dim, index)))
+            if dim == 0:
+                kept_rows[owner] = index
+    for name, module in removed.named_modules():
+        _update_attributes(module, kept_rows.get(name))
+    return removed
+
+
+def _update_attributes(module: nn.Module, rows: Tensor | None) -> None:
+    if isinstance(module, nn.Linear):
+        module.out_features, module.in_features = module.weight.shape
+    elif isinstance(module, nn.modules.conv._ConvNd):
+        per_group_out = module.out_channels // module.groups
+        module.out_channels = module.weight.shape[0]
+        module.groups = module.out_channels // per_group_out if module.groups > 1 else 1
+        module.in_channels = module.weight.shape[1] * module.groups
+    elif isinstance(module, nn.modules.batchnorm._BatchNorm) and rows is not None:
+        module.num_features = module.weight.shape[0]
+        module.running_mean = module.running_mean[rows]
+        module.running_var = module.running_var[rows]
+
+
+def _outputs(model: nn.Module, x: Tensor, training: bool) -> Tensor:
+    model.train(training)
+    return model(x)
+
+
+def _assert_masking_equals_removing(
+    model: nn.Module, groups: list[UnitGroup], example: Tensor, seeds: int = 3
+) -> None:
+    """The oracle: for random units, the masked model and the model without those units
+    give the same outputs, in training mode (BatchNorm on batch statistics, which also moves
+    its running statistics) and then in eval mode."""
+    model = model.double()
+    for seed in range(seeds):
+        keeps = _random_keep(groups, seed)
+        masked, removed = _masked(model, groups, keeps), _removed(model, groups, keeps)
+        assert _parameters(removed) < _parameters(model)
+        x = torch.randn(example.shape, generator=torch.Generator().manual_seed(seed)).double()
+        for training in (True, False):
+            expected = _outputs(masked, x, training)
+            torch.testing.assert_close(_outputs(removed, x, training), expected)
+            assert not torch.allclose(_outputs(copy.deepcopy(model), x, training), expected)
+
+
+def _parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+# -- models ------------------------------------------------------------------------------------
+
+
+def _mlp() -> nn.Module:
+    return nn.Sequential(
+        nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 12), nn.GELU(), nn.Linear(12, 3)
+    )
+
+
+class _ConvNet(nn.Module):
+    """Conv-BN-ReLU, pooled, conv-BN, flattened into a Linear classifier head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.conv2, self.bn2 = nn.Conv2d(8, 6, 3, padding=1, bias=False), nn.BatchNorm2d(6)
+        self.fc1, self.fc2 = nn.Linear(6 * 4 * 4, 10), nn.Linear(10, 4)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = F.max_pool2d(torch.relu(self.bn1(self.conv1(x))), 2)
+        x = self.bn2(self.conv2(x)).relu()
+        return self.fc2(F.relu(self.fc1(torch.flatten(x, 1))))
+
+
+class _Block(nn.Module):
+    def __init__(self, channels_in: int, channels: int) -> None:
+        super().__init__()
+        self.conv1, self.bn1 = (
+            nn.Conv2d(channels_in, channels, 3, padding=1),
+            nn.BatchNorm2d(channels),
+        )
+        self.conv2, self.bn2 = nn.Conv2d(channels, channels, 3, padding=1), nn.BatchNorm2d(channels)
+        self.down = (
+            None
+            if channels_in == channels
+            else nn.Sequential(nn.Conv2d(channels_in, channels, 1), nn.BatchNorm2d(channels))
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x)))))
+        return F.relu(y + (x if self.down is None else self.down(x)))
+
+
+class _ResNet(nn.Module):
+    """A stem, a block adding its input back, a block with a projection shortcut, a head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+        self.block1, self.block2 = _Block(8, 8), _Block(8, 12)
+        self.head = nn.Linear(12, 5)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.block2(self.block1(self.stem(x)))
+        return self.head(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+def _stem_group() -> UnitGroup:
+    return _channel(
+        "stem.0", 8,
+        _out("stem.0.weight"), _entry("stem.0.bias"), *_norm("stem.1"),
+        _in("block1.conv1.weight"), _out("block1.conv2.weight"), _entry("block1.conv2.bias"),
+        *_norm("block1.bn2"), _in("block2.conv1.weight"), _in("block2.down.0.weight"),
+    )  # fmt: skip
+
+
+def _inner_group(block: str, size: int) -> UnitGroup:
+    return _channel(
+        f"{block}.conv1", size,
+        _out(f"{block}.conv1.weight"), _entry(f"{block}.conv1.bias"), *_norm(f"{block}.bn1"),
+        _in(f"{block}.conv2.weight"),
+    )  # fmt: skip
+
+
+class _Concat(nn.Module):
+    """The input concatenated with one branch, then two branches concatenated."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(3, 6, 1)
+        self.mix = nn.Conv2d(3 + 4, 5, 1)
+        self.c = nn.Conv2d(5, 2, 1)
+        self.head = nn.Linear(2 + 6, 3)
+
+    def forward(self, x: Tensor) -> Tensor:
+        mixed = F.relu(self.mix(torch.cat([x, F.relu(self.a(x))], dim=1)))
+        both = torch.cat([self.c(mixed), self.b(x)], dim=-3)
+        return self.head(both.mean((2, 3)))
+
+
+class _Separable(nn.Module):
+    """A depthwise-separable block, and a grouped conv with two groups."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.depthwise = nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False)
+        self.bn_dw = nn.BatchNorm2d(8)
+        self.pointwise = nn.Conv2d(8, 6, 1)
+        self.grouped = nn.Conv2d(6, 4, 3, padding=1, groups=2)
+        self.head = nn.Linear(4, 3)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = F.relu(self.bn(self.conv(x)))
+        x = F.relu6(self.bn_dw(self.depthwise(x)))
+        x = self.grouped(F.relu(self.pointwise(x)))
+        return self.head(F.adaptive_avg_pool2d(F.relu(x), 1).flatten(1))
+
+
+class _Normed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.norm = nn.Linear(8, 16), nn.LayerNorm(16)
+        self.fc2, self.fc3 = nn.Linear(16, 12), nn.Linear(12, 3)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc3(F.relu(self.fc2(self.norm(self.fc1(x)))))
+
+
+# -- the groups and the oracle per model -------------------------------------------------------
+
+
+def test_an_mlp_has_one_group_per_hidden_layer_and_never_its_outputs() -> None:
+    model = _mlp()
+    expected = [
+        _channel("0", 16, _out("0.weight"), _entry("0.bias"), _in("2.weight")),
+        _channel("2", 12, _out("2.weight"), _entry("2.bias"), _in("4.weight")),
+    ]
+    assert traced_groups(model, None) == {"channel": expected}
+    assert traced_groups(model, torch.randn(5, 8)) == {"channel": expected}
+    assert trace_channels(model).unprunable == {"4": "they reach the model's output"}
+    _assert_masking_equals_removing(model, expected, torch.randn(5, 8))
+
+
+def test_a_cnn_flattened_into_a_linear_gives_each_channel_its_h_times_w_columns() -> None:
+    model = _ConvNet()
+    expected = [
+        _channel(
+            "conv1", 8, _out("conv1.weight"), _entry("conv1.bias"), *_norm("bn1"),
+            _in("conv2.weight"),
+        ),
+        _channel("conv2", 6, _out("conv2.weight"), *_norm("bn2"), _in("fc1.weight", width=16)),
+        _channel("fc1", 10, _out("fc1.weight"), _entry("fc1.bias"), _in("fc2.weight")),
+    ]  # fmt: skip
+    example = torch.randn(4, 3, 8, 8)
+    assert traced_groups(model, example)["channel"] == expected
+    _assert_masking_equals_removing(model, expected, example)
+
+
+def test_without_example_inputs_a_flattened_feature_map_is_left_out_and_said_why() -> None:
+    trace = trace_channels(_ConvNet())
+    assert [group.name for group in trace.groups] == ["conv1", "fc1"]
+    assert trace.unprunable["conv2"] == (
+        "they reach torch.flatten, which reshapes them (needs the shapes that example_inputs give)"
+    )
+
+
+def test_residual_additions_join_the_channels_they_add() -> None:
+    model = _ResNet()
+    expected = [
+        _stem_group(),
+        _inner_group("block1", 8),
+        _inner_group("block2", 12),
+        _channel(
+            "block2.conv2", 12,
+            _out("block2.conv2.weight"), _entry("block2.conv2.bias"), *_norm("block2.bn2"),
+            _out("block2.down.0.weight"), _entry("block2.down.0.bias"), *_norm("block2.down.1"),
+            _in("head.weight"),
+        ),
+    ]  # fmt: skip
+    example = torch.randn(2, 3, 6, 6)
+    assert traced_groups(model, example)["channel"] == expected
+    _assert_masking_equals_removing(model, expected, example)
+
+
+def test_concatenation_places_each_branch_at_its_offset_in_the_consumer() -> None:
+    model = _Concat()
+    expected = [
+        _channel("a", 4, _out("a.weight"), _entry("a.bias"), _in("mix.weight", offset=3)),
+        _channel("b", 6, _out("b.weight"), _entry("b.bias"), _in("head.weight", offset=2)),
+        _channel("mix", 5, _out("mix.weight"), _entry("mix.bias"), _in("c.weight")),
+        _channel("c", 2, _out("c.weight"), _entry("c.bias"), _in("head.weight")),
+    ]
+    example = torch.randn(2, 3, 5, 5)
+    assert traced_groups(model, example)["channel"] == expected
+    _assert_masking_equals_removing(model, expected, example)
+
+
+def test_a_depthwise_conv_joins_each_input_channel_with_its_output_and_groups_go_whole() -> None:
+    model = _Separable()
+    expected = [
+        _channel(
+            "conv", 8,
+            _out("conv.weight"), _entry("conv.bias"), *_norm("bn"), _out("depthwise.weight"),
+            *_norm("bn_dw"), _in("pointwise.weight"),
+        ),
+        _channel(
+            "pointwise", 2,
+            _out("pointwise.weight", width=3), _entry("pointwise.bias", width=3),
+            _out("grouped.weight", width=2), _entry("grouped.bias", width=2),
+            _in("head.weight", width=2),
+        ),
+    ]  # fmt: skip
+    example = torch.randn(2, 3, 5, 5)
+    assert traced_groups(model, example)["channel"] == expected
+    _assert_masking_equals_removing(model, expected, example)
+
+
+def test_a_layernorm_over_the_channels_leaves_them_out() -> None:
+    model = _Normed()
+    trace = trace_channels(model, torch.randn(4, 8))
+    assert trace.groups == [
+        _channel("fc2", 12, _out("fc2.weight"), _entry("fc2.bias"), _in("fc3.weight"))
+    ]
+    assert trace.unprunable == {
+        "fc1": "they reach module 'norm' (LayerNorm), which normalises across them",
+        "fc3": "they reach the model's output",
+    }
+    _assert_masking_equals_removing(model, trace.groups, torch.randn(4, 8))
+
+
+class _Gate(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.sum() > 0:  # control flow on a tensor's values: torch.fx cannot trace it
+            return self.fc(x)
+        return x
+
+
+def test_an_untraceable_forward_is_refused_naming_the_submodule_and_nothing_changes() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Sequential(_Gate()))
+    before = copy.deepcopy(model.state_dict())
+    with pytest.raises(
+        ValueError,
+        match=r"^Expected the forward of submodule '2\.0' \(_Gate\) to be traceable by "
+        r"torch\.fx .* but tracing failed: TraceError: symbolically traced variables cannot "
+        r"be used as inputs to control flow",
+    ):
+        traced_groups(model, torch.randn(3, 4))
+    after = model.state_dict()
+    assert before.keys() == after.keys()
+    assert all(torch.equal(before[key], after[key]) for key in before)
+
+
+def test_an_untraceable_forward_of_the_model_itself_is_named_too() -> None:
+    with pytest.raises(
+        ValueError, match=r"^Expected the forward of the model itself \(_Gate\) to be traceable"
+    ):
+        traced_groups(_Gate(), None)
