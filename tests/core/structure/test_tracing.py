@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning.structure.tracing import (
+    check_traced_kind,
     trace_channels,
     traced_groups,
 )
@@ -96,15 +97,20 @@ def _removed(model: nn.Module, groups: list[UnitGroup], keeps: list[Tensor]) -> 
 def _update_attributes(module: nn.Module, rows: Tensor | None) -> None:
     if isinstance(module, nn.Linear):
         module.out_features, module.in_features = module.weight.shape
+    elif isinstance(module, nn.modules.conv._ConvTransposeNd):
+        module.in_channels, module.out_channels = module.weight.shape[:2]
     elif isinstance(module, nn.modules.conv._ConvNd):
         per_group_out = module.out_channels // module.groups
         module.out_channels = module.weight.shape[0]
         module.groups = module.out_channels // per_group_out if module.groups > 1 else 1
         module.in_channels = module.weight.shape[1] * module.groups
-    elif isinstance(module, nn.modules.batchnorm._BatchNorm) and rows is not None:
+    elif isinstance(module, nn.GroupNorm):
+        module.num_groups = module.num_channels = module.weight.shape[0]
+    elif isinstance(module, nn.modules.batchnorm._NormBase) and rows is not None:
         module.num_features = module.weight.shape[0]
-        module.running_mean = module.running_mean[rows]
-        module.running_var = module.running_var[rows]
+        if module.running_mean is not None:
+            module.running_mean = module.running_mean[rows]
+            module.running_var = module.running_var[rows]
 
 
 def _outputs(model: nn.Module, x: Tensor, training: bool) -> Tensor:
@@ -386,3 +392,261 @@ def test_an_untraceable_forward_of_the_model_itself_is_named_too() -> None:
         ValueError, match=r"^Expected the forward of the model itself \(_Gate\) to be traceable"
     ):
         traced_groups(_Gate(), None)
+
+
+def test_a_width_joined_with_the_models_input_is_never_a_group() -> None:
+    class InputResidual(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1, self.fc2, self.head = nn.Linear(6, 10), nn.Linear(10, 6), nn.Linear(6, 2)
+
+        def forward(self, x: Tensor) -> Tensor:
+            return self.head(x + self.fc2(F.relu(self.fc1(x))))
+
+    model = InputResidual()
+    expected = [_channel("fc1", 10, _out("fc1.weight"), _entry("fc1.bias"), _in("fc2.weight"))]
+    with_shapes, without = trace_channels(model, torch.randn(3, 6)), trace_channels(model)
+    assert with_shapes.groups == without.groups == expected
+    assert with_shapes.unprunable["fc2"] == (
+        "they reach operator.add, which combines them with values that cannot be removed (the "
+        "model's input, a parameter or buffer used directly, or a result the analysis does not "
+        "follow)"
+    )
+    assert without.unprunable["fc2"] == (
+        "they reach operator.add, which combines them with a tensor of unknown shape (needs the "
+        "shapes that example_inputs give)"
+    )
+    _assert_masking_equals_removing(model, expected, torch.randn(3, 6))
+
+
+class _SqueezeExcite(nn.Module):
+    """Channel gates computed from the feature map itself, reshaped by sizes read from it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.fc1, self.fc2 = (
+            nn.Conv2d(3, 8, 3, padding=1),
+            nn.Linear(8, 4),
+            nn.Linear(4, 8),
+        )
+        self.out, self.head = nn.Conv2d(8, 5, 1), nn.Linear(5, 2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = F.relu(self.conv(x))
+        b, c, _, _ = x.shape
+        gate = torch.sigmoid(self.fc2(F.relu(self.fc1(F.adaptive_avg_pool2d(x, 1).view(b, c)))))
+        x = x * gate.view(b, c, 1, 1)
+        return self.head(self.out(x).mean((2, 3)))
+
+
+def test_gates_multiplied_into_a_feature_map_join_its_channels() -> None:
+    model = _SqueezeExcite()
+    expected = [
+        _channel(
+            "conv", 8,
+            _out("conv.weight"), _entry("conv.bias"), _in("fc1.weight"), _out("fc2.weight"),
+            _entry("fc2.bias"), _in("out.weight"),
+        ),
+        _channel("fc1", 4, _out("fc1.weight"), _entry("fc1.bias"), _in("fc2.weight")),
+        _channel("out", 5, _out("out.weight"), _entry("out.bias"), _in("head.weight")),
+    ]  # fmt: skip
+    example = torch.randn(2, 3, 4, 4)
+    assert traced_groups(model, example)["channel"] == expected
+    _assert_masking_equals_removing(model, expected, example)
+
+
+class _ChannelsLast(nn.Module):
+    """A Linear over the channels of a feature map moved last."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.fc, self.head = (
+            nn.Conv2d(3, 6, 3, padding=1),
+            nn.Linear(6, 8),
+            nn.Linear(8, 2),
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = F.gelu(self.fc(self.conv(x).permute(0, 2, 3, 1)))
+        return self.head(y.mean((1, 2)))
+
+
+class _Decoder(nn.Module):
+    """Conv1d with BatchNorm1d over (N, C, L), a transposed conv, GroupNorm and InstanceNorm
+    per channel, and one conv applied to two branches."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Conv1d(2, 6, 3, padding=1), nn.Conv1d(2, 6, 1)
+        self.bn, self.shared = nn.BatchNorm1d(6), nn.Conv1d(6, 4, 1)
+        self.up, self.gn = nn.ConvTranspose1d(4, 5, 2, stride=2), nn.GroupNorm(5, 5)
+        self.conv, self.inorm = nn.Conv1d(5, 3, 3), nn.InstanceNorm1d(3, affine=True)
+        self.head = nn.Linear(3, 2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = self.shared(F.relu(self.bn(self.a(x)))) + self.shared(self.b(x))
+        y = F.silu(self.gn(self.up(y)))
+        return self.head(F.relu(self.inorm(self.conv(y))).amax(-1))
+
+
+@pytest.mark.parametrize(
+    ("factory", "shape", "expected"),
+    [
+        pytest.param(_ChannelsLast, (2, 3, 4, 4), [("conv", 6), ("fc", 8)], id="permuted"),
+        pytest.param(
+            _Decoder, (4, 2, 6), [("a", 6), ("shared", 4), ("up", 5), ("conv", 3)], id="conv1d"
+        ),
+        pytest.param(
+            lambda: nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 3)),
+            (2, 4, 5),
+            [("0", 7)],
+            id="linear-over-a-sequence",
+        ),
+    ],
+)
+def test_more_layers_and_layouts_mask_like_they_remove(
+    factory: type[nn.Module], shape: tuple[int, ...], expected: list[tuple[str, int]]
+) -> None:
+    model, example = factory(), torch.randn(shape)
+    groups = traced_groups(model, example)["channel"]
+    assert [(group.name, group.size) for group in groups] == expected
+    _assert_masking_equals_removing(model, groups, example)
+
+
+def test_one_module_applied_to_two_branches_joins_what_reaches_it() -> None:
+    [a_group, *_] = traced_groups(_Decoder(), torch.randn(4, 2, 6))["channel"]
+    assert [s.parameter for s in a_group.slices] == [
+        "a.weight", "a.bias", "b.weight", "b.bias", "bn.weight", "bn.bias", "shared.weight",
+    ]  # fmt: skip
+
+
+class _Then(nn.Module):
+    """``Linear(4, 6)``, then ``step``, then ``Linear(6, 2)``."""
+
+    def __init__(self, step: object) -> None:
+        super().__init__()
+        self.first, self.last = nn.Linear(4, 6), nn.Linear(6, 2)
+        self.proj = nn.Parameter(torch.randn(6, 6))
+        self.norm_free = nn.BatchNorm1d(6, affine=False)
+        self.group_norm = nn.GroupNorm(2, 6)
+        self.step = step
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.last(self.step(self, self.first(x)))  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    ("step", "reason"),
+    [
+        pytest.param(
+            lambda self, x: torch.cumsum(x, -1),
+            "they reach torch.cumsum, which the channel analysis does not follow",
+            id="unknown-function",
+        ),
+        pytest.param(
+            lambda self, x: x @ self.proj,
+            "they reach operator.matmul, which the channel analysis does not follow",
+            id="matmul-with-a-parameter",
+        ),
+        pytest.param(
+            lambda self, x: x - x.mean(-1, keepdim=True),
+            "they reach Tensor.mean, which reduces over them",
+            id="mean-over-channels",
+        ),
+        pytest.param(
+            lambda self, x: 1 / (x.abs() + 1),
+            "they reach operator.truediv, which divides by them (a removed channel divides by "
+            "zero)",
+            id="division-by-a-channel",
+        ),
+        pytest.param(
+            lambda self, x: F.softmax(x, dim=-1),
+            "they reach torch.nn.functional.softmax, which normalises across them",
+            id="softmax-over-channels",
+        ),
+        pytest.param(
+            lambda self, x: x * x.shape[-1],
+            "they reach operator.mul, which uses their number as a value",
+            id="channel-count-as-a-number",
+        ),
+        pytest.param(
+            lambda self, x: x.view(-1, 6),
+            "they reach Tensor.view, which fixes their number in the code (6)",
+            id="size-written-in-a-view",
+        ),
+        pytest.param(
+            lambda self, x: x.view(x.size(0), 2, 3).flatten(1),
+            "they reach Tensor.view, which splits them or merges them with the dimensions "
+            "before them",
+            id="view-splitting-channels",
+        ),
+        pytest.param(
+            lambda self, x: x * self.first.weight.norm(),
+            "'first.weight' is used directly in the forward",
+            id="weight-read-in-the-forward",
+        ),
+        pytest.param(
+            lambda self, x: self.norm_free(x),
+            "they reach module 'norm_free' (BatchNorm1d), which has no affine parameters, so "
+            "the channels cannot be recorded for removal",
+            id="batchnorm-without-affine",
+        ),
+        pytest.param(
+            lambda self, x: self.group_norm(x),
+            "they reach module 'group_norm' (GroupNorm), which normalises across groups of them",
+            id="groupnorm-across-channels",
+        ),
+    ],
+)
+def test_what_the_analysis_cannot_follow_leaves_the_channels_out_with_the_reason(
+    step: object, reason: str
+) -> None:
+    trace = trace_channels(_Then(step), torch.randn(3, 4))
+    assert trace.groups == []
+    assert trace.unprunable == {"first": reason, "last": "they reach the model's output"}
+
+
+def test_a_linear_subclass_with_its_own_forward_is_traced_through_and_not_followed() -> None:
+    class Scaled(nn.Linear):
+        def forward(self, x: Tensor) -> Tensor:
+            return F.linear(x, self.weight * 2, self.bias)
+
+    model = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), Scaled(6, 5), nn.ReLU(), nn.Linear(5, 2))
+    trace = trace_channels(model, torch.randn(3, 4))
+    assert trace.groups == []
+    assert trace.unprunable == {
+        "0": "they reach torch._C._nn.linear, which the channel analysis does not follow",
+        "4": "they reach the model's output",
+    }
+
+
+def test_the_analysis_changes_nothing_even_in_training_mode() -> None:
+    model = _ResNet().train()
+    before = copy.deepcopy(model.state_dict())
+    traced_groups(model, torch.randn(1, 3, 6, 6))
+    assert model.training
+    after = model.state_dict()
+    assert all(torch.equal(before[key], after[key]) for key in before)
+
+
+def test_example_inputs_are_a_tensor_or_a_tuple_and_must_fit_the_model() -> None:
+    with pytest.raises(
+        TypeError, match=r"^Expected `example_inputs` to be a tensor or a tuple .*got list\.$"
+    ):
+        traced_groups(_mlp(), [torch.randn(2, 8)])  # type: ignore[arg-type]
+    with pytest.raises(
+        ValueError,
+        match=r"^Expected `example_inputs` to run through the model's traced forward .* but "
+        r"submodule '0' failed: RuntimeError: ",
+    ):
+        traced_groups(_mlp(), (torch.randn(2, 7),))
+
+
+def test_heads_and_layers_are_not_found_by_tracing() -> None:
+    with pytest.raises(
+        ValueError,
+        match=r"^Expected `structure` to be 'channel' for a model analysed by tracing .* but "
+        r"got 'layer'",
+    ):
+        check_traced_kind("layer")
+    check_traced_kind("channel")
