@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from tensorplay.ao.pruning import l1_unstructured
 from tensorplay.ao.pruning.structure.tracing import (
     check_traced_kind,
     trace_channels,
@@ -328,6 +329,27 @@ def test_concatenation_places_each_branch_at_its_offset_in_the_consumer() -> Non
     _assert_masking_equals_removing(model, expected, example)
 
 
+def test_a_channel_concatenated_twice_spans_both_places_in_the_consumer() -> None:
+    class ConcatenatedReLU(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc, self.head = nn.Linear(4, 3), nn.Linear(6, 2)
+
+        def forward(self, x: Tensor) -> Tensor:
+            y = self.fc(x)
+            return self.head(torch.cat([F.relu(y), F.relu(-y)], dim=-1))
+
+    model = ConcatenatedReLU()
+    expected = [
+        _channel(
+            "fc", 3, _out("fc.weight"), _entry("fc.bias"), _in("head.weight"),
+            _in("head.weight", offset=3),
+        )
+    ]  # fmt: skip
+    assert traced_groups(model, None)["channel"] == expected
+    _assert_masking_equals_removing(model, expected, torch.randn(5, 4))
+
+
 def test_a_depthwise_conv_joins_each_input_channel_with_its_output_and_groups_go_whole() -> None:
     model = _Separable()
     expected = [
@@ -618,6 +640,14 @@ def test_a_linear_subclass_with_its_own_forward_is_traced_through_and_not_follow
         "0": "they reach torch._C._nn.linear, which the channel analysis does not follow",
         "4": "they reach the model's output",
     }
+
+
+def test_a_model_under_pruning_has_the_same_groups() -> None:
+    model, example = _ConvNet(), torch.randn(2, 3, 8, 8)
+    before = traced_groups(model, example)
+    l1_unstructured(model.conv1, "weight", amount=0.3)
+    l1_unstructured(model.fc1, "bias", amount=0.5)
+    assert traced_groups(model, example) == before
 
 
 def test_the_analysis_changes_nothing_even_in_training_mode() -> None:

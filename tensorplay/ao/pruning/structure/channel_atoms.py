@@ -16,7 +16,7 @@ Example:
     >>> for row, column in zip(rows, columns):
     ...     atoms.join(row, column)
     >>> atoms.poison([columns[1]], "reaches the model's output")
-    >>> [(len(c.entries), c.reason) for c in atoms.classes()]
+    >>> [(len(c.spans), c.reason) for c in atoms.classes()]
     [(2, None), (2, "reaches the model's output")]
 """
 
@@ -26,54 +26,58 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
-__all__ = ["AtomClass", "ChannelAtoms", "Entry", "Role"]
+__all__ = ["AtomClass", "ChannelAtoms", "Role", "Span"]
 
 Role = Literal["out", "in", "norm"]
 
 
-class Entry(NamedTuple):
-    """One index of one parameter that a channel occupies.
+class Span(NamedTuple):
+    """Consecutive indices of one parameter that a channel occupies.
 
     Args:
         parameter: The parameter's canonical qualified name.
-        dim: The dimension the index lies along.
-        position: The index along ``dim``.
+        dim: The dimension the indices lie along.
+        start: The first index along ``dim``.
+        width: How many consecutive indices.
         role: ``"out"``: a producer's output channel (a weight row, a bias entry);
-            ``"in"``: a consumer's input channel (a weight column); ``"norm"``: a
+            ``"in"``: a consumer's input channel (weight columns); ``"norm"``: a
             normalisation's per-channel entry.
         scored: Whether a unit's score reads it (Linear and Conv weights).
 
     Example:
-        >>> Entry("fc.weight", 0, 3, "out", True).position
-        3
+        >>> Span("fc2.weight", 1, 8, 4, "in", True).start
+        8
     """
 
     parameter: str
     dim: int
-    position: int
+    start: int
+    width: int
     role: Role
     scored: bool
 
 
 @dataclass(frozen=True)
 class AtomClass:
-    """Atoms joined into one channel: its parameter entries, and why it cannot be removed.
+    """Atoms joined into one channel: the parameter indices it spans, and why it cannot be
+    removed.
 
     Args:
-        entries: The parameter entries of the channel, in the order they were first seen.
+        spans: The channel's indices, as runs of consecutive ones, in the order their
+            parameters were first reached.
         reason: ``None`` if the channel can be removed, else the first reason it cannot.
 
     Example:
-        >>> AtomClass((Entry("fc.weight", 0, 0, "out", True),), None).producers()
+        >>> AtomClass((Span("fc.weight", 0, 0, 1, "out", True),), None).producers()
         ('fc.weight',)
     """
 
-    entries: tuple[Entry, ...]
+    spans: tuple[Span, ...]
     reason: str | None
 
     def producers(self) -> tuple[str, ...]:
         """The parameters whose output channels the class holds, each once."""
-        return tuple(dict.fromkeys(e.parameter for e in self.entries if e.role == "out"))
+        return tuple(dict.fromkeys(s.parameter for s in self.spans if s.role == "out"))
 
 
 class ChannelAtoms:
@@ -89,16 +93,21 @@ class ChannelAtoms:
 
     def __init__(self) -> None:
         self._parent: list[int] = []
-        self._entry: list[Entry | None] = []
-        self._ids: dict[tuple[str, int, int], int] = {}
+        # Atoms come in ranges, one per (parameter, dim): the range of each atom (-1: virtual).
+        self._range_of: list[int] = []
+        self._ranges: list[tuple[str, int, int, Role, bool]] = []
+        self._range_ids: dict[tuple[str, int], int] = {}
         self._poison: dict[int, str] = {}
         self._poisoned_parameters: dict[str, str] = {}
 
     def fresh(self, count: int) -> list[int]:
         """``count`` new virtual atoms (positions no parameter holds)."""
+        return self._new(count, -1)
+
+    def _new(self, count: int, range_id: int) -> list[int]:
         start = len(self._parent)
         self._parent.extend(range(start, start + count))
-        self._entry.extend([None] * count)
+        self._range_of.extend([range_id] * count)
         return list(range(start, start + count))
 
     def entries(
@@ -106,17 +115,13 @@ class ChannelAtoms:
     ) -> list[int]:
         """The atoms of indices ``0 .. count - 1`` along ``dim`` of ``parameter``, made on
         first use: a module called twice reaches the same atoms."""
-        atoms = []
-        for index in range(count):
-            key = (parameter, dim, index)
-            atom = self._ids.get(key)
-            if atom is None:
-                atom = len(self._parent)
-                self._parent.append(atom)
-                self._entry.append(Entry(parameter, dim, index, role, scored))
-                self._ids[key] = atom
-            atoms.append(atom)
-        return atoms
+        range_id = self._range_ids.get((parameter, dim))
+        if range_id is None:
+            range_id = self._range_ids[parameter, dim] = len(self._ranges)
+            self._ranges.append((parameter, dim, len(self._parent), role, scored))
+            return self._new(count, range_id)
+        start = self._ranges[range_id][2]
+        return list(range(start, start + count))
 
     def find(self, atom: int) -> int:
         """The representative of ``atom``'s class."""
@@ -149,22 +154,40 @@ class ChannelAtoms:
         self._poisoned_parameters.setdefault(parameter, reason)
 
     def classes(self) -> list[AtomClass]:
-        """The channels: every class that holds a parameter entry, in creation order."""
-        members: dict[int, list[int]] = {}
+        """The channels: every class that holds a parameter index, in creation order."""
+        # Atoms of a range are consecutive, so visiting atoms in order lists each class's
+        # indices of one range in order: runs are found by comparing with the last one.
+        spans: dict[int, dict[int, list[list[int]]]] = {}
+        reasons: dict[int, str] = {}
+        find, range_of, poison = self.find, self._range_of, self._poison
         for atom in range(len(self._parent)):
-            members.setdefault(self.find(atom), []).append(atom)
+            root = find(atom)
+            if atom in poison:
+                reasons.setdefault(root, poison[atom])
+            range_id = range_of[atom]
+            if range_id < 0:
+                continue
+            runs = spans.setdefault(root, {}).setdefault(range_id, [])
+            if runs and runs[-1][1] == atom:
+                runs[-1][1] = atom + 1
+            else:
+                runs.append([atom, atom + 1])
         found = []
-        for atoms in members.values():
-            entries = tuple(e for e in (self._entry[a] for a in atoms) if e is not None)
-            if entries:
-                found.append(AtomClass(entries, self._reason(atoms, entries)))
+        for root, by_range in spans.items():
+            listed = tuple(
+                self._span(range_id, begin, end)
+                for range_id, runs in by_range.items()
+                for begin, end in runs
+            )
+            found.append(AtomClass(listed, reasons.get(root) or self._parameter_reason(listed)))
         return found
 
-    def _reason(self, atoms: list[int], entries: tuple[Entry, ...]) -> str | None:
-        for atom in atoms:
-            if atom in self._poison:
-                return self._poison[atom]
-        for entry in entries:
-            if entry.parameter in self._poisoned_parameters:
-                return self._poisoned_parameters[entry.parameter]
+    def _span(self, range_id: int, begin: int, end: int) -> Span:
+        parameter, dim, first, role, scored = self._ranges[range_id]
+        return Span(parameter, dim, begin - first, end - begin, role, scored)
+
+    def _parameter_reason(self, spans: tuple[Span, ...]) -> str | None:
+        for span in spans:
+            if span.parameter in self._poisoned_parameters:
+                return self._poisoned_parameters[span.parameter]
         return None

@@ -69,31 +69,15 @@ class _Run(NamedTuple):
 
 
 def _runs(channel: AtomClass, order: Mapping[str, int]) -> tuple[_Run, ...]:
-    """The channel's indices as runs of consecutive indices, in the model's order."""
-    indices: dict[tuple[str, int], list[int]] = {}
-    scored: dict[tuple[str, int], bool] = {}
-    produces: dict[tuple[str, int], bool] = {}
-    for entry in channel.entries:
-        key = (entry.parameter, entry.dim)
-        indices.setdefault(key, []).append(entry.position)
-        scored[key] = scored.get(key, False) or entry.scored
-        produces[key] = produces.get(key, False) or entry.role == "out"
-    runs = []
-    for key, found in indices.items():
-        parameter, dim = key
-        found.sort()
-        start = previous = found[0]
-        for index in [*found[1:], None]:
-            if index == previous + 1:
-                previous = index
-                continue
-            width = previous + 1 - start
-            runs.append(
-                _Run(order[parameter], parameter, dim, start, width, scored[key], produces[key])
+    """The channel's spans in the model's order."""
+    return tuple(
+        sorted(
+            _Run(
+                order[s.parameter], s.parameter, s.dim, s.start, s.width, s.scored, s.role == "out"
             )
-            if index is not None:
-                start = previous = index
-    return tuple(sorted(runs))
+            for s in channel.spans
+        )
+    )
 
 
 def _follows(previous: tuple[_Run, ...], runs: tuple[_Run, ...]) -> bool:

@@ -36,6 +36,9 @@ Example:
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,9 +116,9 @@ def trace_channels(
     """
     graph, shapes = capture(model, example_inputs)
     parameters = parameter_groups(model)
-    atoms = follow(model, graph, shapes)
-    classes = atoms.classes()
-    groups = unit_groups(classes, {p.name: i for i, p in enumerate(parameters)})
+    with _collector_paused():
+        classes = follow(model, graph, shapes).classes()
+        groups = unit_groups(classes, _model_order(model, [p.name for p in parameters]))
     check_groups(groups, {p.name: p.parameter.shape for p in parameters})
     unprunable: dict[str, str] = {}
     for channel in classes:
@@ -123,6 +126,32 @@ def trace_channels(
             for producer in channel.producers():
                 unprunable.setdefault(producer.rpartition(".")[0], channel.reason)
     return ChannelTrace(groups, unprunable)
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's garbage collector off for a moment: the analysis allocates tens of thousands
+    of small objects, and each collection they set off scans every object torch keeps alive
+    (on a ResNet-18, twice the time of the analysis itself)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _model_order(model: nn.Module, names: list[str]) -> dict[str, int]:
+    """Each parameter's rank in the model: by module, a module's weight before its bias
+    (whether or not a pruning reparametrization registered them in another order)."""
+    modules = {name: index for index, (name, _) in enumerate(model.named_modules())}
+
+    def key(name: str) -> tuple[int, int, str]:
+        owner, _, leaf = name.rpartition(".")
+        return modules.get(owner, -1), 0 if leaf == "weight" else 1, leaf
+
+    return {name: rank for rank, name in enumerate(sorted(names, key=key))}
 
 
 def check_traced_kind(kind: str) -> None:
