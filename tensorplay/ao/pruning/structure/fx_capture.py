@@ -110,7 +110,7 @@ def _trace(model: nn.Module) -> fx.Graph:
         error = root_error
     raise ValueError(
         f"Expected the forward of {where} to be traceable by torch.fx for the channel "
-        f"analysis, but tracing failed: {type(error).__name__}: {error} torch.fx traces with "
+        f"analysis, but tracing failed ({type(error).__name__}: {error}). torch.fx traces with "
         "symbolic values, so Python control flow on a tensor's values or shape cannot be "
         "traced (example_inputs do not change that); express that branch with tensor "
         "operations (torch.where, a mask) or move it out of the module."
