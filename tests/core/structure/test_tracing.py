@@ -12,7 +12,6 @@ from torch import Tensor, nn
 
 from tensorplay.ao.pruning import l1_unstructured
 from tensorplay.ao.pruning.structure.tracing import (
-    check_traced_kind,
     trace_channels,
     traced_groups,
 )
@@ -670,13 +669,3 @@ def test_example_inputs_are_a_tensor_or_a_tuple_and_must_fit_the_model() -> None
         r"submodule '0' failed: RuntimeError: ",
     ):
         traced_groups(_mlp(), (torch.randn(2, 7),))
-
-
-def test_heads_and_layers_are_not_found_by_tracing() -> None:
-    with pytest.raises(
-        ValueError,
-        match=r"^Expected `structure` to be 'channel' for a model analysed by tracing .* but "
-        r"got 'layer'",
-    ):
-        check_traced_kind("layer")
-    check_traced_kind("channel")

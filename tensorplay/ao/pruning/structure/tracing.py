@@ -50,9 +50,7 @@ from tensorplay.ao.pruning.structure.channel_groups import unit_groups
 from tensorplay.ao.pruning.structure.fx_capture import capture
 from tensorplay.ao.pruning.structure.units import UnitGroup, check_groups
 
-__all__ = ["TRACED_KINDS", "ChannelTrace", "check_traced_kind", "trace_channels", "traced_groups"]
-
-TRACED_KINDS = ("channel",)
+__all__ = ["ChannelTrace", "trace_channels", "traced_groups"]
 
 
 @dataclass(frozen=True)
@@ -152,23 +150,3 @@ def _model_order(model: nn.Module, names: list[str]) -> dict[str, int]:
         return modules.get(owner, -1), 0 if leaf == "weight" else 1, leaf
 
     return {name: rank for rank, name in enumerate(sorted(names, key=key))}
-
-
-def check_traced_kind(kind: str) -> None:
-    """Refuse a structure kind tracing does not find.
-
-    Raises:
-        ValueError: ``kind`` is not ``"channel"``.
-
-    Example:
-        >>> check_traced_kind("head")
-        Traceback (most recent call last):
-        ...
-        ValueError: Expected `structure` to be 'channel' for a model analysed by tracing ...
-    """
-    if kind not in TRACED_KINDS:
-        raise ValueError(
-            "Expected `structure` to be 'channel' for a model analysed by tracing (a plain "
-            f"PyTorch model, not a Llama-style, GPT-2 or BERT/RoBERTa/ViT one), but got {kind!r}: "
-            "attention heads and residual layers are found only in those model families."
-        )
