@@ -349,6 +349,27 @@ def test_a_channel_concatenated_twice_spans_both_places_in_the_consumer() -> Non
     _assert_masking_equals_removing(model, expected, torch.randn(5, 4))
 
 
+def test_chunks_of_a_fused_projection_pair_their_positions() -> None:
+    class FusedGate(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.up, self.down = nn.Linear(4, 2 * 5), nn.Linear(5, 3)
+
+        def forward(self, x: Tensor) -> Tensor:
+            gate, value = self.up(x).chunk(2, dim=-1)
+            return self.down(F.silu(gate) * value)
+
+    model = FusedGate()
+    expected = [
+        _channel(
+            "up", 5, _out("up.weight"), _out("up.weight", offset=5), _entry("up.bias"),
+            _entry("up.bias", offset=5), _in("down.weight"),
+        )
+    ]  # fmt: skip
+    assert traced_groups(model, None)["channel"] == expected
+    _assert_masking_equals_removing(model, expected, torch.randn(5, 4))
+
+
 def test_a_depthwise_conv_joins_each_input_channel_with_its_output_and_groups_go_whole() -> None:
     model = _Separable()
     expected = [
@@ -492,6 +513,18 @@ class _ChannelsLast(nn.Module):
         return self.head(y.mean((1, 2)))
 
 
+class _Selected(nn.Module):
+    """Two projections, one chosen per position by a comparison."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b, self.head = nn.Linear(4, 6), nn.Linear(4, 6), nn.Linear(6, 2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        a, b = self.a(x), self.b(x)
+        return self.head(torch.where(a > 0, a, b))
+
+
 class _Decoder(nn.Module):
     """Conv1d with BatchNorm1d over (N, C, L), a transposed conv, GroupNorm and InstanceNorm
     per channel, and one conv applied to two branches."""
@@ -517,6 +550,7 @@ class _Decoder(nn.Module):
         pytest.param(
             _Decoder, (4, 2, 6), [("a", 6), ("shared", 4), ("up", 5), ("conv", 3)], id="conv1d"
         ),
+        pytest.param(_Selected, (3, 4), [("a", 6)], id="where"),
         pytest.param(
             lambda: nn.Sequential(nn.Linear(5, 7), nn.Tanh(), nn.Linear(7, 3)),
             (2, 4, 5),

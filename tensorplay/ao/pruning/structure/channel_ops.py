@@ -124,6 +124,15 @@ def _blocks(tensor: Tracked, dim: int) -> str | None:
     )
 
 
+def _where(call: Call) -> Any:
+    """``torch.where(condition, a, b)``: the three operands' channels meet position by
+    position."""
+    operands = [call.argument(0, "condition"), call.argument(1, "input"), call.argument(2, "other")]
+    if any(isinstance(value, SizeRead) for value in operands):
+        return call.opaque()
+    return joined(call, [value for value in operands if isinstance(value, Tracked)])
+
+
 def _divide(call: Call) -> Any:
     divisor = call.argument(1, "other")
     if isinstance(divisor, Tracked):
@@ -357,6 +366,44 @@ def _cat(call: Call) -> Any:
     return call.result(channels)
 
 
+def _chunk(call: Call) -> Any:
+    """``chunk(k, dim)``. Along channels, position ``i`` of every chunk is one unit (removed
+    from each chunk alike, the chunks stay equal); along another dimension, each chunk holds
+    the tensor's channels."""
+    x, chunks, dim = call.args[0], call.argument(1, "chunks"), call.argument(2, "dim", 0)
+    if not isinstance(x, Tracked) or not isinstance(chunks, int) or not isinstance(dim, int):
+        return call.opaque()
+    along_dim = x.negative(dim)
+    if along_dim is None:
+        return call.opaque(f"splits them into chunks ({NEEDS_SHAPES})")
+    if along_dim not in x.channels:
+        size = None if x.shape is None else x.shape[along_dim]
+        step = None if size is None else -(-size // chunks)
+        sizes = [None] * chunks if size is None or step is None else _steps(size, step)
+        return tuple(_part(x, along_dim, dict(x.channels), part) for part in sizes)
+    positions = x.channels[along_dim]
+    if len(positions) % chunks:
+        return call.opaque("splits them into chunks of different sizes")
+    width = len(positions) // chunks
+    parts = [positions[k * width : (k + 1) * width] for k in range(chunks)]
+    for part in parts[1:]:
+        for first, other in zip(parts[0], part, strict=True):
+            call.atoms.join(first, other)
+    return tuple(_part(x, along_dim, {**x.channels, along_dim: p}, width) for p in parts)
+
+
+def _steps(size: int, step: int) -> list[int | None]:
+    return [min(step, size - start) for start in range(0, size, step)]
+
+
+def _part(x: Tracked, dim: int, channels: dict[int, tuple[int, ...]], size: int | None) -> Tracked:
+    if x.shape is None or size is None:
+        return Tracked(channels, None)
+    shape = list(x.shape)
+    shape[dim] = size
+    return Tracked(channels, tuple(shape))
+
+
 def _concatenated(call: Call, tensors: Sequence[Tracked], dim: int) -> dict[int, tuple[int, ...]]:
     if not any(dim in tensor.channels for tensor in tensors):
         return {}
@@ -486,6 +533,8 @@ ELEMENTWISE_FUNCTIONS = (
 JOINING_FUNCTIONS = (
     operator.add, operator.iadd, operator.sub, operator.isub, operator.mul, operator.imul,
     torch.add, torch.sub, torch.subtract, torch.mul, torch.multiply, torch.maximum, torch.minimum,
+    operator.gt, operator.ge, operator.lt, operator.le, operator.eq, operator.ne,
+    torch.gt, torch.ge, torch.lt, torch.le, torch.eq, torch.ne,
 )  # fmt: skip
 
 FUNCTION_RULES: dict[Any, Rule] = {
@@ -498,6 +547,8 @@ FUNCTION_RULES: dict[Any, Rule] = {
     **dict.fromkeys((operator.floordiv, operator.mod), _size_arithmetic),
     builtins.getattr: _getattr,
     operator.getitem: _getitem,
+    torch.chunk: _chunk,
+    torch.where: _where,
     torch.flatten: _reshape_without_sizes,
     torch.squeeze: _reshape_without_sizes,
     torch.unsqueeze: _reshape_without_sizes,
@@ -529,9 +580,28 @@ ELEMENTWISE_METHODS = (
 
 METHOD_RULES: dict[str, Rule] = {
     **dict.fromkeys(ELEMENTWISE_METHODS, keep_channels),
-    **dict.fromkeys(("add", "add_", "sub", "sub_", "mul", "mul_", "maximum", "minimum"), _join),
+    **dict.fromkeys(
+        (
+            "add",
+            "add_",
+            "sub",
+            "sub_",
+            "mul",
+            "mul_",
+            "maximum",
+            "minimum",
+            "gt",
+            "ge",
+            "lt",
+            "le",
+            "eq",
+            "ne",
+        ),
+        _join,
+    ),
     **dict.fromkeys(("div", "div_", "true_divide"), _divide),
     **dict.fromkeys(("to", "type_as", "float", "half", "bfloat16", "double", "cpu", "cuda"), _cast),
+    "chunk": _chunk,
     "size": _size,
     "numel": _numel,
     **dict.fromkeys(("dim", "element_size"), _metadata),

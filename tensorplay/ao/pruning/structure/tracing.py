@@ -7,7 +7,8 @@ producer's weight row and bias entry, the BatchNorm entries that normalise it, a
 columns of every Linear or Conv that consumes it, directly or through activations, dropout,
 pooling, flattening (a feature map's ``H * W`` columns per channel), concatenation (at its
 offset) and elementwise operations. Channels that meet in an elementwise operation (a residual
-addition, a gate) are one unit: removed together or not at all. A grouped convolution loses
+addition, a gate) are one unit: removed together or not at all. Chunks of a fused projection
+(``gate, up = fc(x).chunk(2, -1)``) lose the same positions. A grouped convolution loses
 whole groups (a depthwise one: an input channel with its output channel).
 
 What the analysis cannot follow leaves the channels reaching it unprunable, never removed
