@@ -37,9 +37,7 @@ __all__ = [
     "ELEMENTWISE_FUNCTIONS",
     "ELEMENTWISE_METHODS",
     "FUNCTION_RULES",
-    "JOINING_FUNCTIONS",
     "METHOD_RULES",
-    "along",
     "keep_channels",
     "mixing",
     "reshaped",
@@ -455,7 +453,7 @@ def mixing(call: Call, x: Tracked, dims: Sequence[int], why: str, keepdim: bool 
     return call.result(channels)
 
 
-def along(x: Tracked, dims: Sequence[int] | int | None) -> list[int] | None:
+def _along(x: Tracked, dims: Sequence[int] | int | None) -> list[int] | None:
     """``dims`` of ``x`` counted from the end; ``None`` where one needs an unknown shape."""
     listed = [dims] if isinstance(dims, int) else list(dims or ())
     negative = [x.negative(dim) for dim in listed]
@@ -467,7 +465,7 @@ def _reduce(call: Call) -> Any:
     keepdim = bool(call.argument(2, "keepdim", False))
     if not isinstance(x, Tracked) or dims is None or isinstance(dims, Tracked | SizeRead):
         return call.opaque("reduces over them")
-    negative = along(x, dims)
+    negative = _along(x, dims)
     if negative is None:
         return mixing(call, x, list(x.channels), f"reduces over some ({NEEDS_SHAPES})")
     return mixing(call, x, negative, "reduces over them", keepdim)
@@ -477,7 +475,7 @@ def _softmax(call: Call) -> Any:
     x, dim = call.argument(0, "input"), call.argument(1, "dim")
     if not isinstance(x, Tracked) or not isinstance(dim, int):
         return call.opaque("normalises across them")
-    negative = along(x, dim)
+    negative = _along(x, dim)
     if negative is None:
         return mixing(call, x, list(x.channels), f"normalises across some ({NEEDS_SHAPES})")
     return mixing(call, x, negative, "normalises across them")
@@ -530,7 +528,7 @@ ELEMENTWISE_FUNCTIONS = (
 )  # fmt: skip
 
 # Elementwise operations of two operands: their channels meet position by position.
-JOINING_FUNCTIONS = (
+_JOINING_FUNCTIONS = (
     operator.add, operator.iadd, operator.sub, operator.isub, operator.mul, operator.imul,
     torch.add, torch.sub, torch.subtract, torch.mul, torch.multiply, torch.maximum, torch.minimum,
     operator.gt, operator.ge, operator.lt, operator.le, operator.eq, operator.ne,
@@ -539,7 +537,7 @@ JOINING_FUNCTIONS = (
 
 FUNCTION_RULES: dict[Any, Rule] = {
     **dict.fromkeys(ELEMENTWISE_FUNCTIONS, keep_channels),
-    **dict.fromkeys(JOINING_FUNCTIONS, _join),
+    **dict.fromkeys(_JOINING_FUNCTIONS, _join),
     **dict.fromkeys(
         (operator.truediv, operator.itruediv, torch.div, torch.divide, torch.true_divide),
         _divide,

@@ -12,8 +12,8 @@ Example:
     >>> from tensorplay.ao.pruning.structure.channel_atoms import ChannelAtoms
     >>> atoms = ChannelAtoms()
     >>> x = Tracked({-1: tuple(atoms.fresh(3))}, (2, 3))
-    >>> x.ndim, x.positive(-1), x.negative(1)
-    (2, 1, -1)
+    >>> x.ndim, x.negative(1), x.size(-1)
+    (2, -1, 3)
 """
 
 from __future__ import annotations
@@ -58,12 +58,6 @@ class Tracked:
         if dim < 0:
             return dim
         return None if self.ndim is None else dim - self.ndim
-
-    def positive(self, dim: int) -> int | None:
-        """``dim`` counted from the start; ``None`` where that needs a shape nobody gave."""
-        if dim >= 0:
-            return dim
-        return None if self.ndim is None else dim + self.ndim
 
     def size(self, dim: int) -> int | None:
         """The size along ``dim`` (from either end), if known."""
