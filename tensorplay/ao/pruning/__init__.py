@@ -3,7 +3,7 @@
 Every name that ``torch.nn.utils.prune`` has behaves the same here; see the docs for the few
 places where tensorplay is deliberately stricter or more general. Schedules, the stateful
 :class:`Pruner`, sparsity statistics, checkpoint restoring, saving and the compressed export
-build on that API.
+build on that API; :class:`DependencyGraph` finds a model's channels, heads and layers.
 """
 
 from tensorplay.ao.pruning.amount import (
@@ -53,6 +53,7 @@ from tensorplay.ao.pruning.stats import (
     sparsity_report,
     tensor_sparsity,
 )
+from tensorplay.ao.pruning.structure.graph import DependencyGraph
 from tensorplay.ao.pruning.targets import resolve_method, resolve_parameters, select_parameters
 
 __all__ = [
@@ -92,6 +93,8 @@ __all__ = [
     "select_parameters",
     "resolve_parameters",
     "resolve_method",
+    # structured units: dependency analysis
+    "DependencyGraph",
     # statistics and checkpoints
     "SparsityReport",
     "TensorSparsity",
