@@ -11,11 +11,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning import l1_unstructured
+from tensorplay.ao.pruning.structure.shrink import shrink
 from tensorplay.ao.pruning.structure.tracing import (
     trace_channels,
     traced_groups,
 )
-from tensorplay.ao.pruning.structure.units import Slice, UnitGroup, expand_keep, shapes_of
+from tensorplay.ao.pruning.structure.units import Slice, UnitGroup
+from tests.core.structure.masking import MODES, mask_units
 
 
 def _out(parameter: str, width: int = 1, offset: int = 0) -> Slice:
@@ -57,82 +59,33 @@ def _random_keep(groups: list[UnitGroup], seed: int) -> list[Tensor]:
     return keeps
 
 
-def _masked(model: nn.Module, groups: list[UnitGroup], keeps: list[Tensor]) -> nn.Module:
-    masked = copy.deepcopy(model)
-    shapes = shapes_of(masked)
-    with torch.no_grad():
-        for group, keep in zip(groups, keeps, strict=True):
-            for name, mask in expand_keep(group, keep, shapes).items():
-                masked.get_parameter(name).mul_(mask)
-    return masked
-
-
-def _removed(model: nn.Module, groups: list[UnitGroup], keeps: list[Tensor]) -> nn.Module:
-    """The model with the removed units sliced out of every parameter (and BatchNorm's
-    running statistics), module attributes updated."""
-    removed = copy.deepcopy(model)
-    gone: dict[tuple[str, int], set[int]] = {}
-    for group, keep in zip(groups, keeps, strict=True):
-        for unit in torch.nonzero(~keep).flatten().tolist():
-            for piece in group.slices:
-                span = piece.span(unit)
-                gone.setdefault((piece.parameter, piece.dim), set()).update(
-                    range(span.start, span.stop)
-                )
-    kept_rows: dict[str, Tensor] = {}
-    with torch.no_grad():
-        for (name, dim), indices in gone.items():
-            owner, _, leaf = name.rpartition(".")
-            module = removed.get_submodule(owner)
-            param = getattr(module, leaf)
-            index = torch.tensor([i for i in range(param.shape[dim]) if i not in indices])
-            setattr(module, leaf, nn.Parameter(param.index_select(dim, index)))
-            if dim == 0:
-                kept_rows[owner] = index
-    for name, module in removed.named_modules():
-        _update_attributes(module, kept_rows.get(name))
-    return removed
-
-
-def _update_attributes(module: nn.Module, rows: Tensor | None) -> None:
-    if isinstance(module, nn.Linear):
-        module.out_features, module.in_features = module.weight.shape
-    elif isinstance(module, nn.modules.conv._ConvTransposeNd):
-        module.in_channels, module.out_channels = module.weight.shape[:2]
-    elif isinstance(module, nn.modules.conv._ConvNd):
-        per_group_out = module.out_channels // module.groups
-        module.out_channels = module.weight.shape[0]
-        module.groups = module.out_channels // per_group_out if module.groups > 1 else 1
-        module.in_channels = module.weight.shape[1] * module.groups
-    elif isinstance(module, nn.GroupNorm):
-        module.num_groups = module.num_channels = module.weight.shape[0]
-    elif isinstance(module, nn.modules.batchnorm._NormBase) and rows is not None:
-        module.num_features = module.weight.shape[0]
-        if module.running_mean is not None:
-            module.running_mean = module.running_mean[rows]
-            module.running_var = module.running_var[rows]
-
-
 def _outputs(model: nn.Module, x: Tensor, training: bool) -> Tensor:
     model.train(training)
-    return model(x)
+    out: Tensor = model(x)
+    return out
 
 
 def _assert_masking_equals_removing(
-    model: nn.Module, groups: list[UnitGroup], example: Tensor, seeds: int = 3
+    model: nn.Module, groups: list[UnitGroup], example: Tensor
 ) -> None:
-    """The oracle: for random units, the masked model and the model without those units
-    give the same outputs, in training mode (BatchNorm on batch statistics, which also moves
-    its running statistics) and then in eval mode."""
+    """The oracle: random units, masked in each way a pruner masks them (a draw per way), give
+    the same outputs in the masked model and in the model shrunk by them, in training mode
+    (BatchNorm on batch statistics, which also moves its running statistics) and then in eval
+    mode."""
     model = model.double()
-    for seed in range(seeds):
+    for seed, mode in enumerate(MODES):
         keeps = _random_keep(groups, seed)
-        masked, removed = _masked(model, groups, keeps), _removed(model, groups, keeps)
-        assert _parameters(removed) < _parameters(model)
+        masked = copy.deepcopy(model)
+        mask_units(masked, list(zip(groups, keeps, strict=True)), mode)
+        shrunk = copy.deepcopy(masked)
+        report = shrink(shrunk, groups=groups)
+        assert report.parameters_after < report.parameters_before == _parameters(model)
+        assert report.partial_units == 0
+        assert [width.after for width in report.groups] == [int(k.sum()) for k in keeps]
         x = torch.randn(example.shape, generator=torch.Generator().manual_seed(seed)).double()
         for training in (True, False):
             expected = _outputs(masked, x, training)
-            torch.testing.assert_close(_outputs(removed, x, training), expected)
+            torch.testing.assert_close(_outputs(shrunk, x, training), expected)
             assert not torch.allclose(_outputs(copy.deepcopy(model), x, training), expected)
 
 
@@ -703,3 +656,20 @@ def test_example_inputs_are_a_tensor_or_a_tuple_and_must_fit_the_model() -> None
         r"submodule '0' failed: RuntimeError: ",
     ):
         traced_groups(_mlp(), (torch.randn(2, 7),))
+
+
+def test_shrink_finds_a_plain_models_channels_by_tracing_it() -> None:
+    model, example = _ResNet().double(), torch.randn(2, 3, 6, 6).double()
+    groups = traced_groups(model, example)["channel"]
+    keeps = _random_keep(groups, seed=4)
+    mask_units(model, list(zip(groups, keeps, strict=True)), "reparametrize")
+    masked = copy.deepcopy(model)
+    report = shrink(model, example_inputs=example)
+    assert [(g.name, g.before, g.after) for g in report.groups] == [
+        (group.name, group.size, int(keep.sum())) for group, keep in zip(groups, keeps, strict=True)
+    ]
+    assert model.block2.down[0].out_channels == model.head.in_features == int(keeps[-1].sum())
+    for training in (True, False):
+        torch.testing.assert_close(
+            _outputs(model, example, training), _outputs(masked, example, training)
+        )
