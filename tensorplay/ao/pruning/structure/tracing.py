@@ -85,7 +85,9 @@ def traced_groups(
         example_inputs: The forward's positional inputs (a tensor or a tuple), or ``None``.
             Their shapes (not their values) let the analysis follow reshapes, flattening into
             a Linear, concatenation along a positive dimension and broadcasting against
-            tensors it does not follow; without them those channels are unprunable.
+            tensors it does not follow; without them those channels are unprunable. Give a
+            batch of at least 2: reshapes are read from the shapes, and a batch of 1 cannot
+            tell one that keeps the channels whole from one that merges them with the batch.
 
     Raises:
         TypeError: ``example_inputs`` is neither a tensor nor a tuple.
