@@ -26,7 +26,10 @@ from torch import fx, nn
 
 from tensorplay.ao.pruning.structure.channel_atoms import ChannelAtoms
 
-__all__ = ["Call", "Rule", "SizeRead", "Tracked", "values_in"]
+__all__ = ["NEEDS_SHAPES", "Call", "Rule", "SizeRead", "Tracked", "values_in"]
+
+NEEDS_SHAPES = "needs the shapes that example_inputs give"
+"""How a reason ends where the analysis needed a shape and no example inputs gave one."""
 
 Channels = Mapping[int, tuple[int, ...]]
 

@@ -23,7 +23,7 @@ Example:
     >>> model = nn.Sequential(
     ...     nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 4, 2)
     ... )
-    >>> [group] = traced_groups(model, torch.randn(1, 3, 4, 4))["channel"]
+    >>> [group] = traced_groups(model, torch.randn(2, 3, 4, 4))["channel"]
     >>> group.name, group.size
     ('0', 8)
     >>> for piece in group.slices:
