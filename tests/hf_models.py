@@ -22,42 +22,89 @@ def _transformers() -> Any:
     return transformers
 
 
-def tiny_gpt2(seed: int = 0) -> nn.Module:
-    """``GPT2LMHeadModel``: 2 blocks of Conv1D projections, LM head tied to the embedding."""
-    transformers = _transformers()
+def _build(model_class: Any, config: Any, seed: int) -> nn.Module:
     torch.manual_seed(seed)
-    config = transformers.GPT2Config(
-        n_layer=2, n_embd=32, n_head=2, vocab_size=VOCAB, n_positions=64, bos_token_id=0,
-        eos_token_id=0,
-    )  # fmt: skip
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return transformers.GPT2LMHeadModel(config).eval()
+        model: nn.Module = model_class(config).eval()
+    return model
 
 
-def tiny_bert(seed: int = 0) -> nn.Module:
+def tiny_gpt2(seed: int = 0, *, n_head: int = 2, dropout: float = 0.1) -> nn.Module:
+    """``GPT2LMHeadModel``: 2 blocks of Conv1D projections, LM head tied to the embedding
+    (``dropout``: every GPT-2 dropout, 0.1 as GPT-2's defaults)."""
+    transformers = _transformers()
+    config = transformers.GPT2Config(
+        n_layer=2, n_embd=32, n_head=n_head, vocab_size=VOCAB, n_positions=64, bos_token_id=0,
+        eos_token_id=0, resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout,
+    )  # fmt: skip
+    return _build(transformers.GPT2LMHeadModel, config, seed)
+
+
+def tiny_bert(seed: int = 0, *, dropout: float = 0.1) -> nn.Module:
     """``BertForMaskedLM``: Linear layers, the decoder tied to the word embeddings."""
     transformers = _transformers()
-    torch.manual_seed(seed)
     config = transformers.BertConfig(
         vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=64,
+        intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
     )  # fmt: skip
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return transformers.BertForMaskedLM(config).eval()
+    return _build(transformers.BertForMaskedLM, config, seed)
+
+
+def tiny_roberta(seed: int = 0, *, dropout: float = 0.0) -> nn.Module:
+    """``RobertaForMaskedLM``: BERT's layout (post-norm), 4 heads of 8."""
+    transformers = _transformers()
+    config = transformers.RobertaConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=48, max_position_embeddings=72, hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
+    )  # fmt: skip
+    return _build(transformers.RobertaForMaskedLM, config, seed)
+
+
+def _llama_style(config_class: Any, **extra: Any) -> Any:
+    """3 pre-norm blocks, 4 query heads of 8 sharing 2 key/value heads, an FFN of 48, an LM
+    head of its own (untied)."""
+    return config_class(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        tie_word_embeddings=False, **extra,
+    )  # fmt: skip
 
 
 def tiny_llama(seed: int = 0) -> nn.Module:
-    """``LlamaForCausalLM``: 2 blocks, grouped-query attention (4 query heads over 2 key/value
-    heads), SwiGLU MLP, an output head that is not tied to the embedding."""
+    """``LlamaForCausalLM`` with grouped-query attention (see :func:`_llama_style`)."""
     transformers = _transformers()
-    torch.manual_seed(seed)
-    config = transformers.LlamaConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-        tie_word_embeddings=False,
+    return _build(transformers.LlamaForCausalLM, _llama_style(transformers.LlamaConfig), seed)
+
+
+def tiny_mistral(seed: int = 0) -> nn.Module:
+    """``MistralForCausalLM`` with grouped-query attention (see :func:`_llama_style`)."""
+    transformers = _transformers()
+    config = _llama_style(transformers.MistralConfig, sliding_window=None)
+    return _build(transformers.MistralForCausalLM, config, seed)
+
+
+def tiny_qwen2(seed: int = 0) -> nn.Module:
+    """``Qwen2ForCausalLM``: biases on q/k/v (see :func:`_llama_style`)."""
+    transformers = _transformers()
+    return _build(transformers.Qwen2ForCausalLM, _llama_style(transformers.Qwen2Config), seed)
+
+
+def tiny_qwen3(seed: int = 0) -> nn.Module:
+    """``Qwen3ForCausalLM``: per-head ``q_norm``/``k_norm`` (see :func:`_llama_style`)."""
+    transformers = _transformers()
+    config = _llama_style(transformers.Qwen3Config, head_dim=8)
+    return _build(transformers.Qwen3ForCausalLM, config, seed)
+
+
+def tiny_vit(seed: int = 0) -> nn.Module:
+    """``ViTForImageClassification`` of 8x8 RGB images in 4 patches, 2 pre-norm blocks of 4
+    heads of 8, an FFN of 48, 3 labels."""
+    transformers = _transformers()
+    config = transformers.ViTConfig(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
+        image_size=8, patch_size=4, num_labels=3,
     )  # fmt: skip
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return transformers.LlamaForCausalLM(config).eval()
+    return _build(transformers.ViTForImageClassification, config, seed)

@@ -3,7 +3,8 @@
 Every name that ``torch.nn.utils.prune`` has behaves the same here; see the docs for the few
 places where tensorplay is deliberately stricter or more general. Schedules, the stateful
 :class:`Pruner`, sparsity statistics, checkpoint restoring, saving and the compressed export
-build on that API.
+build on that API; :class:`DependencyGraph` and :func:`shrink` find a model's channels, heads and
+layers and remove the pruned ones physically.
 """
 
 from tensorplay.ao.pruning.amount import (
@@ -53,6 +54,10 @@ from tensorplay.ao.pruning.stats import (
     sparsity_report,
     tensor_sparsity,
 )
+from tensorplay.ao.pruning.structure.graph import DependencyGraph
+from tensorplay.ao.pruning.structure.hf_config import load_shrunk
+from tensorplay.ao.pruning.structure.shrink import shrink
+from tensorplay.ao.pruning.structure.shrink_report import ShrinkReport
 from tensorplay.ao.pruning.targets import resolve_method, resolve_parameters, select_parameters
 
 __all__ = [
@@ -92,6 +97,11 @@ __all__ = [
     "select_parameters",
     "resolve_parameters",
     "resolve_method",
+    # structured units: dependency analysis and shrinking
+    "DependencyGraph",
+    "shrink",
+    "ShrinkReport",
+    "load_shrunk",
     # statistics and checkpoints
     "SparsityReport",
     "TensorSparsity",

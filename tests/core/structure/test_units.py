@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import nn
 
+from tensorplay.ao.pruning import custom_from_mask
 from tensorplay.ao.pruning.structure.units import (
     Slice,
     UnitGroup,
@@ -107,3 +108,20 @@ def test_scores_are_the_root_mean_square_over_scored_slices() -> None:
 def test_groups_that_do_not_fit_the_model_are_refused(group: UnitGroup, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         check_groups([group], shapes_of(nn.Linear(3, 4)))
+
+
+def test_a_unit_masked_in_some_slices_only_is_kept_when_asked() -> None:
+    model, group = _heads()
+    masks = expand_keep(group, torch.tensor([False, True]), shapes_of(model))
+    masks["o.weight"][:, 4:] = False  # unit 1: only its output columns are masked
+    masks["q.bias"][:4] = True  # unit 0: its query bias is not masked
+    assert pruned_units(group, masks, partial="keep").tolist() == [False, False]
+    masks["q.bias"][:4] = False
+    assert pruned_units(group, masks, partial="keep").tolist() == [True, False]
+    with pytest.raises(ValueError, match=r"Expected `partial` to be 'refuse' or 'keep'.*'drop'"):
+        pruned_units(group, masks, partial="drop")  # type: ignore[arg-type]
+
+
+def test_shapes_of_a_masked_model_name_its_tensors() -> None:
+    layer = custom_from_mask(nn.Linear(3, 2), "weight", torch.ones(2, 3))
+    assert shapes_of(layer) == {"bias": torch.Size([2]), "weight": torch.Size([2, 3])}

@@ -26,9 +26,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
+
+from tensorplay.ao.pruning.aliases import alias_map
 
 __all__ = [
     "Slice",
@@ -118,13 +121,14 @@ class UnitGroup:
 
 
 def shapes_of(model: nn.Module) -> dict[str, torch.Size]:
-    """Every parameter's shape by qualified name (tied parameters under each name).
+    """Every parameter's shape by qualified name (tied parameters under each name; a pruned
+    tensor under its own name, ``"fc.weight"``, not its ``"fc.weight_orig"``).
 
     Example:
         >>> shapes_of(nn.Linear(3, 2))
         {'weight': torch.Size([2, 3]), 'bias': torch.Size([2])}
     """
-    return {name: param.shape for name, param in model.named_parameters(remove_duplicate=False)}
+    return {name: tied.parameter.shape for name, tied in alias_map(model).items()}
 
 
 def check_groups(groups: Iterable[UnitGroup], shapes: Mapping[str, torch.Size]) -> None:
@@ -219,19 +223,31 @@ def expand_keep(
     return masks
 
 
-def pruned_units(group: UnitGroup, masks: Mapping[str, Tensor]) -> Tensor:
+def pruned_units(
+    group: UnitGroup, masks: Mapping[str, Tensor], *, partial: Literal["refuse", "keep"] = "refuse"
+) -> Tensor:
     """One bool per unit, ``True`` where the unit is pruned: all of its slices are masked
     (``masks``: element keep-masks by parameter name, ``True``/nonzero: kept).
 
+    Args:
+        group: The units.
+        masks: An element keep-mask for every parameter the group spans.
+        partial: What a unit masked in some of its slices but not all is: refused
+            (``"refuse"``: masks no structure made) or not pruned (``"keep"``: what removing
+            units from a model whose elements were pruned needs, where such a unit must stay).
+
     Raises:
-        ValueError: A unit masked in some of its slices but not all (masks no structure made),
+        ValueError: With ``partial="refuse"``, a unit masked in some of its slices but not all,
             naming the group, the unit and a slice that disagrees.
 
     Example:
-        >>> group = UnitGroup("fc", "channel", 2, (Slice("weight", 0),))
-        >>> pruned_units(group, {"weight": torch.tensor([[0.0, 0.0], [1.0, 0.0]])})
+        >>> group = UnitGroup("fc", "channel", 2, (Slice("weight", 0), Slice("bias", 0)))
+        >>> masks = {"weight": torch.zeros(2, 2), "bias": torch.tensor([0.0, 1.0])}
+        >>> pruned_units(group, masks, partial="keep")
         tensor([ True, False])
     """
+    if partial not in ("refuse", "keep"):
+        raise ValueError(f"Expected `partial` to be 'refuse' or 'keep', but got {partial!r}.")
     first: Tensor | None = None
     for piece in group.slices:
         units = _units_view(masks[piece.parameter], piece, group.size)
@@ -239,6 +255,9 @@ def pruned_units(group: UnitGroup, masks: Mapping[str, Tensor]) -> Tensor:
         if first is None:
             first = pruned
             first_piece = piece
+            continue
+        if partial == "keep":
+            first = first & pruned
             continue
         disagree = torch.nonzero(pruned != first).flatten()
         if disagree.numel():

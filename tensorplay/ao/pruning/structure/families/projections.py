@@ -1,0 +1,196 @@
+"""The unit layouts Hugging Face blocks share: separate q/k/v/o projections and two-layer FFNs.
+
+Llama-style and ViT attention hold four ``nn.Linear`` layers ``q_proj``, ``k_proj``, ``v_proj``
+and ``o_proj`` and read ``head_dim`` from the module. Under grouped-query attention query head
+``h`` reads key/value head ``h // g`` (``g`` query heads per key/value head), so a head unit is a
+key/value head with its ``g`` query heads: ``g * head_dim`` rows of ``q_proj``, ``head_dim`` rows
+of ``k_proj`` and ``v_proj``, ``g * head_dim`` columns of ``o_proj``, and their biases. A per-head
+norm over ``head_dim`` (Qwen3's ``q_norm``/``k_norm``) is shared by all heads and stays whole.
+
+An FFN channel is one intermediate neuron: a row of each input projection (and its bias entry)
+and a column of the output projection; the output projection's bias is the residual stream's.
+
+Example:
+    >>> from torch import nn
+    >>> attention = nn.Module()
+    >>> attention.head_dim = 2
+    >>> for name, (inputs, outputs) in {"q_proj": (8, 8), "k_proj": (8, 4), "v_proj": (8, 4),
+    ...                                 "o_proj": (8, 8)}.items():
+    ...     setattr(attention, name, nn.Linear(inputs, outputs))
+    >>> heads = qkvo_heads("attn", attention)  # 4 query heads sharing 2 key/value heads
+    >>> heads.size, [(s.parameter, s.dim, s.width) for s in heads.slices if s.scored]
+    (2, [('attn.q_proj.weight', 0, 4), ('attn.k_proj.weight', 0, 2),
+         ('attn.v_proj.weight', 0, 2), ('attn.o_proj.weight', 1, 4)])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+
+from tensorplay.ao.pruning.structure.families.base import (
+    UnanalysableError,
+    child,
+    int_attribute,
+    join,
+    out_in,
+    weight_of,
+)
+from tensorplay.ao.pruning.structure.units import Slice, UnitGroup
+
+__all__ = [
+    "QKVO",
+    "HeadLayout",
+    "channel_group",
+    "head_layout",
+    "output_slices",
+    "qkvo_heads",
+    "row_slices",
+]
+
+QKVO = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+@dataclass(frozen=True)
+class HeadLayout:
+    """How many query and key/value heads a q/k/v/o attention holds, and their width.
+
+    Example:
+        >>> HeadLayout(query=8, key_value=2, head_dim=16).group
+        4
+    """
+
+    query: int
+    key_value: int
+    head_dim: int
+
+    @property
+    def group(self) -> int:
+        """Query heads per key/value head."""
+        return self.query // self.key_value
+
+
+def row_slices(name: str, module: nn.Module, width: int, offset: int = 0) -> tuple[Slice, ...]:
+    """The slices of a unit's outputs of a Linear (rows of its weight, entries of its bias) or
+    of a ``Conv1D`` (columns of its ``(in, out)`` weight).
+
+    Example:
+        >>> [(s.parameter, s.dim, s.scored) for s in row_slices("fc", nn.Linear(2, 4), 1)]
+        [('fc.weight', 0, True), ('fc.bias', 0, False)]
+    """
+    weight_dim = 1 if _is_in_out(module) else 0
+    slices = [Slice(join(name, "weight"), weight_dim, offset, width)]
+    if weight_of(module, "bias") is not None:
+        slices.append(Slice(join(name, "bias"), 0, offset, width, scored=False))
+    return tuple(slices)
+
+
+def output_slices(name: str, module: nn.Module, width: int) -> tuple[Slice, ...]:
+    """The slice of a unit's inputs of the layer that consumes it (columns of a Linear's
+    weight, rows of a ``Conv1D``'s); its bias is the residual stream's and stays whole.
+
+    Example:
+        >>> output_slices("fc", nn.Linear(4, 2), 1)
+        (Slice(parameter='fc.weight', dim=1, offset=0, width=1, scored=True),)
+    """
+    return (Slice(join(name, "weight"), 0 if _is_in_out(module) else 1, 0, width),)
+
+
+def _is_in_out(module: nn.Module) -> bool:
+    return type(module).__name__ == "Conv1D"
+
+
+def channel_group(
+    name: str, inputs: dict[str, nn.Module], output: tuple[str, nn.Module]
+) -> UnitGroup:
+    """The FFN channels of input projections ``inputs`` (name -> layer, each with the same
+    outputs) feeding the output projection ``output``.
+
+    Raises:
+        UnanalysableError: Widths that disagree, naming the layers.
+
+    Example:
+        >>> group = channel_group("mlp", {"mlp.up": nn.Linear(4, 6)}, ("mlp.down", nn.Linear(6, 4)))
+        >>> group.size, group.parameters()
+        (6, ('mlp.up.weight', 'mlp.up.bias', 'mlp.down.weight'))
+    """
+    output_name, output_module = output
+    width = out_in(output_module)[1]
+    for input_name, module in inputs.items():
+        if out_in(module)[0] != width:
+            raise UnanalysableError(
+                f"Expected {input_name!r} to have as many outputs as {output_name!r} has inputs "
+                f"({width}), but got {out_in(module)[0]}."
+            )
+    slices = [piece for key, module in inputs.items() for piece in row_slices(key, module, 1)]
+    slices.extend(output_slices(output_name, output_module, 1))
+    return UnitGroup(name, "channel", width, tuple(slices))
+
+
+def head_layout(name: str, attention: nn.Module) -> HeadLayout:
+    """The heads of a q/k/v/o attention module, checked against its projections' shapes.
+
+    Raises:
+        UnanalysableError: A missing ``head_dim``, or shapes that do not make whole heads,
+            naming the module.
+
+    Example:
+        >>> attention = nn.Module()
+        >>> attention.head_dim = 2
+        >>> for key, outputs in zip(QKVO, (8, 4, 4, 8)):
+        ...     setattr(attention, key, nn.Linear(8, outputs))
+        >>> head_layout("attn", attention)
+        HeadLayout(query=4, key_value=2, head_dim=2)
+    """
+    head_dim = int_attribute(attention, "head_dim", name)
+    q, k, v, o = (child(attention, key) for key in QKVO)
+    assert q is not None and k is not None and v is not None and o is not None  # matched
+    q_out, k_out, v_out, o_in = out_in(q)[0], out_in(k)[0], out_in(v)[0], out_in(o)[1]
+    if q_out % head_dim or k_out % head_dim or k_out != v_out or o_in != q_out or not k_out:
+        raise UnanalysableError(
+            f"Expected the projections of {name!r} to hold whole heads of head_dim {head_dim} "
+            f"(q_proj and o_proj alike, k_proj and v_proj alike), but got q_proj {q_out}, "
+            f"k_proj {k_out}, v_proj {v_out} outputs and o_proj {o_in} inputs."
+        )
+    layout = HeadLayout(q_out // head_dim, k_out // head_dim, head_dim)
+    groups = getattr(attention, "num_key_value_groups", layout.group)
+    if layout.query % layout.key_value or groups != layout.group:
+        raise UnanalysableError(
+            f"Expected the {layout.query} query heads of {name!r} to share its "
+            f"{layout.key_value} key/value heads evenly (num_key_value_groups {groups}), but "
+            "they do not."
+        )
+    return layout
+
+
+def qkvo_heads(name: str, attention: nn.Module) -> UnitGroup:
+    """The head units of a q/k/v/o attention module (see the module docstring).
+
+    Raises:
+        UnanalysableError: As :func:`head_layout`, or a per-head norm not over ``head_dim``.
+    """
+    layout = head_layout(name, attention)
+    for norm_name in ("q_norm", "k_norm"):
+        norm = child(attention, norm_name)
+        norm_weight = None if norm is None else weight_of(norm)
+        if norm_weight is not None and tuple(norm_weight.shape) != (layout.head_dim,):
+            raise UnanalysableError(
+                f"Expected {join(name, norm_name)!r} to normalise each head (a weight of "
+                f"{layout.head_dim}), but its weight has shape {tuple(norm_weight.shape)}: a "
+                "norm over all heads mixes them, so removing one changes the others."
+            )
+    query_width = layout.group * layout.head_dim
+    modules = {key: child(attention, key) for key in QKVO}
+    slices = (
+        *row_slices(join(name, "q_proj"), _present(modules["q_proj"]), query_width),
+        *row_slices(join(name, "k_proj"), _present(modules["k_proj"]), layout.head_dim),
+        *row_slices(join(name, "v_proj"), _present(modules["v_proj"]), layout.head_dim),
+        *output_slices(join(name, "o_proj"), _present(modules["o_proj"]), query_width),
+    )
+    return UnitGroup(name, "head", layout.key_value, slices)
+
+
+def _present(module: nn.Module | None) -> nn.Module:
+    assert module is not None  # the family matched these names
+    return module

@@ -1,0 +1,224 @@
+"""The dependency graph: the one object that says what else changes if a unit goes.
+
+:class:`DependencyGraph` is built once from a model and answers, per kind of unit, which slices
+of which tensors one unit spans (:class:`~tensorplay.ao.pruning.structure.units.UnitGroup`).
+Masking, scoring, counting and shrinking all ask it, so coupling (a fused ``c_attn``, grouped
+query attention, the gate and up projections of one FFN neuron) is decided in one place.
+
+How the model is read:
+
+* a **Hugging Face model** of a known family (Llama, Mistral, Qwen2, Qwen3; GPT-2; BERT,
+  RoBERTa; ViT, DeiT) is recognised by the names and types of its blocks' submodules, without
+  importing ``transformers``, wherever it sits (the model itself, or inside a wrapper such as a
+  ``LightningModule`` holding it as ``model``: names are then the wrapper's);
+* any **other model** is traced (:mod:`~tensorplay.ao.pruning.structure.tracing`, torch.fx;
+  ``example_inputs`` give the shapes), which finds channels only.
+
+What each kind is on a Hugging Face family:
+
+* ``"channel"``: an FFN intermediate neuron (the rows of the input projections with their bias
+  entries, the column of the output projection);
+* ``"head"``: an attention head (the q/k/v rows with their bias entries, the output projection's
+  columns); under grouped-query attention a key/value head with the query heads that read it;
+* ``"layer"``: a whole residual block, only where a block whose parameters are zero is the
+  identity (pre-norm blocks: Llama-style, GPT-2, ViT); BERT and RoBERTa are post-norm.
+
+The residual-stream width (embeddings, norms, output biases) and the model's outputs (the LM
+head, a classifier) are never in a group.
+
+Example:
+    >>> import transformers
+    >>> config = transformers.LlamaConfig(
+    ...     vocab_size=16, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+    ...     num_attention_heads=4, num_key_value_heads=2)
+    >>> graph = DependencyGraph(transformers.LlamaForCausalLM(config))
+    >>> graph.counts()
+    {'channel': 48, 'head': 4, 'layer': 2}
+    >>> heads = graph.groups("head")[0]
+    >>> heads.name, heads.size, heads.scored_parameters()
+    ('model.layers.0.self_attn', 2, ('model.layers.0.self_attn.q_proj.weight',
+     'model.layers.0.self_attn.k_proj.weight', 'model.layers.0.self_attn.v_proj.weight',
+     'model.layers.0.self_attn.o_proj.weight'))
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Literal, get_args
+
+from torch import Tensor, nn
+
+from tensorplay.ao.pruning.structure.blocks import FoundBlocks, find_blocks, looks_like_hf
+from tensorplay.ao.pruning.structure.families import FAMILIES, UnanalysableError
+from tensorplay.ao.pruning.structure.families.base import join, tensor_names
+from tensorplay.ao.pruning.structure.units import Slice, UnitGroup, check_groups, shapes_of
+
+__all__ = ["KINDS", "DependencyGraph", "Kind"]
+
+Kind = Literal["channel", "head", "layer"]
+KINDS: tuple[Kind, ...] = get_args(Kind)
+_TRACING = "tensorplay.ao.pruning.structure.tracing"
+
+
+class DependencyGraph:
+    """The structured units of a model, found once: see the module docstring.
+
+    Args:
+        model: A Hugging Face model of a known family, a module holding one, or a plain
+            PyTorch model.
+        example_inputs: Inputs of the model's forward (a tensor or a tuple of positional
+            inputs) for tracing a plain model; not used for a known family.
+
+    Raises:
+        UnanalysableError: (a ``ValueError``) The model cannot be analysed, naming the
+            submodule or parameter at fault: a Hugging Face model of no known family (without
+            ``example_inputs``), two models in one wrapper, a block holding a parameter its
+            family does not know, a forward that cannot be traced.
+
+    Example:
+        >>> import transformers
+        >>> config = transformers.GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=16,
+        ...                                   bos_token_id=0, eos_token_id=0)
+        >>> print(DependencyGraph(transformers.GPT2LMHeadModel(config)))
+        DependencyGraph of GPT2LMHeadModel: gpt2 family (GPT-2), 2 blocks in 'transformer.h'
+          channel: 2 groups, 128 units
+          head: 2 groups, 4 units
+          layer: 2 groups, 2 units
+    """
+
+    def __init__(
+        self, model: nn.Module, example_inputs: Tensor | tuple[Any, ...] | None = None
+    ) -> None:
+        self._model_name = type(model).__name__
+        self.blocks: FoundBlocks | None = find_blocks(model)
+        """The Hugging Face blocks found (``None`` for a traced model)."""
+        self._refused: dict[str, str] = {}
+        if self.blocks is not None:
+            self._groups = self._family_groups(self.blocks)
+        else:
+            self._groups = {"channel": _traced_channels(model, example_inputs)}
+            for kind in ("head", "layer"):
+                self._refused[kind] = (
+                    f"{self._model_name} is not a Hugging Face model of a known family, and "
+                    "tracing finds channels only"
+                )
+        check_groups([g for groups in self._groups.values() for g in groups], shapes_of(model))
+
+    @property
+    def family(self) -> str:
+        """The family's name (``"llama"``, ``"gpt2"``, ``"bert"``, ``"vit"``), or ``"traced"``."""
+        return "traced" if self.blocks is None else self.blocks.family.name
+
+    @property
+    def kinds(self) -> tuple[Kind, ...]:
+        """The kinds this model has groups of, in :data:`KINDS` order."""
+        return tuple(kind for kind in KINDS if kind in self._groups)
+
+    def groups(self, kind: str) -> list[UnitGroup]:
+        """The groups of ``kind`` (``"channel"``, ``"head"`` or ``"layer"``), in model order.
+
+        Raises:
+            ValueError: An unknown kind, or one this model cannot have (heads or layers of a
+                traced model, layers of a post-norm family), saying why.
+        """
+        if kind not in KINDS:
+            raise ValueError(f"Expected `kind` to be one of {KINDS}, but got {kind!r}.")
+        if kind in self._refused:
+            raise ValueError(
+                f"Expected a model with {kind} units, but {self._refused[kind]}: try "
+                f"{' or '.join(repr(k) for k in self.kinds)}."
+            )
+        return list(self._groups[kind])
+
+    def counts(self) -> dict[str, int]:
+        """The number of units of each kind this model has (see the class example)."""
+        return {kind: sum(group.size for group in self._groups[kind]) for kind in self.kinds}
+
+    def __str__(self) -> str:
+        if self.blocks is None:
+            where = "traced"
+        else:
+            family = self.blocks.family
+            where = (
+                f"{family.name} family ({family.models}), {len(self.blocks.blocks)} blocks in "
+                f"{self.blocks.name!r}"
+            )
+        lines = [f"DependencyGraph of {self._model_name}: {where}"]
+        for kind in KINDS:
+            if kind in self._groups:
+                groups = self._groups[kind]
+                units = sum(group.size for group in groups)
+                lines.append(f"  {kind}: {len(groups)} groups, {units} units")
+            elif self.blocks is not None:
+                lines.append(f"  {kind}: none ({self._refused[kind]})")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        counts = ", ".join(f"{kind}={count}" for kind, count in self.counts().items())
+        return f"DependencyGraph({self._model_name}, family={self.family!r}, {counts})"
+
+    def _family_groups(self, found: FoundBlocks) -> dict[str, list[UnitGroup]]:
+        groups: dict[str, list[UnitGroup]] = {"channel": [], "head": [], "layer": []}
+        refusals: list[tuple[str, str]] = []
+        for name, block in zip(found.block_names(), found.blocks, strict=True):
+            units = found.family.units(name, block)
+            tensors = tensor_names(name, block)
+            _check_known(name, tensors, units.channel, units.head, units.shared, found)
+            groups["channel"].append(units.channel)
+            groups["head"].append(units.head)
+            scored = {*units.channel.scored_parameters(), *units.head.scored_parameters()}
+            slices = tuple(Slice(tensor, None, scored=tensor in scored) for tensor in tensors)
+            groups["layer"].append(UnitGroup(name, "layer", 1, slices))
+            refusal = found.family.layer_refusal(block)
+            if refusal is not None:
+                refusals.append((name, refusal))
+        if refusals:
+            name, why = refusals[0]
+            self._refused["layer"] = (
+                f"the blocks of {self._model_name} ({name!r}, ...) cannot be removed whole: {why}"
+            )
+            del groups["layer"]
+        return groups
+
+
+def _check_known(
+    name: str,
+    tensors: list[str],
+    channel: UnitGroup,
+    head: UnitGroup,
+    shared: tuple[str, ...],
+    found: FoundBlocks,
+) -> None:
+    """Refuse a block holding a parameter its family does not place in a unit or the
+    residual stream: a part the family does not know could depend on the units."""
+    known = {*channel.parameters(), *head.parameters(), *(join(name, key) for key in shared)}
+    unknown = [tensor for tensor in tensors if tensor not in known]
+    if unknown:
+        raise UnanalysableError(
+            f"Expected every parameter of {name!r} to be one the {found.family.name} family "
+            f"({found.family.models}) knows, but {unknown[0]!r} is not: its channels and heads "
+            "cannot be removed safely."
+        )
+
+
+def _traced_channels(
+    model: nn.Module, example_inputs: Tensor | tuple[Any, ...] | None
+) -> list[UnitGroup]:
+    if looks_like_hf(model) and example_inputs is None:
+        families = "; ".join(f"{family.name}: {family.models}" for family in FAMILIES)
+        raise UnanalysableError(
+            f"Expected a Hugging Face model of a known family ({families}) or example_inputs "
+            f"to trace {type(model).__name__} with, but its blocks match no family and no "
+            "example_inputs were given."
+        )
+    try:
+        tracing = importlib.import_module(_TRACING)
+    except ModuleNotFoundError as error:
+        if error.name != _TRACING:
+            raise
+        raise UnanalysableError(
+            f"Expected {type(model).__name__} to be a Hugging Face model of a known family, "
+            f"or {_TRACING} to trace it, but this installation has no tracing."
+        ) from None
+    groups: dict[str, list[UnitGroup]] = tracing.traced_groups(model, example_inputs)
+    return list(groups.get("channel", []))

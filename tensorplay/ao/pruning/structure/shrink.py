@@ -1,0 +1,241 @@
+"""Shrinking: removing pruned units physically, so the model is smaller and faster.
+
+:func:`shrink` reads which units are pruned, removes them from every tensor they span (a
+channel's rows and columns, a head's q/k/v rows and output columns, a whole residual block) and
+returns a :class:`~tensorplay.ao.pruning.structure.shrink_report.ShrinkReport`. The shrunk model
+computes what the masked model computed (to float rounding), in training and in evaluation, and
+a decoder generates the same tokens with its KV cache.
+
+Which units are pruned:
+
+* A tensor held under a tensorplay or ``torch.nn.utils.prune`` mask, in either masking mode
+  (the reparametrized ``<name>_orig``/``<name>_mask`` with its forward pre-hook, or the lean
+  bool ``<name>_mask`` buffer), is read through its mask; any other tensor through its values
+  (an exact zero is pruned).
+* A unit is removed when **every** slice it spans is pruned: its weights, its biases, its norm
+  entries. A unit pruned in some slices but not others (element pruning leaves such units; a
+  weight row masked but its bias not) is kept, with its zeros, and counted in
+  :attr:`~tensorplay.ao.pruning.structure.shrink_report.ShrinkReport.partial_units`: shrinking
+  never loses what was computed, and never refuses work already done.
+* A group keeps at least one unit: where all its units are pruned, the first stays (all zero, so
+  its module still computes zero): attention cannot run with no heads.
+
+The masks of every tensor the groups span are made permanent (the pruned values are zero and
+stay in the kept units; the masks, ``_orig`` parameters and hooks are gone); other masks are
+left as they are.
+
+**Optimizers and gradients.** Every parameter that loses units becomes a new ``nn.Parameter``:
+an optimizer built before shrinking holds the old tensors and their state and must not be used
+with the shrunk model. Build a new optimizer (and a new pruner) after shrinking. Gradients of the
+sliced parameters are dropped.
+
+Example:
+    >>> import torch
+    >>> import transformers
+    >>> from tensorplay.ao.pruning import DependencyGraph, shrink
+    >>> from tensorplay.ao.pruning.structure.units import expand_keep, shapes_of
+    >>> config = transformers.LlamaConfig(
+    ...     vocab_size=16, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+    ...     num_attention_heads=4, num_key_value_heads=2)
+    >>> model = transformers.LlamaForCausalLM(config).eval()
+    >>> with torch.no_grad():  # zero half of every FFN's channels: what a pruner masks
+    ...     for group in DependencyGraph(model).groups("channel"):
+    ...         keep = torch.arange(group.size) % 2 == 0
+    ...         for name, mask in expand_keep(group, keep, shapes_of(model)).items():
+    ...             _ = model.get_parameter(name).mul_(mask)
+    >>> tokens = torch.tensor([[1, 2, 3]])
+    >>> masked = model(tokens).logits
+    >>> report = shrink(model)
+    >>> model.config.intermediate_size, report.removed
+    (12, 1152)
+    >>> torch.allclose(model(tokens).logits, masked, atol=1e-6)
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from tensorplay.ao.pruning.aliases import alias_map, parameter_groups
+from tensorplay.ao.pruning.masking.lean_masks import apply_masks, lean_mask, remove_mask
+from tensorplay.ao.pruning.masking.readers import masked_values
+from tensorplay.ao.pruning.reparametrization import pruned_parts
+from tensorplay.ao.pruning.structure.blocks import FoundBlocks, find_blocks
+from tensorplay.ao.pruning.structure.graph import DependencyGraph
+from tensorplay.ao.pruning.structure.hf_config import check_config, update_config
+from tensorplay.ao.pruning.structure.removal import Cut, apply_cuts, plan_cuts, remove_blocks
+from tensorplay.ao.pruning.structure.shrink_report import ConfigUpdate, GroupWidth, ShrinkReport
+from tensorplay.ao.pruning.structure.units import UnitGroup, check_groups, pruned_units, shapes_of
+
+__all__ = ["shrink"]
+
+
+def shrink(
+    model: nn.Module,
+    *,
+    groups: Iterable[UnitGroup] | None = None,
+    example_inputs: Tensor | tuple[Any, ...] | None = None,
+) -> ShrinkReport:
+    """Remove the pruned units of ``model`` physically, in place (see the module docstring).
+
+    Args:
+        model: A model whose units are masked or zero: a Hugging Face model of a known family
+            (or a module holding one), or a plain PyTorch model.
+        groups: The unit groups to shrink (those of a
+            :class:`~tensorplay.ao.pruning.DependencyGraph`); by default every group of every
+            kind the model's dependency graph has.
+        example_inputs: Inputs for tracing a plain model (see
+            :class:`~tensorplay.ao.pruning.DependencyGraph`); not used when ``groups`` is given.
+
+    Returns:
+        The report: parameters and widths before and after, and how the Hugging Face config
+        describes the result (a uniform model loads with plain ``from_pretrained``; one whose
+        widths differ per layer with :func:`~tensorplay.ao.pruning.load_shrunk`).
+
+    Raises:
+        ValueError: Before anything changes: groups that do not fit the model, a layer group
+            that is not a block of a Hugging Face family, a module that cannot be resized, a
+            config with transformers' own ``per_layer_config``; or what
+            :class:`~tensorplay.ao.pruning.DependencyGraph` raises.
+    """
+    if groups is None:
+        graph = DependencyGraph(model, example_inputs)
+        found = graph.blocks
+        chosen = [group for kind in graph.kinds for group in graph.groups(kind)]
+    else:
+        found = find_blocks(model)
+        chosen = list(groups)
+        check_groups(chosen, shapes_of(model))
+    plan = _plan(model, chosen, found)
+    before = _count(model)
+    _make_permanent(model, plan.tensors)
+    apply_cuts(plan.cuts)
+    config: ConfigUpdate = "none"
+    if found is not None:
+        layers_before = len(found.blocks)
+        remove_blocks(found.blocks, plan.dropped_blocks)
+        for block in found.blocks:
+            found.family.sync(block)
+        if found.config is not None:
+            config = update_config(found, plan.kept_blocks(layers_before))
+    return ShrinkReport(before, _count(model), plan.widths, plan.partial_units, config)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Everything shrinking will do, decided before it changes anything."""
+
+    cuts: list[Cut]
+    dropped_blocks: list[int]
+    tensors: list[str]
+    widths: tuple[GroupWidth, ...]
+    partial_units: int
+
+    def kept_blocks(self, count: int) -> list[int]:
+        return [index for index in range(count) if index not in self.dropped_blocks]
+
+
+def _plan(model: nn.Module, groups: Sequence[UnitGroup], found: FoundBlocks | None) -> _Plan:
+    if found is not None and found.config is not None:
+        check_config(found)
+    tensors = list(dict.fromkeys(name for group in groups for name in group.parameters()))
+    kept_elements = _kept_elements(model, tensors)
+    layers = [group for group in groups if group.kind == "layer"]
+    dropped_blocks = _dropped_blocks(layers, kept_elements, found)
+    dropped_names = [f"{found.block_names()[i]}." for i in dropped_blocks] if found else []
+    keeps: list[tuple[UnitGroup, Tensor]] = []
+    widths: list[GroupWidth] = []
+    partial = 0
+    for group in groups:
+        if group.kind == "layer":
+            gone = found is not None and found.block_names().index(group.name) in dropped_blocks
+            widths.append(GroupWidth(group.name, group.kind, 1, 0 if gone else 1))
+            continue
+        if any(group.name.startswith(prefix) for prefix in dropped_names):
+            widths.append(GroupWidth(group.name, group.kind, group.size, 0))
+            continue
+        pruned, partly = _pruned(group, kept_elements)
+        partial += partly
+        if pruned.all():
+            pruned[0] = False  # attention cannot run without heads: one zero unit stays
+        keeps.append((group, ~pruned))
+        widths.append(GroupWidth(group.name, group.kind, group.size, int((~pruned).sum())))
+    cuts = plan_cuts(model, [(group, keep) for group, keep in keeps if not keep.all()])
+    return _Plan(cuts, dropped_blocks, tensors, tuple(widths), partial)
+
+
+def _dropped_blocks(
+    layers: Sequence[UnitGroup], kept_elements: dict[str, Tensor], found: FoundBlocks | None
+) -> list[int]:
+    if not layers:
+        return []
+    names = found.block_names() if found is not None else []
+    dropped = []
+    for group in layers:
+        if group.name not in names:
+            raise ValueError(
+                f"Expected layer groups to be blocks of a Hugging Face model of a known family, "
+                f"but {group.name!r} is not one."
+            )
+        if bool(pruned_units(group, kept_elements, partial="keep")[0]):
+            dropped.append(names.index(group.name))
+    if len(dropped) == len(names):
+        dropped.remove(min(dropped))  # as for units: one (zero) block stays
+    return sorted(dropped)
+
+
+def _pruned(group: UnitGroup, kept_elements: dict[str, Tensor]) -> tuple[Tensor, int]:
+    """Per unit whether every slice is pruned, and how many units are pruned in some scored
+    slices but not all."""
+    pruned = pruned_units(group, kept_elements, partial="keep")
+    somewhere = torch.zeros(group.size, dtype=torch.bool)
+    for piece in group.slices:
+        if piece.scored:
+            alone = UnitGroup(group.name, group.kind, group.size, (piece,))
+            somewhere |= pruned_units(alone, kept_elements)
+    return pruned, int((somewhere & ~pruned).sum())
+
+
+def _kept_elements(model: nn.Module, names: Sequence[str]) -> dict[str, Tensor]:
+    """Per tensor, ``True`` where an element is kept: its mask where it has one, else where
+    its value is not zero."""
+    aliases = alias_map(model)
+    kept = {}
+    with torch.no_grad():
+        for name in names:
+            tied = aliases[name]
+            found = next(
+                (v for module, local in tied.pairs if (v := masked_values(module, local))), None
+            )
+            kept[name] = (found[1] != 0) if found is not None else (tied.parameter != 0)
+    return kept
+
+
+def _make_permanent(model: nn.Module, names: Sequence[str]) -> None:
+    """Drop the masks of ``names`` in either mode (every holder), keeping the masked values."""
+    aliases = alias_map(model)
+    for tied in {id(aliases[name].parameter): aliases[name] for name in names}.values():
+        masked = False
+        for module, local in tied.pairs:
+            parts = pruned_parts(module, local)
+            if parts is not None:
+                parts.hook.remove(module)
+                del module._forward_pre_hooks[parts.key]
+                masked = True
+            elif (mask := lean_mask(module, local)) is not None:
+                apply_masks([module._parameters[local]], [mask])  # type: ignore[list-item]
+                remove_mask([(module, local)])
+                masked = True
+        if masked:
+            module, local = tied.pairs[0]
+            with torch.no_grad():
+                module._parameters[local].add_(0.0)  # type: ignore[union-attr]  # -0.0 -> +0.0
+
+
+def _count(model: nn.Module) -> int:
+    return sum(tied.parameter.numel() for tied in parameter_groups(model))
