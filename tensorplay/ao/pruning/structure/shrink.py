@@ -192,12 +192,13 @@ def _dropped_blocks(
 def _pruned(group: UnitGroup, kept_elements: dict[str, Tensor]) -> tuple[Tensor, int]:
     """Per unit whether every slice is pruned, and how many units are pruned in some scored
     slices but not all."""
-    pruned = pruned_units(group, kept_elements, partial="keep")
+    pruned = torch.ones(group.size, dtype=torch.bool)
     somewhere = torch.zeros(group.size, dtype=torch.bool)
     for piece in group.slices:
+        alone = pruned_units(UnitGroup(group.name, group.kind, group.size, (piece,)), kept_elements)
+        pruned &= alone
         if piece.scored:
-            alone = UnitGroup(group.name, group.kind, group.size, (piece,))
-            somewhere |= pruned_units(alone, kept_elements)
+            somewhere |= alone
     return pruned, int((somewhere & ~pruned).sum())
 
 
