@@ -374,3 +374,34 @@ def _parameters(model: nn.Module) -> int:
 
 def _block_parameters(model: nn.Module, index: int) -> int:
     return sum(p.numel() for p in model.model.layers[index].parameters())
+
+
+@pytest.mark.parametrize(("config_class", "expected"), [("LlamaConfig", "per_layer"),
+                                                        ("MistralConfig", "uniform")])  # fmt: skip
+def test_heads_a_config_cannot_validate_are_recorded_per_layer(
+    config_class: str, expected: str
+) -> None:
+    """5 heads of 8 in a hidden size of 48: Llama's config refuses it, Mistral's takes it."""
+    config = getattr(transformers, config_class)(
+        vocab_size=VOCAB, hidden_size=48, intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=6, num_key_value_heads=6, head_dim=8,
+    )  # fmt: skip
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    graph = DependencyGraph(model)
+    mask_units(model, uniform_keeps(graph, ("head",)), "zeros")
+    assert shrink(model).config == expected
+    assert model.config.num_attention_heads == (6 if expected == "per_layer" else 5)
+
+
+def test_a_model_in_a_wrapper_shrinks_and_its_config_follows() -> None:
+    wrapper = nn.Module()
+    wrapper.model = tiny_llama()
+    graph = DependencyGraph(wrapper)
+    mask_units(wrapper, uniform_keeps(graph, ("channel", "layer")), "inplace")
+    inputs = inputs_for(wrapper.model)
+    expected = wrapper.model(**inputs).logits
+    report = shrink(wrapper)
+    assert report.groups[0].name == "model.model.layers.0.mlp"
+    assert (wrapper.model.config.intermediate_size, wrapper.model.config.num_hidden_layers) == (
+        24, 2)  # fmt: skip
+    torch.testing.assert_close(wrapper.model(**inputs).logits, expected, atol=2e-6, rtol=1e-5)
