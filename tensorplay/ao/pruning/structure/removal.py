@@ -97,8 +97,9 @@ def _check_resizable(model: nn.Module, cuts: Sequence[Cut]) -> None:
             if resizer_for(module) is None:
                 raise ValueError(
                     f"Expected every module whose parameters shrink to be one shrink can resize "
-                    f"(Linear, Conv1d/2d/3d with one group or depthwise, BatchNorm, Hugging Face "
-                    f"Conv1D), but {names.get(id(module), '?')!r} holding {cut.name!r} is of type "
+                    f"(Linear, Conv1d/2d/3d, ConvTranspose1d/2d/3d with one group, BatchNorm, "
+                    f"InstanceNorm, GroupNorm of one channel per group, Hugging Face Conv1D), "
+                    f"but {names.get(id(module), '?')!r} holding {cut.name!r} is of type "
                     f"{type(module).__name__}."
                 )
 

@@ -28,8 +28,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from torch import Tensor, nn
-from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.modules.batchnorm import _BatchNorm, _NormBase
 from torch.nn.modules.conv import _ConvNd
+from torch.nn.modules.instancenorm import _InstanceNorm
 
 __all__ = ["RESIZERS", "Kept", "Resizer", "resize", "resizer_for"]
 
@@ -84,11 +85,74 @@ def _batch_norm(module: nn.Module, kept: Kept) -> None:
     module.num_features = module.weight.shape[0]
 
 
+def _is_grouped_conv(module: nn.Module) -> bool:
+    return isinstance(module, _ConvNd) and not module.transposed and module.groups > 1
+
+
+def _grouped_conv(module: nn.Module, kept: Kept) -> None:
+    """A grouped convolution that lost whole groups (the channel analysis makes a group one
+    unit: its input channels with its output channels); each group keeps its width."""
+    assert isinstance(module, _ConvNd)
+    per_group = module.out_channels // module.groups
+    out_channels, in_per_group = module.weight.shape[:2]
+    if out_channels % per_group:
+        raise ValueError(
+            f"Expected a grouped convolution to lose whole groups of {per_group} output "
+            f"channels, but {out_channels} of {module.out_channels} are left."
+        )
+    module.groups = out_channels // per_group
+    module.out_channels, module.in_channels = out_channels, in_per_group * module.groups
+
+
+def _is_transposed_conv(module: nn.Module) -> bool:
+    return isinstance(module, _ConvNd) and module.transposed and module.groups == 1
+
+
+def _transposed_conv(module: nn.Module, kept: Kept) -> None:
+    """A transposed convolution: weight ``(in_channels, out_channels, *kernel)``."""
+    assert isinstance(module, _ConvNd)
+    module.in_channels, module.out_channels = module.weight.shape[:2]
+
+
+def _instance_norm(module: nn.Module, kept: Kept) -> None:
+    """InstanceNorm with affine parameters, and its running statistics where it keeps them."""
+    assert isinstance(module, _InstanceNorm)
+    _batch_norm_like(module, kept)
+
+
+def _batch_norm_like(module: _NormBase, kept: Kept) -> None:
+    indices = kept.get("weight", kept.get("bias", {})).get(0)
+    if indices is not None:
+        for name in ("running_mean", "running_var"):
+            buffer = module._buffers.get(name)
+            if buffer is not None:
+                module._buffers[name] = buffer.index_select(0, indices.to(buffer.device))
+    module.num_features = module.weight.shape[0]
+
+
+def _is_group_norm_per_channel(module: nn.Module) -> bool:
+    return (
+        isinstance(module, nn.GroupNorm)
+        and module.affine
+        and module.num_groups == module.num_channels
+    )
+
+
+def _group_norm_per_channel(module: nn.Module, kept: Kept) -> None:
+    """GroupNorm of one channel per group: it normalises each channel alone."""
+    assert isinstance(module, nn.GroupNorm)
+    module.num_groups = module.num_channels = int(module.weight.shape[0])
+
+
 RESIZERS: tuple[tuple[Callable[[nn.Module], bool], Resizer], ...] = (
     (lambda module: isinstance(module, nn.Linear), _linear),
     (_is_conv1d, _conv1d),
     (_is_plain_conv, _conv),
     (lambda module: isinstance(module, _BatchNorm) and module.affine, _batch_norm),
+    (_is_grouped_conv, _grouped_conv),
+    (_is_transposed_conv, _transposed_conv),
+    (lambda module: isinstance(module, _InstanceNorm) and module.affine, _instance_norm),
+    (_is_group_norm_per_channel, _group_norm_per_channel),
 )
 """Each module type that can shrink: a test and the function that resizes it."""
 
