@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from torch import Tensor, nn
 from tensorplay.ao.pruning import DependencyGraph, l1_unstructured, shrink
 from tensorplay.ao.pruning.reparametrization import is_pruned_tensor
 from tensorplay.ao.pruning.structure.units import Slice, UnitGroup
+from tests.core.gloo import spawn_gloo
 from tests.core.structure.masking import MODES, Mode, mask_units
 from tests.hf_models import (
     VOCAB,
@@ -405,3 +407,30 @@ def test_a_model_in_a_wrapper_shrinks_and_its_config_follows() -> None:
     assert (wrapper.model.config.intermediate_size, wrapper.model.config.num_hidden_layers) == (
         24, 2)  # fmt: skip
     torch.testing.assert_close(wrapper.model(**inputs).logits, expected, atol=2e-6, rtol=1e-5)
+
+
+def _shrink_a_sharded_model(rank: int, out: Path) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    model = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 2))
+    with torch.no_grad():
+        model[0].weight[1] = 0
+        model[0].bias[1] = 0
+        model[2].weight[:, 1] = 0
+    mesh = init_device_mesh("cpu", (1,))
+    model[0].weight = nn.Parameter(distribute_tensor(model[0].weight.detach(), mesh, [Shard(0)]))
+    group = UnitGroup("0", "channel", 6, (Slice("0.weight", 0), Slice("0.bias", 0),
+                                          Slice("2.weight", 1)))  # fmt: skip
+    try:
+        shrink(model, groups=[group])
+    except ValueError as error:
+        (out / "error.txt").write_text(str(error))
+    (out / "shape.txt").write_text(str(tuple(model[2].weight.shape)))
+
+
+@pytest.mark.distributed
+def test_a_sharded_parameter_is_refused(tmp_path: Path) -> None:
+    spawn_gloo(_shrink_a_sharded_model, 1, tmp_path)
+    assert "'0.weight' is a DTensor" in (tmp_path / "error.txt").read_text()
+    assert (tmp_path / "shape.txt").read_text() == "(2, 6)"
