@@ -7,7 +7,6 @@ block fails `test_the_page_has_the_blocks_these_tests_know` until it is tested h
 from __future__ import annotations
 
 import inspect
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -24,25 +23,14 @@ from torch.utils.data import DataLoader, TensorDataset
 from tensorplay.ao.pruning.targets import select_parameters
 from tensorplay.callbacks import GradualPruning
 from tests.callbacks.lit_helpers import TinyModule, masks_of
+from tests.docs.code_blocks import code_blocks as page_code_blocks
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "migration_lightning.rst"
 
 
 def code_blocks(path: Path = PAGE) -> list[tuple[str, str]]:
-    """``(language, code)`` of every ``.. code-block::`` directive, in page order."""
-    lines = path.read_text().splitlines()
-    blocks: list[tuple[str, str]] = []
-    for index, line in enumerate(lines):
-        if not line.startswith(".. code-block::"):
-            continue
-        language = line.split("::", 1)[1].strip()
-        body: list[str] = []
-        for following in lines[index + 1 :]:
-            if following and not following.startswith(" "):
-                break
-            body.append(following)
-        blocks.append((language, textwrap.dedent("\n".join(body)).strip() + "\n"))
-    return blocks
+    """``(language, code)`` of every ``.. code-block::`` directive of ``path``, in page order."""
+    return page_code_blocks(path)
 
 
 def run_block(index: int) -> dict[str, Any]:

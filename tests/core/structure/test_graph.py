@@ -250,3 +250,16 @@ def test_a_block_unlike_the_first_is_named() -> None:
     model.model.layers[2] = copy.deepcopy(tiny_gpt2().transformer.h[0])
     with pytest.raises(UnanalysableError, match=r"'model.layers.2' \(GPT2Block\) is not"):
         DependencyGraph(model)
+
+
+def test_a_plain_model_is_traced_for_channels_only() -> None:
+    model = nn.Sequential(nn.Conv2d(3, 6, 3), nn.BatchNorm2d(6), nn.ReLU(), nn.Conv2d(6, 4, 1))
+    graph = DependencyGraph(model, example_inputs=torch.randn(2, 3, 8, 8))
+    assert graph.family == "traced" and graph.blocks is None
+    assert graph.kinds == ("channel",)
+    [channels] = graph.groups("channel")
+    assert (channels.size, channels.parameters()) == (6, ("0.weight", "0.bias", "1.weight",
+                                                          "1.bias", "3.weight"))  # fmt: skip
+    for kind in ("head", "layer"):
+        with pytest.raises(ValueError, match=rf"{kind} units, but Sequential is not a Hugging"):
+            graph.groups(kind)

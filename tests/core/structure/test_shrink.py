@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from torch import Tensor, nn
 from tensorplay.ao.pruning import DependencyGraph, l1_unstructured, shrink
 from tensorplay.ao.pruning.reparametrization import is_pruned_tensor
 from tensorplay.ao.pruning.structure.units import Slice, UnitGroup
+from tests.core.gloo import spawn_gloo
 from tests.core.structure.masking import MODES, Mode, mask_units
 from tests.hf_models import (
     VOCAB,
@@ -374,3 +376,61 @@ def _parameters(model: nn.Module) -> int:
 
 def _block_parameters(model: nn.Module, index: int) -> int:
     return sum(p.numel() for p in model.model.layers[index].parameters())
+
+
+@pytest.mark.parametrize(("config_class", "expected"), [("LlamaConfig", "per_layer"),
+                                                        ("MistralConfig", "uniform")])  # fmt: skip
+def test_heads_a_config_cannot_validate_are_recorded_per_layer(
+    config_class: str, expected: str
+) -> None:
+    """5 heads of 8 in a hidden size of 48: Llama's config refuses it, Mistral's takes it."""
+    config = getattr(transformers, config_class)(
+        vocab_size=VOCAB, hidden_size=48, intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=6, num_key_value_heads=6, head_dim=8,
+    )  # fmt: skip
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    graph = DependencyGraph(model)
+    mask_units(model, uniform_keeps(graph, ("head",)), "zeros")
+    assert shrink(model).config == expected
+    assert model.config.num_attention_heads == (6 if expected == "per_layer" else 5)
+
+
+def test_a_model_in_a_wrapper_shrinks_and_its_config_follows() -> None:
+    wrapper = nn.Module()
+    wrapper.model = tiny_llama()
+    graph = DependencyGraph(wrapper)
+    mask_units(wrapper, uniform_keeps(graph, ("channel", "layer")), "inplace")
+    inputs = inputs_for(wrapper.model)
+    expected = wrapper.model(**inputs).logits
+    report = shrink(wrapper)
+    assert report.groups[0].name == "model.model.layers.0.mlp"
+    assert (wrapper.model.config.intermediate_size, wrapper.model.config.num_hidden_layers) == (
+        24, 2)  # fmt: skip
+    torch.testing.assert_close(wrapper.model(**inputs).logits, expected, atol=2e-6, rtol=1e-5)
+
+
+def _shrink_a_sharded_model(rank: int, out: Path) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    model = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 2))
+    with torch.no_grad():
+        model[0].weight[1] = 0
+        model[0].bias[1] = 0
+        model[2].weight[:, 1] = 0
+    mesh = init_device_mesh("cpu", (1,))
+    model[0].weight = nn.Parameter(distribute_tensor(model[0].weight.detach(), mesh, [Shard(0)]))
+    group = UnitGroup("0", "channel", 6, (Slice("0.weight", 0), Slice("0.bias", 0),
+                                          Slice("2.weight", 1)))  # fmt: skip
+    try:
+        shrink(model, groups=[group])
+    except ValueError as error:
+        (out / "error.txt").write_text(str(error))
+    (out / "shape.txt").write_text(str(tuple(model[2].weight.shape)))
+
+
+@pytest.mark.distributed
+def test_a_sharded_parameter_is_refused(tmp_path: Path) -> None:
+    spawn_gloo(_shrink_a_sharded_model, 1, tmp_path)
+    assert "'0.weight' is a DTensor" in (tmp_path / "error.txt").read_text()
+    assert (tmp_path / "shape.txt").read_text() == "(2, 6)"

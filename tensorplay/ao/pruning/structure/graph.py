@@ -12,7 +12,9 @@ How the model is read:
   importing ``transformers``, wherever it sits (the model itself, or inside a wrapper such as a
   ``LightningModule`` holding it as ``model``: names are then the wrapper's);
 * any **other model** is traced (:mod:`~tensorplay.ao.pruning.structure.tracing`, torch.fx;
-  ``example_inputs`` give the shapes), which finds channels only.
+  ``example_inputs`` give the shapes), which finds channels only: a Linear's or Conv's output
+  channels with their BatchNorm entries and consumers' input columns, channels joined by a
+  residual addition as one unit.
 
 What each kind is on a Hugging Face family:
 
@@ -43,7 +45,6 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Literal, get_args
 
 from torch import Tensor, nn
@@ -51,13 +52,13 @@ from torch import Tensor, nn
 from tensorplay.ao.pruning.structure.blocks import FoundBlocks, find_blocks, looks_like_hf
 from tensorplay.ao.pruning.structure.families import FAMILIES, UnanalysableError
 from tensorplay.ao.pruning.structure.families.base import join, tensor_names
+from tensorplay.ao.pruning.structure.tracing import traced_groups
 from tensorplay.ao.pruning.structure.units import Slice, UnitGroup, check_groups, shapes_of
 
 __all__ = ["KINDS", "DependencyGraph", "Kind"]
 
 Kind = Literal["channel", "head", "layer"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
-_TRACING = "tensorplay.ao.pruning.structure.tracing"
 
 
 class DependencyGraph:
@@ -84,6 +85,18 @@ class DependencyGraph:
           channel: 2 groups, 128 units
           head: 2 groups, 4 units
           layer: 2 groups, 2 units
+
+        A plain model is traced:
+
+        >>> import torch
+        >>> from torch import nn
+        >>> model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+        >>> graph = DependencyGraph(model, example_inputs=torch.randn(2, 4))
+        >>> print(graph)
+        DependencyGraph of Sequential: traced with torch.fx
+          channel: 1 groups, 8 units
+        >>> graph.groups("channel")[0].parameters()
+        ('0.weight', '0.bias', '2.weight')
     """
 
     def __init__(
@@ -136,7 +149,7 @@ class DependencyGraph:
 
     def __str__(self) -> str:
         if self.blocks is None:
-            where = "traced"
+            where = "traced with torch.fx"
         else:
             family = self.blocks.family
             where = (
@@ -211,14 +224,4 @@ def _traced_channels(
             f"to trace {type(model).__name__} with, but its blocks match no family and no "
             "example_inputs were given."
         )
-    try:
-        tracing = importlib.import_module(_TRACING)
-    except ModuleNotFoundError as error:
-        if error.name != _TRACING:
-            raise
-        raise UnanalysableError(
-            f"Expected {type(model).__name__} to be a Hugging Face model of a known family, "
-            f"or {_TRACING} to trace it, but this installation has no tracing."
-        ) from None
-    groups: dict[str, list[UnitGroup]] = tracing.traced_groups(model, example_inputs)
-    return list(groups.get("channel", []))
+    return traced_groups(model, example_inputs)["channel"]

@@ -4,7 +4,8 @@
 channel's rows and columns, a head's q/k/v rows and output columns, a whole residual block) and
 returns a :class:`~tensorplay.ao.pruning.structure.shrink_report.ShrinkReport`. The shrunk model
 computes what the masked model computed (to float rounding), in training and in evaluation, and
-a decoder generates the same tokens with its KV cache.
+a decoder generates the same tokens with its KV cache. (In training, dropout draws other random
+numbers where a shape changed, such as attention probabilities with fewer heads.)
 
 Which units are pruned:
 
@@ -65,6 +66,7 @@ from tensorplay.ao.pruning.aliases import alias_map, parameter_groups
 from tensorplay.ao.pruning.masking.lean_masks import apply_masks, lean_mask, remove_mask
 from tensorplay.ao.pruning.masking.readers import masked_values
 from tensorplay.ao.pruning.reparametrization import pruned_parts
+from tensorplay.ao.pruning.selection.sharding import is_dtensor
 from tensorplay.ao.pruning.structure.blocks import FoundBlocks, find_blocks
 from tensorplay.ao.pruning.structure.graph import DependencyGraph
 from tensorplay.ao.pruning.structure.hf_config import check_config, update_config
@@ -101,7 +103,8 @@ def shrink(
         ValueError: Before anything changes: groups that do not fit the model, a layer group
             that is not a block of a Hugging Face family, a module that cannot be resized, a
             config with transformers' own ``per_layer_config``; or what
-            :class:`~tensorplay.ao.pruning.DependencyGraph` raises.
+            :class:`~tensorplay.ao.pruning.DependencyGraph` raises; a sharded (FSDP2
+            ``DTensor``) parameter: shrink a full copy.
     """
     if groups is None:
         graph = DependencyGraph(model, example_inputs)
@@ -144,6 +147,7 @@ def _plan(model: nn.Module, groups: Sequence[UnitGroup], found: FoundBlocks | No
     if found is not None and found.config is not None:
         check_config(found)
     tensors = list(dict.fromkeys(name for group in groups for name in group.parameters()))
+    _check_whole(model, tensors)
     kept_elements = _kept_elements(model, tensors)
     layers = [group for group in groups if group.kind == "layer"]
     dropped_blocks = _dropped_blocks(layers, kept_elements, found)
@@ -192,13 +196,24 @@ def _dropped_blocks(
 def _pruned(group: UnitGroup, kept_elements: dict[str, Tensor]) -> tuple[Tensor, int]:
     """Per unit whether every slice is pruned, and how many units are pruned in some scored
     slices but not all."""
-    pruned = pruned_units(group, kept_elements, partial="keep")
+    pruned = torch.ones(group.size, dtype=torch.bool)
     somewhere = torch.zeros(group.size, dtype=torch.bool)
     for piece in group.slices:
+        alone = pruned_units(UnitGroup(group.name, group.kind, group.size, (piece,)), kept_elements)
+        pruned &= alone
         if piece.scored:
-            alone = UnitGroup(group.name, group.kind, group.size, (piece,))
-            somewhere |= pruned_units(alone, kept_elements)
+            somewhere |= alone
     return pruned, int((somewhere & ~pruned).sum())
+
+
+def _check_whole(model: nn.Module, names: Sequence[str]) -> None:
+    aliases = alias_map(model)
+    for name in names:
+        if is_dtensor(aliases[name].parameter):
+            raise ValueError(
+                f"Expected whole parameters to shrink, but {name!r} is a DTensor (a sharded "
+                "parameter, as under FSDP2): shrink a full copy of the model."
+            )
 
 
 def _kept_elements(model: nn.Module, names: Sequence[str]) -> dict[str, Tensor]:

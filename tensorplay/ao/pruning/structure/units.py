@@ -250,8 +250,7 @@ def pruned_units(
         raise ValueError(f"Expected `partial` to be 'refuse' or 'keep', but got {partial!r}.")
     first: Tensor | None = None
     for piece in group.slices:
-        units = _units_view(masks[piece.parameter], piece, group.size)
-        pruned = ~(units.reshape(group.size, -1) != 0).any(dim=1).cpu()
+        pruned = ~_kept_anywhere(masks[piece.parameter], piece, group.size)
         if first is None:
             first = pruned
             first_piece = piece
@@ -271,6 +270,21 @@ def pruned_units(
     if first is None:
         raise ValueError(f"Expected group {group.name!r} to have slices, but got none.")
     return first
+
+
+def _kept_anywhere(mask: Tensor, piece: Slice, size: int) -> Tensor:
+    """Per unit, whether ``mask`` keeps (is nonzero at) some index of the unit's slice.
+
+    Reduces the other dimensions one at a time, in place of gathering each unit's indices (a
+    column slice of a large weight would be copied unit by unit).
+    """
+    kept = mask if mask.dtype == torch.bool else mask != 0
+    if piece.dim is None:
+        return kept.any().reshape(1).cpu()
+    for dim in reversed(range(kept.dim())):
+        if dim != piece.dim:
+            kept = kept.any(dim=dim)
+    return kept.narrow(0, piece.offset, size * piece.width).view(size, piece.width).any(1).cpu()
 
 
 def _state(pruned: bool) -> str:
