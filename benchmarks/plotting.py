@@ -45,6 +45,7 @@ SCRIPTS = {
     "bench_lean_selection": "lean_selection.json",
     "bench_training_overhead": "training_overhead.json",
     "bench_callback_overhead": "callback_overhead.json",
+    "bench_structured_speed": "structured_speed.json",
 }
 
 __all__ = [
