@@ -46,6 +46,7 @@ SCRIPTS = {
     "bench_training_overhead": "training_overhead.json",
     "bench_callback_overhead": "callback_overhead.json",
     "bench_large_model": "large_model.json",
+    "bench_structured_speed": "structured_speed.json",
 }
 
 __all__ = [
