@@ -39,7 +39,13 @@ from tensorplay.ao.pruning.masking.lean_masks import MASK_SUFFIX, lean_mask
 from tensorplay.ao.pruning.masking.readers import masked_values
 from tensorplay.ao.pruning.reparametrization import pruned_tensor_names
 
-__all__ = ["masked_tensor", "permanent_state_dict", "share_storage", "view_identity"]
+__all__ = [
+    "dense_order",
+    "masked_tensor",
+    "permanent_state_dict",
+    "share_storage",
+    "view_identity",
+]
 
 
 def permanent_state_dict(model: nn.Module) -> dict[str, Tensor]:
@@ -101,7 +107,7 @@ def permanent_state_dict(model: nn.Module) -> dict[str, Tensor]:
         elif local in module._parameters:
             if prefix not in emitted:  # the module's whole parameter block, in dense order
                 emitted.add(prefix)
-                for name in _dense_order(module, pruned):
+                for name in dense_order(module, pruned):
                     fq_name = f"{prefix}.{name}" if prefix else name
                     if name in pruned:
                         out[fq_name] = _permanent_tensor(module, name, masked)
@@ -184,8 +190,17 @@ def _pruned_names(module: nn.Module) -> list[str]:
     ]
 
 
-def _dense_order(module: nn.Module, pruned: list[str]) -> list[str]:
-    """The module's parameter names, pruned ones put back where the unpruned module had them."""
+def dense_order(module: nn.Module, pruned: list[str]) -> list[str]:
+    """The module's parameter names, the ``pruned`` ones (whose parameter is ``<name>_orig``)
+    put back where the unpruned module had them.
+
+    Example:
+        >>> from torch import nn
+        >>> from tensorplay.ao.pruning.methods import identity
+        >>> layer = identity(nn.Linear(2, 2), "weight")
+        >>> list(layer._parameters), dense_order(layer, ["weight"])
+        (['bias', 'weight_orig'], ['weight', 'bias'])
+    """
     names = [tensor_name(module, key) for key, p in module._parameters.items() if p is not None]
     flat = getattr(module, "_flat_weights_names", None)  # nn.RNN, nn.LSTM, nn.GRU
     if isinstance(flat, list):
