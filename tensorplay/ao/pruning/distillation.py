@@ -139,8 +139,8 @@ class Distillation(LeftOutOfCopies):
             masked weights as the student computes with them, no pruning state). A given teacher
             is put in eval mode, frozen (``requires_grad=False``) and moved to the student's
             device in place.
-        temperature: ``T`` > 0, softening both distributions (2.0: Hinton et al.'s range is 1-20;
-            higher weighs the teacher's small probabilities more).
+        temperature: ``T`` > 0, softening both distributions: higher values weigh the
+            teacher's small probabilities more.
         weight: ``w`` >= 0, the term's weight against the task loss (0 gives a zero term).
         teacher_dtype: A floating-point dtype for the teacher (``torch.bfloat16`` halves a
             float32 teacher's memory), or ``None``: the copy keeps the student's dtypes and a
