@@ -1,4 +1,4 @@
-"""The benchmarks' markdown results become reStructuredText tables, or a clear error."""
+"""The markdown results (benchmarks', examples') become reStructuredText tables, or an error."""
 
 from __future__ import annotations
 
@@ -43,37 +43,42 @@ def test_a_table_and_a_caption_translate_cell_by_cell() -> None:
     )
 
 
+# A benchmark's result (../benchmarks/results/) or an example's (results/, beside the pages).
+_RESULT = r"(\.\./benchmarks/results/\S+\.md|results/\S+\.md)"
+
+
+def _pages_text() -> str:
+    return "".join(page.read_text(encoding="utf-8") for page in (ROOT / "docs").glob("*.rst"))
+
+
 def _included_results() -> list[Path]:
-    pages = (ROOT / "docs").glob("*.rst")
-    found = re.findall(
-        r"optional-include:: \.\./(benchmarks/results/\S+\.md)\n   :markdown:",
-        "".join(page.read_text(encoding="utf-8") for page in pages),
-    )
-    return [ROOT / name for name in sorted(found)]
+    found = re.findall(rf"optional-include:: {_RESULT}\n   :markdown:", _pages_text())
+    return sorted((ROOT / "docs" / name).resolve() for name in found)
 
 
-def test_the_pages_show_every_benchmark_result_they_include_as_a_table() -> None:
-    text = "".join(page.read_text(encoding="utf-8") for page in (ROOT / "docs").glob("*.rst"))
-    included = re.findall(r"optional-include:: \.\./benchmarks/results/(\S+\.md)", text)
-    assert sorted(included) == [p.name for p in _included_results()]  # none as literal text
-    assert [p.name for p in _included_results()] == [
-        "callback_overhead.md",
-        "export_size.md",
-        "global_unstructured.md",
-        "hf_trainer_overhead.md",
-        "importance_overhead.md",
-        "large_model.md",
-        "lean_selection.md",
-        "sharded_selection.md",
-        "trainer_checkpoint_size.md",
-        "training_overhead.md",
+def test_the_pages_show_every_result_they_include_as_a_table() -> None:
+    included = re.findall(rf"optional-include:: {_RESULT}", _pages_text())
+    resolved = sorted((ROOT / "docs" / name).resolve() for name in included)
+    assert resolved == _included_results()  # none as literal text
+    assert [p.relative_to(ROOT).as_posix() for p in _included_results()] == [
+        "benchmarks/results/callback_overhead.md",
+        "benchmarks/results/export_size.md",
+        "benchmarks/results/global_unstructured.md",
+        "benchmarks/results/hf_trainer_overhead.md",
+        "benchmarks/results/importance_overhead.md",
+        "benchmarks/results/large_model.md",
+        "benchmarks/results/lean_selection.md",
+        "benchmarks/results/sharded_selection.md",
+        "benchmarks/results/trainer_checkpoint_size.md",
+        "benchmarks/results/training_overhead.md",
+        "docs/results/distillation.md",
     ]
 
 
 @pytest.mark.parametrize("path", _included_results(), ids=lambda path: path.name)
 def test_every_included_result_keeps_each_row_and_its_caption(path: Path) -> None:
     if not path.is_file():
-        pytest.skip(f"{path.name} is written by its benchmark, which has not run")
+        pytest.skip(f"{path.name} is written by its script, which has not run")
     text = path.read_text(encoding="utf-8")
     rows = [line for line in text.splitlines() if line.startswith("|") and "---" not in line]
     rst = markdown_to_rst(text)

@@ -4,7 +4,8 @@ Every name that ``torch.nn.utils.prune`` has behaves the same here; see the docs
 places where tensorplay is deliberately stricter or more general. Schedules, the stateful
 :class:`Pruner`, sparsity statistics, checkpoint restoring, saving and the compressed export
 build on that API; :class:`DependencyGraph` and :func:`shrink` find a model's channels, heads and
-layers and remove the pruned ones physically.
+layers and remove the pruned ones physically, and :class:`Distillation` recovers what pruning
+costs.
 """
 
 from tensorplay.ao.pruning.amount import (
@@ -17,6 +18,8 @@ from tensorplay.ao.pruning.amount import (
 )
 from tensorplay.ao.pruning.base import BasePruningMethod, PruningContainer, PruningShapeError
 from tensorplay.ao.pruning.checkpoint import is_pruned_state_dict, pruned_names, restore_pruning
+from tensorplay.ao.pruning.dense_copy import dense_copy
+from tensorplay.ao.pruning.distillation import Distillation, kd_loss
 from tensorplay.ao.pruning.global_pruning import global_unstructured
 from tensorplay.ao.pruning.methods import (
     CustomFromMask,
@@ -110,6 +113,10 @@ __all__ = [
     "restore_pruning",
     "is_pruned_state_dict",
     "pruned_names",
+    # recovering accuracy: distillation
+    "Distillation",
+    "kd_loss",
+    "dense_copy",
     # saving and export
     "permanent_state_dict",
     "save_sparse",

@@ -191,8 +191,9 @@ def _pruned_names(module: nn.Module) -> list[str]:
 
 
 def dense_order(module: nn.Module, pruned: list[str]) -> list[str]:
-    """The module's parameter names, the ``pruned`` ones put back where the unpruned module had
-    them (before its first bias, in ``_flat_weights_names`` order for recurrent layers).
+    """The module's parameter names, the ``pruned`` ones (whose parameter is ``<name>_orig``)
+    put back where the unpruned module had them (before its first bias, in
+    ``_flat_weights_names`` order for recurrent layers).
 
     Example:
         >>> from torch import nn

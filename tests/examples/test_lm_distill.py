@@ -1,0 +1,53 @@
+"""``examples/lm/distill.py``: the recovery runs and the cost measurement, end to end in a few
+steps, and its tables render in the docs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from tests.examples.scripts import LM, load_script
+
+pytest.importorskip("transformers")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _markdown_to_rst() -> object:
+    path = ROOT / "docs" / "_ext" / "markdown_tables.py"
+    spec = importlib.util.spec_from_file_location("markdown_tables", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.markdown_to_rst
+
+
+@pytest.mark.slow
+def test_the_experiment_runs_and_writes_its_tables(tmp_path, capsys):
+    distill = load_script("lm_distill", LM / "distill.py")
+    out = tmp_path / "distillation.json"
+    distill.main(
+        [
+            *("--steps-scale", "0.02", "--seeds", "0", "--val-windows", "8"),
+            *("--cost-rounds", "1", "--cache", str(tmp_path), "--out", str(out)),
+        ]
+    )
+    result = json.loads(out.read_text())
+    runs = ["oneshot/plain", "oneshot/distilled", "gradual/plain", "gradual/distilled"]
+    assert sorted(result["cells"]) == sorted(["dense", "pruned", *runs])
+    assert all(len(v) == 1 and math.isfinite(v[0]) for v in result["cells"].values())
+    assert result["recovery_steps"] == 4 and result["sparsity"] == 0.9
+    cost = result["cost"]
+    assert cost["teacher_bytes_per_parameter"] == {"float32": 4.0, "bfloat16": 2.0}
+    assert cost["held_mb"]["distilled"] > cost["held_mb"]["plain"] > 0  # the teacher is held
+    assert cost["peak_mb"]["distilled"] > cost["peak_mb"]["plain"]
+    assert cost["time_ratio"] > 0
+    text = out.with_suffix(".md").read_text()
+    assert text in capsys.readouterr().out
+    rows = [line for line in text.splitlines() if line.startswith("|") and "---" not in line]
+    assert len(rows) == 3 + 3 + 3  # header and 2 runs, header and 2 costs, header and 2 dtypes
+    assert _markdown_to_rst()(text).count("   * - ") == len(rows)  # type: ignore[operator]
