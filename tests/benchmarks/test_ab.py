@@ -127,6 +127,7 @@ def test_ab_compares_two_revisions_end_to_end(tmp_path: Path) -> None:
     )
     if has_parent.returncode != 0:
         pytest.skip("needs a git checkout with HEAD~1")
+    before = _ab_trees()
     report = tmp_path / "ab.md"
     out = run_script(
         "ab.py",
@@ -144,10 +145,16 @@ def test_ab_compares_two_revisions_end_to_end(tmp_path: Path) -> None:
         assert cells[0].endswith("tensorplay") and "error" not in row, row
         assert float(cells[3]) == pytest.approx(float(cells[2]) / float(cells[1]), rel=0.05)
     assert "torch 2." in text and "load average" in text
-    trees = subprocess.run(
+    assert _ab_trees() <= before  # its own trees removed at the end (others may be running)
+
+
+def _ab_trees() -> set[str]:
+    """The worktrees of this checkout that ab.py made (in the temporary folder)."""
+    listing = subprocess.run(
         ["git", "-C", str(BENCHMARKS), "worktree", "list", "--porcelain"],
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    assert f"worktree {Path(tempfile.gettempdir()) / 'ab-'}" not in trees  # removed at the end
+    prefix = f"worktree {Path(tempfile.gettempdir()) / 'ab-'}"
+    return {line for line in listing.splitlines() if line.startswith(prefix)}
