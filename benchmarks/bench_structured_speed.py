@@ -1,6 +1,6 @@
 """Structured pruning's pay-off: a 100M-parameter Llama dense against shrunk, side by side.
 
-Run (about 25 minutes on a 2-core machine; much longer under load)::
+Run (about 15 minutes on a 2-core machine, one thread, under load)::
 
     python benchmarks/bench_structured_speed.py                  # the 100M Llama, 3 rounds
     python benchmarks/bench_structured_speed.py --repeats 5      # steadier medians
@@ -415,6 +415,15 @@ def measure(size: Size, repeats: int) -> dict[str, Any]:
     }
 
 
+def _speed_up(row: dict[str, Any], way: str) -> str:
+    """The median speed-up, with the range of the pairs' ratios where there are several."""
+    text = f"{row[f'{way}_speed_up']:.2f}x"
+    pairs = row[f"{way}_ratios"]
+    if len(pairs) > 1:
+        text += f" ({min(pairs):.2f}-{max(pairs):.2f})"
+    return text
+
+
 def markdown(results: dict[str, Any]) -> str:
     size, machine = results["size"], results["machine"]
     lines = [
@@ -432,8 +441,8 @@ def markdown(results: dict[str, Any]) -> str:
         lines.append(
             f"| {name} | {row['parameters'] / 1e6:.1f}M | {row['removed']:.1%} "
             f"| {row['file_bytes'] / 1e6:.1f} | {row['prefill_seconds']:.2f} "
-            f"| {row['prefill_speed_up']:.2f}x | {row['expected_prefill_speed_up']:.2f}x "
-            f"| {row['decode_tokens_per_second']:.1f} | {row['decode_speed_up']:.2f}x "
+            f"| {_speed_up(row, 'prefill')} | {row['expected_prefill_speed_up']:.2f}x "
+            f"| {row['decode_tokens_per_second']:.1f} | {_speed_up(row, 'decode')} "
             f"| {row['expected_decode_speed_up']:.2f}x | {loads} |"
         )
     load = results["load_average"]
@@ -446,13 +455,13 @@ def markdown(results: dict[str, Any]) -> str:
         f"{size['batch']}x{size['tokens']} tokens; decoding: greedy `generate` of "
         f"{size['new_tokens']} tokens at batch 1 with the KV cache. Speed-ups: the median over "
         f"{results['repeats']} round(s) of the time of a dense turn over the time of the "
-        "shrunk model's turn right beside it (the two in alternating order); seconds and "
-        "tokens/s: the medians. The two 'if it followed' columns are the speed-ups "
-        "proportional to the parameters in the blocks (prefill) and to all parameters, LM head "
-        "included (decoding). The floor keeps one FFN channel and one key/value head (with "
-        "its query heads) in every layer: what removing channels and heads cannot take away "
-        "(the LM head, the norms, each layer's fixed work per forward). Loads: plain "
-        "`AutoModelForCausalLM.from_pretrained` of the "
+        "shrunk model's turn right beside it (the two in alternating order), in brackets the "
+        "lowest and highest of these ratios; seconds and tokens/s: the medians. The two 'if "
+        "it followed' columns are the speed-ups proportional to the parameters in the blocks "
+        "(prefill) and to all parameters, LM head included (decoding). The floor keeps one FFN "
+        "channel and one key/value head (with its query heads) in every layer: what removing "
+        "channels and heads cannot take away (the LM head, the norms, each layer's fixed work "
+        "per forward). Loads: plain `AutoModelForCausalLM.from_pretrained` of the "
         "`save_pretrained` folder in a process without tensorplay gives the shrunk model's "
         "logits (with `load_shrunk`: transformers refuses the config, whose hidden size must "
         "be a multiple of the number of heads; tensorplay's `load_shrunk` loads it). "
@@ -466,12 +475,13 @@ def markdown(results: dict[str, Any]) -> str:
 
 
 # One marker, colour and legend entry per kind of unit, the same in both panels; the label of a
-# point goes above it or below it by kind, so that neighbours' labels do not meet.
+# point goes above it, below it or to its right by kind (an offset in points), so that
+# neighbours' labels do not meet.
 KIND_STYLE = {
-    "channel": ("o", "tab:blue", "FFN channels: 25, 50, 75%", -13),
-    "head": ("s", "tab:orange", "heads: 25, 50%", 6),
-    "layer": ("D", "tab:green", "layers: 25%", 6),
-    FLOOR: ("X", "tab:gray", "floor: 1 FFN channel, 1 key/value head per layer", 6),
+    "channel": ("o", "tab:blue", "FFN channels: 25, 50, 75%", (0, -13)),
+    "head": ("s", "tab:orange", "heads: 25, 50%", (0, 6)),
+    "layer": ("D", "tab:green", "layers: 25%", (7, -3)),
+    FLOOR: ("X", "tab:gray", "floor: 1 FFN channel, 1 key/value head per layer", (0, 6)),
 }
 
 
@@ -524,9 +534,9 @@ def plot(results: dict[str, Any], folder: Path) -> list[Path]:
             axes.annotate(
                 f"{speed_up:.2f}x",
                 (x, y),
-                xytext=(0, offset),
+                xytext=offset,
                 textcoords="offset points",
-                ha="center",
+                ha="left" if offset[0] > 0 else "center",
                 fontsize=8,
             )
         axes.set_title(title, fontsize=10)
