@@ -21,10 +21,11 @@ mode, one 1x3x224x224 image. Half of the channels of every prunable group go, by
   tensorplay chose (``get_pruning_group(conv, prune_conv_out_channels, idxs).prune()``).
 
 Measured: the time to analyse and prune (the median of ``--repeats`` fresh copies), parameters
-after, the latency of one image after (in turns with the dense model, the median of the rounds'
-ratios), and how far outputs are from tensorplay's masked model: tensorplay's shrunk model,
-Torch-Pruning's pruning of the same channels, and masking the same convolution filters alone (what
-``torch.nn.utils.prune.ln_structured`` masks: BatchNorm's shift still passes).
+after, the latency of one image after (in turns with the dense model, ``--cnn-rounds`` rounds,
+the median of the rounds' ratios), and how far outputs are from tensorplay's masked model:
+tensorplay's shrunk model, Torch-Pruning's pruning of the same channels, and masking the same
+convolution filters alone (what ``torch.nn.utils.prune.ln_structured`` masks: BatchNorm's shift
+still passes).
 
 **Llama**: the 100M-parameter Llama of ``bench_structured_speed.py``, three Torch-Pruning recipes,
 each in a fresh process whose pruning is stopped after ``--timeout`` seconds (default 120):
@@ -163,8 +164,10 @@ def _pruned_indices(model: nn.Module, group: Any) -> list[int]:
     return torch.nonzero(pruned_units(group, masks)).flatten().tolist()
 
 
-def cnn(tiny: bool, repeats: int, peer: bool) -> dict[str, Any]:
-    """tensorplay and Torch-Pruning on the residual CNN (see the module docstring)."""
+def cnn(tiny: bool, repeats: int, peer: bool, rounds: int | None = None) -> dict[str, Any]:
+    """tensorplay and Torch-Pruning on the residual CNN (see the module docstring): each
+    tool's pruning timed on ``repeats`` copies, the latency over ``rounds`` rounds (default:
+    ``repeats``)."""
     from tensorplay.ao.pruning import shrink
 
     dense, image = residual_cnn(tiny)
@@ -209,7 +212,7 @@ def cnn(tiny: bool, repeats: int, peer: bool) -> dict[str, Any]:
             rows["Torch-Pruning"]["vs_tensorplay"] = _difference(peer_model(image), shrunk(image))
     with torch.no_grad():
         calls = {name: (lambda m=model: m(image)) for name, model in models.items()}
-        times = _in_turns(calls, repeats)
+        times = _in_turns(calls, rounds or repeats)
     for name, speed_up in _speed_ups(times).items():
         rows[name]["latency_seconds"] = statistics.median(times[name])
         rows[name]["speed_up"] = speed_up
@@ -504,21 +507,22 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         "ResNet-18 (BatchNorm with random statistics), one "
         f"{'x'.join(map(str, cnn_results['image']))} image, eval mode; by magnitude, half of each "
-        "prunable group's channels. Latency: the median over "
-        f"{results['repeats']} rounds in turns, the speed-up the median of the rounds' ratios "
-        "to dense. Output differences: the largest over the outputs, relative to the largest "
-        "output. 'Filters alone masked' zeroes the same convolution filters and nothing else, "
-        "as `torch.nn.utils.prune.ln_structured` does. Llama: each recipe in a fresh process, "
-        f"Torch-Pruning stopped after {results['timeout']} s; prefill: 4x256 tokens in turns "
-        "with the dense model. Result: plain `save_pretrained` then "
-        "`AutoModelForCausalLM.from_pretrained`. "
+        f"prunable group's channels. Latency: the median over {results['cnn_rounds']} rounds "
+        "in turns, the speed-up the median of the rounds' ratios to dense. Output differences: "
+        "the largest over the outputs, relative to the largest output. 'Filters alone masked' "
+        "zeroes the same convolution filters and nothing else, as "
+        "`torch.nn.utils.prune.ln_structured` does. Llama: each recipe in a fresh process, "
+        f"Torch-Pruning stopped after {results['timeout']} s; prefill: 4x256 tokens, "
+        f"{results['repeats']} rounds in turns with the dense model. Result: plain "
+        "`save_pretrained` then `AutoModelForCausalLM.from_pretrained`. "
         + (
             f"Torch-Pruning {peer}. "
             if peer
             else "Torch-Pruning not installed: its rows are left out "
             "(`pip install torch-pruning`). "
         )
-        + f"CPU ({machine['cpus']} CPUs, {machine['threads']} torch thread(s)), torch "
+        + f"CPU ({machine['cpus']} CPUs, {machine['threads']} torch "
+        f"thread{'s' if machine['threads'] > 1 else ''}), torch "
         f"{machine['torch']}, transformers {machine['transformers']}; load average "
         f"{results['load_average'][0]:.1f} at the start, so the times are noisy.",
     ]
@@ -545,6 +549,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tiny", action="store_true", help="tiny models, for the tests")
     parser.add_argument("--repeats", type=int, default=3, help="copies pruned; latency rounds")
+    parser.add_argument("--cnn-rounds", type=int, default=20, help="CNN latency rounds")
     parser.add_argument("--timeout", type=int, default=120, help="seconds Torch-Pruning gets")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--no-peer", action="store_true", help="tensorplay alone")
@@ -566,9 +571,10 @@ def main(argv: list[str] | None = None) -> None:
     results: dict[str, Any] = {
         "peer": _peer_version() if peer else None,
         "repeats": args.repeats,
+        "cnn_rounds": args.cnn_rounds,
         "timeout": args.timeout,
         "load_average": os.getloadavg(),
-        "cnn": cnn(args.tiny, args.repeats, peer),
+        "cnn": cnn(args.tiny, args.repeats, peer, args.cnn_rounds),
     }
     print("  CNN done", flush=True)
     results["llama"] = []

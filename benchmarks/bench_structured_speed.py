@@ -1,6 +1,6 @@
 """Structured pruning's pay-off: a 100M-parameter Llama dense against shrunk, side by side.
 
-Run (about 25 minutes on a 2-core machine; much longer under load)::
+Run (about 15 minutes on a 2-core machine, one thread, under load)::
 
     python benchmarks/bench_structured_speed.py                  # the 100M Llama, 3 rounds
     python benchmarks/bench_structured_speed.py --repeats 5      # steadier medians
@@ -37,12 +37,13 @@ layers: the lowest-scoring blocks of the model), and
   folder with plain ``AutoModelForCausalLM.from_pretrained``; its logits are compared with the
   shrunk model's, and the shrunk model's with the masked model's it came from.
 
-The models take turns, the order rotating each round, after one warm-up of each; the speed-ups
-are the medians over the rounds of each round's ratio to its dense turn (load on a shared
-machine drifts between rounds more than within one). Torch runs ``--threads`` threads (1 by
-default: on a machine shared with other work, a thread per core makes every operation wait for
-whichever thread the system has descheduled; at a load average of 11 on 2 cores two threads ran
-this prefill 2x and decoding 3x slower than one). The
+After one warm-up of each model, every shrunk model is timed right beside a turn of the dense
+model (dense first in even rounds, second in odd ones; the shrunk models' order rotating each
+round); a speed-up is the median over the rounds of these pairs' ratios (load on a shared
+machine drifts within a minute more than between two neighbouring calls). Torch runs
+``--threads`` threads (1 by default: on a machine shared with other work, a thread per core
+makes every operation wait for whichever thread the system has descheduled; at a load average
+of 11 on 2 cores two threads ran this prefill 2x and decoding 3x slower than one). The
 **expected** speed-ups say what the time would be if it followed the parameters: prefill is
 matrix products over every position, so it should follow the parameters in the blocks (the
 embedding is a lookup and the tied LM head runs on one position); decoding at batch 1 reads
@@ -315,10 +316,12 @@ def _seconds(call: Callable[[], None]) -> float:
     return time.perf_counter() - start
 
 
-def time_in_turns(
+def time_in_pairs(
     models: dict[str, Any], size: Size, repeats: int
-) -> dict[str, dict[str, list[float]]]:
-    """Seconds of each model's prefill and decoding, in turns (the order rotating each round)."""
+) -> tuple[dict[str, dict[str, list[float]]], dict[str, dict[str, list[float]]]]:
+    """Seconds of each model's prefill and decoding, each shrunk model's turn beside a dense
+    turn (dense first in even rounds, second in odd ones; the shrunk models' order rotating
+    each round), and each pair's ratio, dense over shrunk."""
     generator = torch.Generator().manual_seed(1)
     tokens = torch.randint(size.vocab, (size.batch, size.tokens), generator=generator)
     prompt = torch.randint(size.vocab, (1, size.prompt), generator=generator)
@@ -332,23 +335,26 @@ def time_in_turns(
     times: dict[str, dict[str, list[float]]] = {
         name: {"prefill": [], "decode": []} for name in models
     }
-    order = list(models)
+    shrunk = [name for name in models if name != "dense"]
+    ratios = {name: {"prefill": [], "decode": []} for name in shrunk}
     for round_index in range(repeats):
-        shift = round_index % len(order)
-        for name in order[shift:] + order[:shift]:
+        shift = round_index % len(shrunk)
+        for name in shrunk[shift:] + shrunk[:shift]:
+            pair = ("dense", name) if round_index % 2 == 0 else (name, "dense")
             for way in ("prefill", "decode"):
-                times[name][way].append(_seconds(calls[name][way]))
+                seconds = {who: _seconds(calls[who][way]) for who in pair}
+                for who in pair:
+                    times[who][way].append(seconds[who])
+                ratios[name][way].append(seconds["dense"] / seconds[name])
         dense = times["dense"]
         print(
-            f"  round {round_index + 1}/{repeats}: dense prefill {dense['prefill'][-1]:.2f} s, "
-            f"decode {dense['decode'][-1]:.2f} s, load {os.getloadavg()[0]:.1f}",
+            f"  round {round_index + 1}/{repeats}: dense prefill "
+            f"{statistics.median(dense['prefill'][-len(shrunk) :]):.2f} s, decode "
+            f"{statistics.median(dense['decode'][-len(shrunk) :]):.2f} s, load "
+            f"{os.getloadavg()[0]:.1f}",
             flush=True,
         )
-    return times
-
-
-def _speed_up(times: dict[str, list[float]], dense: dict[str, list[float]], way: str) -> float:
-    return statistics.median(d / t for d, t in zip(dense[way], times[way], strict=True))
+    return times, ratios
 
 
 def measure(size: Size, repeats: int) -> dict[str, Any]:
@@ -387,15 +393,17 @@ def measure(size: Size, repeats: int) -> dict[str, Any]:
         for name, check in check_loading(models, folders, probe, Path(work)).items():
             rows[name].update(check)
     load_before = os.getloadavg()
-    times = time_in_turns(models, size, repeats)
+    times, ratios = time_in_pairs(models, size, repeats)
     load_after = os.getloadavg()
     base = rows["dense"]
     for name, row in rows.items():
         row["seconds"] = times[name]
         row["prefill_seconds"] = statistics.median(times[name]["prefill"])
         row["decode_tokens_per_second"] = size.new_tokens / statistics.median(times[name]["decode"])
-        row["prefill_speed_up"] = _speed_up(times[name], times["dense"], "prefill")
-        row["decode_speed_up"] = _speed_up(times[name], times["dense"], "decode")
+        for way in ("prefill", "decode"):
+            pairs = ratios.get(name, {way: [1.0]})[way]
+            row[f"{way}_speed_up"] = statistics.median(pairs)
+            row[f"{way}_ratios"] = pairs
         row["removed"] = 1 - row["parameters"] / base["parameters"]
         row["expected_prefill_speed_up"] = base["block_parameters"] / row["block_parameters"]
         row["expected_decode_speed_up"] = base["parameters"] / row["parameters"]
@@ -405,6 +413,15 @@ def measure(size: Size, repeats: int) -> dict[str, Any]:
         "rows": rows,
         "load_average": {"before": load_before, "after": load_after},
     }
+
+
+def _speed_up(row: dict[str, Any], way: str) -> str:
+    """The median speed-up, with the range of the pairs' ratios where there are several."""
+    text = f"{row[f'{way}_speed_up']:.2f}x"
+    pairs = row[f"{way}_ratios"]
+    if len(pairs) > 1:
+        text += f" ({min(pairs):.2f}-{max(pairs):.2f})"
+    return text
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -424,8 +441,8 @@ def markdown(results: dict[str, Any]) -> str:
         lines.append(
             f"| {name} | {row['parameters'] / 1e6:.1f}M | {row['removed']:.1%} "
             f"| {row['file_bytes'] / 1e6:.1f} | {row['prefill_seconds']:.2f} "
-            f"| {row['prefill_speed_up']:.2f}x | {row['expected_prefill_speed_up']:.2f}x "
-            f"| {row['decode_tokens_per_second']:.1f} | {row['decode_speed_up']:.2f}x "
+            f"| {_speed_up(row, 'prefill')} | {row['expected_prefill_speed_up']:.2f}x "
+            f"| {row['decode_tokens_per_second']:.1f} | {_speed_up(row, 'decode')} "
             f"| {row['expected_decode_speed_up']:.2f}x | {loads} |"
         )
     load = results["load_average"]
@@ -437,13 +454,14 @@ def markdown(results: dict[str, Any]) -> str:
         "per unit, uniform widths. Prefill: one forward of "
         f"{size['batch']}x{size['tokens']} tokens; decoding: greedy `generate` of "
         f"{size['new_tokens']} tokens at batch 1 with the KV cache. Speed-ups: the median over "
-        f"{results['repeats']} round(s), taken in turns, of each round's ratio to its dense turn; "
-        "seconds and tokens/s: the medians. The two 'if it followed' columns are the speed-ups "
-        "proportional to the parameters in the blocks (prefill) and to all parameters, LM head "
-        "included (decoding). The floor keeps one FFN channel and one key/value head (with "
-        "its query heads) in every layer: what removing channels and heads cannot take away "
-        "(the LM head, the norms, each layer's fixed work per forward). Loads: plain "
-        "`AutoModelForCausalLM.from_pretrained` of the "
+        f"{results['repeats']} round(s) of the time of a dense turn over the time of the "
+        "shrunk model's turn right beside it (the two in alternating order), in brackets the "
+        "lowest and highest of these ratios; seconds and tokens/s: the medians. The two 'if "
+        "it followed' columns are the speed-ups proportional to the parameters in the blocks "
+        "(prefill) and to all parameters, LM head included (decoding). The floor keeps one FFN "
+        "channel and one key/value head (with its query heads) in every layer: what removing "
+        "channels and heads cannot take away (the LM head, the norms, each layer's fixed work "
+        "per forward). Loads: plain `AutoModelForCausalLM.from_pretrained` of the "
         "`save_pretrained` folder in a process without tensorplay gives the shrunk model's "
         "logits (with `load_shrunk`: transformers refuses the config, whose hidden size must "
         "be a multiple of the number of heads; tensorplay's `load_shrunk` loads it). "
@@ -457,12 +475,13 @@ def markdown(results: dict[str, Any]) -> str:
 
 
 # One marker, colour and legend entry per kind of unit, the same in both panels; the label of a
-# point goes above it or below it by kind, so that neighbours' labels do not meet.
+# point goes above it, below it or to its right by kind (an offset in points), so that
+# neighbours' labels do not meet.
 KIND_STYLE = {
-    "channel": ("o", "tab:blue", "FFN channels: 25, 50, 75%", -13),
-    "head": ("s", "tab:orange", "heads: 25, 50%", 6),
-    "layer": ("D", "tab:green", "layers: 25%", 6),
-    FLOOR: ("X", "tab:gray", "floor: 1 FFN channel, 1 key/value head per layer", 6),
+    "channel": ("o", "tab:blue", "FFN channels: 25, 50, 75%", (0, -13)),
+    "head": ("s", "tab:orange", "heads: 25, 50%", (0, 6)),
+    "layer": ("D", "tab:green", "layers: 25%", (7, -3)),
+    FLOOR: ("X", "tab:gray", "floor: 1 FFN channel, 1 key/value head per layer", (0, 6)),
 }
 
 
@@ -515,9 +534,9 @@ def plot(results: dict[str, Any], folder: Path) -> list[Path]:
             axes.annotate(
                 f"{speed_up:.2f}x",
                 (x, y),
-                xytext=(0, offset),
+                xytext=offset,
                 textcoords="offset points",
-                ha="center",
+                ha="left" if offset[0] > 0 else "center",
                 fontsize=8,
             )
         axes.set_title(title, fontsize=10)
@@ -543,7 +562,7 @@ def plot(results: dict[str, Any], folder: Path) -> list[Path]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tiny", action="store_true", help="a tiny Llama, one round")
-    parser.add_argument("--repeats", type=int, default=3, help="rounds of turns")
+    parser.add_argument("--repeats", type=int, help="rounds of pairs (3; --tiny: 1)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the JSON and .md")
     add_plot_option(parser)
@@ -556,7 +575,7 @@ def main(argv: list[str] | None = None) -> None:
     transformers.logging.set_verbosity_error()
     torch.set_num_threads(args.threads)
     size = TINY if args.tiny else FULL
-    repeats = 1 if args.tiny else args.repeats
+    repeats = args.repeats or (1 if args.tiny else 3)
     results = measure(size, repeats)
     results["machine"] = {
         "cpus": os.cpu_count(),
