@@ -92,6 +92,7 @@ class UnitStructure:
         example_inputs: Any = None,
         multiple_of: int = 1,
     ) -> None:
+        _refuse_shards(self.name, model)
         graph = DependencyGraph(model, example_inputs)
         groups = _selected_groups(self.name, graph, model, selected)
         if self.ranks_together:
@@ -105,7 +106,6 @@ class UnitStructure:
         self._by_name: dict[str, Target] = {}
         self.targets = _targets(names, aliases, self._by_name)
         self.scored = _targets(scored, aliases, {})
-        _refuse_shards(self.name, self.targets)
         self._shapes = shapes_of(model)
         self._multiple = multiple_of
 
@@ -149,7 +149,6 @@ class UnitStructure:
     ) -> StructuredSpace:
         """The units of a pruning step (:class:`~tensorplay.ao.pruning.structures.unit_space.
         StructuredSpace`)."""
-        _refuse_shards(self.name, self.targets)
         return StructuredSpace(
             self._ranked,
             self._by_name,
@@ -245,12 +244,13 @@ def _targets(names: Sequence[str], aliases: Any, by_name: dict[str, Target]) -> 
     return list(found.values())
 
 
-def _refuse_shards(kind: str, targets: Sequence[Target]) -> None:
-    for target in targets:
-        if is_sharded(target.parameter()):
+def _refuse_shards(kind: str, model: nn.Module) -> None:
+    """Refuse FSDP2 models before the graph traces them or anything changes."""
+    for name, param in model.named_parameters():
+        if is_sharded(param):
             raise ValueError(
-                f"Expected plain tensors with structure={kind!r}, but {target.name!r} "
-                f"{target.label} is a DTensor (FSDP2): a unit's slices lie across the shards. "
-                "Prune structure under DDP or on one device (and shrink before sharding), or "
-                "use structure='element' with masking='inplace'."
+                f"Expected plain tensors with structure={kind!r}, but {name!r} is a DTensor "
+                "(FSDP2): a unit's slices lie across the shards. Prune structure under DDP or "
+                "on one device (shrink, then shard), or use structure='element' with "
+                "masking='inplace'."
             )
