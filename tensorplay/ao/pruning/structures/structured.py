@@ -33,13 +33,14 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from torch import nn
 
 from tensorplay.ao.pruning.aliases import alias_map
 from tensorplay.ao.pruning.base import BasePruningMethod
 from tensorplay.ao.pruning.dtensor_targets import is_sharded
+from tensorplay.ao.pruning.masking.mode import MaskingMode
 from tensorplay.ao.pruning.methods import L1Unstructured, RandomUnstructured
 from tensorplay.ao.pruning.stats import TensorSparsity
 from tensorplay.ao.pruning.structure.graph import DependencyGraph
@@ -52,9 +53,6 @@ from tensorplay.ao.pruning.structures.unit_space import (
     pruned_of,
 )
 from tensorplay.ao.pruning.tied_targets import Target
-
-if TYPE_CHECKING:
-    from tensorplay.ao.pruning.masking.mode import MaskingMode
 
 __all__ = ["ChannelStructure", "HeadStructure", "LayerStructure", "UnitStructure"]
 
