@@ -5,6 +5,7 @@ change."""
 from __future__ import annotations
 
 import copy
+import typing
 from typing import Any
 
 import pytest
@@ -12,12 +13,13 @@ import torch
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning import DependencyGraph, shrink
-from tensorplay.ao.pruning.config import PrunerConfig
+from tensorplay.ao.pruning.config import PrunerConfig, Structure
 from tensorplay.ao.pruning.masking import mask_of
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.reparametrization import is_pruned_tensor
 from tensorplay.ao.pruning.schedules import LinearSchedule, OneShotSchedule
 from tensorplay.ao.pruning.structure.units import unit_scores
+from tensorplay.ao.pruning.structures import STRUCTURES
 from tests.hf_models import tiny_bert, tiny_llama
 
 SCHEDULE = LinearSchedule(0.5, end_step=4, frequency=2)
@@ -350,3 +352,43 @@ def test_without_example_inputs_a_flattened_width_is_left_alone() -> None:
         cnn(), OneShotSchedule(0.5), structure="channel", example_inputs=torch.randn(2, 3, 4, 4)
     )
     assert [row.numel for row in traced.report().rows] == [8, 12]
+
+
+def test_the_structure_literal_lists_the_registry() -> None:
+    assert list(typing.get_args(Structure)) == list(STRUCTURES)
+
+
+@pytest.mark.parametrize("masking", ["reparametrize", "inplace"])
+def test_rewinding_restores_the_kept_values_and_keeps_every_slice_pruned(masking: str) -> None:
+    model = mlp()
+    initial = {name: value.clone() for name, value in model.state_dict().items()}
+    pruner = Pruner(
+        model, OneShotSchedule(0.5, step=1), structure="channel", rewind="init", masking=masking,  # type: ignore[arg-type]
+        example_inputs=torch.randn(2, 6),
+    )  # fmt: skip
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(1.0)  # training moved the weights
+    pruner.step(0)
+    pruner.step(1)
+    for index in (0, 2):
+        layer, kept = model[index], mask_of(model[index], "weight") != 0
+        weight = layer.weight.detach()
+        assert torch.equal(weight[kept], initial[f"{index}.weight"][kept])
+        assert (weight[~kept] == 0).all()
+    bias_kept = mask_of(model[0], "bias") != 0
+    assert pruner.pruned_count() == 14 and int((~bias_kept).sum()) > 0
+    assert (model[0].bias.detach()[~bias_kept] == 0).all()
+    assert torch.equal(model[0].bias.detach()[bias_kept], initial["0.bias"][bias_kept])
+
+
+def test_random_units_are_the_same_for_the_same_seed() -> None:
+    def masks(seed: int) -> dict[str, Tensor]:
+        model = tiny_llama()
+        options: dict[str, Any] = {"structure": "head", "method": "random_unstructured"}
+        Pruner(model, OneShotSchedule(0.5), seed=seed, **options).step()
+        return _masks(model)
+
+    first, again, other = masks(3), masks(3), masks(4)
+    assert all(torch.equal(first[key], again[key]) for key in first)
+    assert any(not torch.equal(first[key], other[key]) for key in first)
