@@ -160,6 +160,11 @@ def markdown(results: dict[str, Any]) -> str:
             f"| {name} | {way['masked_tensors']} | {way['median_step_ms']:.1f} | "
             f"{way['ratio_to_dense']:.3f}x |"
         )
+    lines += [
+        "",
+        "A ratio is the median over rounds of each round's time against its own dense turn; "
+        "masked tensors are those the pruner holds a mask for.",
+    ]
     return "\n".join(lines)
 
 

@@ -89,7 +89,7 @@ class Ranked:
         return sum(group.size for group in self.groups)
 
     def parameters(self) -> tuple[str, ...]:
-        """The names of the parameters its groups span, each once."""
+        """The names of the parameters its groups span, each once (see the class example)."""
         return tuple(dict.fromkeys(name for group in self.groups for name in group.parameters()))
 
 
@@ -100,7 +100,17 @@ def held_masks(
     mode: MaskingMode | None,
 ) -> dict[str, Tensor]:
     """The keep mask of each parameter in ``names`` as ``mode`` holds it (an all-kept view where
-    it holds none); ``mode=None``: the parameter's nonzero entries (masks made permanent)."""
+    it holds none); ``mode=None``: the parameter's nonzero entries (masks made permanent).
+
+    Example:
+        >>> from torch import nn
+        >>> from tensorplay.ao.pruning.masking import masking_mode
+        >>> layer = nn.Linear(2, 1)
+        >>> targets = {"weight": Target(("weight",), ((layer, "weight"),))}
+        >>> held_masks(["weight"], targets, {"weight": torch.Size([1, 2])},
+        ...            masking_mode("inplace"))["weight"].tolist()
+        [[True, True]]
+    """
     masks: dict[str, Tensor] = {}
     for name in names:
         target = targets[name]
@@ -117,7 +127,15 @@ def held_masks(
 def pruned_of(
     ranked: Ranked, masks: Mapping[str, Tensor], partial: Literal["refuse", "keep"] = "refuse"
 ) -> Tensor:
-    """One bool per unit of ``ranked``, ``True`` where all its slices are masked."""
+    """One bool per unit of ``ranked``, ``True`` where all its slices are masked
+    (:func:`~tensorplay.ao.pruning.structure.units.pruned_units` of each group, in order).
+
+    Example:
+        >>> from tensorplay.ao.pruning.structure.units import Slice, UnitGroup
+        >>> group = UnitGroup("fc", "channel", 2, (Slice("weight", 0),))
+        >>> pruned_of(Ranked("fc", (group,)), {"weight": torch.tensor([[0.0], [1.0]])})
+        tensor([ True, False])
+    """
     return torch.cat([pruned_units(group, masks, partial=partial) for group in ranked.groups])
 
 
