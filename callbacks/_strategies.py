@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import lightning.pytorch as pl
-from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
+from lightning.pytorch.strategies import DeepSpeedStrategy, FSDPStrategy, ModelParallelStrategy
 
 from tensorplay.ao.pruning.config import PrunerConfig
 from tensorplay.ao.pruning.masking import masking_mode
@@ -19,7 +19,7 @@ from tensorplay.ao.pruning.pruner import Pruner
 if TYPE_CHECKING:
     from .pruning import GradualPruning
 
-__all__ = ["check_disjoint", "check_strategy"]
+__all__ = ["check_disjoint", "check_shrinkable", "check_strategy"]
 
 
 def check_strategy(strategy: object, config: PrunerConfig) -> None:
@@ -54,6 +54,22 @@ def check_strategy(strategy: object, config: PrunerConfig) -> None:
         raise ValueError(
             "Expected `rewind='none'` under `ModelParallelStrategy` (the snapshot of sharded "
             f"weights is not saved in distributed checkpoints), but got rewind={config.rewind!r}."
+        )
+
+
+def check_shrinkable(strategy: object) -> None:
+    """Refuse ``shrink_at_end`` under the strategies that shard the parameters: shrinking cuts
+    whole tensors, which no rank holds there.
+
+    Raises:
+        ValueError: Under ``ModelParallelStrategy`` (FSDP2) or ``DeepSpeedStrategy``.
+    """
+    if isinstance(strategy, (ModelParallelStrategy, DeepSpeedStrategy)):
+        raise ValueError(
+            "Expected a strategy whose ranks hold whole parameters with `shrink_at_end=True` "
+            f"(DDP or one device), but got {type(strategy).__name__}: it shards them, and "
+            "shrinking cuts whole tensors. Train with shrink_at_end=False, then shrink a full "
+            "copy of the trained model with tensorplay.ao.pruning.shrink."
         )
 
 
