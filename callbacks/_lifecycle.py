@@ -58,6 +58,7 @@ from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import schedule_from_dict
 from tensorplay.ao.pruning.stats import SparsityReport
 from tensorplay.ao.pruning.structure.blocks import find_blocks
+from tensorplay.ao.pruning.structure.graph import DependencyGraph
 from tensorplay.ao.pruning.structure.reshape import ShrunkShapes
 from tensorplay.ao.pruning.structure.shrink import shrink
 from tensorplay.ao.pruning.structure.shrink_report import ShrinkReport
@@ -174,6 +175,12 @@ def split_arguments(arguments: Mapping[str, Any]) -> tuple[PrunerConfig, Adapter
         given["schedule"] = schedule_from_dict(given["schedule"])
     config = PrunerConfig(**{name: given[name] for name in _CONFIG_FIELDS if name in given})
     options = AdapterOptions(**{name: given[name] for name in _OPTION_FIELDS if name in given})
+    if options.shrink_at_end and config.structure == "element":
+        raise ValueError(
+            "Expected `structure` to be 'channel', 'head' or 'layer' with shrink_at_end=True, "
+            "but got structure='element': single weights leave no unit to remove, so nothing "
+            "would shrink. Choose a structure, or make_permanent=True to keep the zeros."
+        )
     return config, options
 
 
@@ -212,10 +219,10 @@ def plain_arguments(config: PrunerConfig, options: AdapterOptions) -> dict[str, 
 _FAR_STEP = 2**62  # "any later step" for a schedule's latest pruning step
 
 
-def shrink_groups(pruner: Pruner) -> list[UnitGroup] | None:
-    """The unit groups of ``pruner``'s structure, which shrinking removes pruned units of
-    (``None``: every group of the model's dependency graph)."""
-    return None
+def shrink_groups(pruner: Pruner) -> list[UnitGroup]:
+    """The groups of units of ``pruner``'s structure (channels, heads or layers), whose pruned
+    units shrinking removes: the model's dependency graph asked for that kind."""
+    return DependencyGraph(pruner.model).groups(pruner.config.structure)
 
 
 def refuse_steps(optimizer: Optimizer, name: str) -> None:
@@ -465,7 +472,7 @@ class PruningSession:
         self._shrunk = (report, ShrunkShapes.of(pruner.model, report, layers))
         for optimizer in self._optimizers:
             refuse_steps(optimizer, self.name)
-        self._report = pruner.report()
+        # The pruner's units are those of the model before: its last counts stay the metrics.
         if self.options.verbose:
             self._inform(f"{self.name}: shrunk the model\n{report}")
 
