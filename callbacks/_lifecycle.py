@@ -73,6 +73,7 @@ __all__ = [
     "Option",
     "PruningRollbackWarning",
     "PruningSession",
+    "check_options",
     "plain_arguments",
     "split_arguments",
 ]
@@ -175,13 +176,22 @@ def split_arguments(arguments: Mapping[str, Any]) -> tuple[PrunerConfig, Adapter
         given["schedule"] = schedule_from_dict(given["schedule"])
     config = PrunerConfig(**{name: given[name] for name in _CONFIG_FIELDS if name in given})
     options = AdapterOptions(**{name: given[name] for name in _OPTION_FIELDS if name in given})
+    check_options(config, options)
+    return config, options
+
+
+def check_options(config: PrunerConfig, options: AdapterOptions) -> None:
+    """Refuse options that contradict the configuration: ``shrink_at_end`` with single weights.
+
+    Raises:
+        ValueError: Naming both.
+    """
     if options.shrink_at_end and config.structure == "element":
         raise ValueError(
             "Expected `structure` to be 'channel', 'head' or 'layer' with shrink_at_end=True, "
             "but got structure='element': single weights leave no unit to remove, so nothing "
             "would shrink. Choose a structure, or make_permanent=True to keep the zeros."
         )
-    return config, options
 
 
 def plain_arguments(config: PrunerConfig, options: AdapterOptions) -> dict[str, Any] | None:
@@ -361,6 +371,7 @@ class PruningSession:
                 masks on every rank).
             check: Called with the new pruner before the model changes (may raise).
         """
+        check_options(self.config, self.options)  # an option may be set after construction
         seed = torch.initial_seed() if self.config.seed is None else self.config.seed
         kwargs = {**self.config.as_kwargs(), "seed": int(broadcast(int(seed)))}
         pruner = Pruner(model, **kwargs)

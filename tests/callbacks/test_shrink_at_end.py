@@ -162,6 +162,17 @@ def test_shrinking_elements_is_refused_when_the_callback_is_made(callback: type)
         callback(SCHEDULE, shrink_at_end=True)
 
 
+def test_shrinking_elements_set_after_construction_is_refused_before_any_mask(
+    tmp_path: Path,
+) -> None:
+    pruning = GradualPruningCallback(SCHEDULE)
+    pruning.shrink_at_end = True
+    model = tiny_llama()
+    with pytest.raises(ValueError, match=r"shrink_at_end=True.*structure='element'"):
+        make_trainer(model, tmp_path, [pruning])
+    assert not [name for name, _ in model.named_buffers() if name.endswith("_mask")]
+
+
 def test_the_strategies_that_shard_parameters_are_refused() -> None:
     with pytest.raises(ValueError, match="ModelParallelStrategy: it shards them"):
         check_shrinkable(ModelParallelStrategy())
