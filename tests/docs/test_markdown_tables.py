@@ -69,6 +69,7 @@ def test_the_pages_show_every_result_they_include_as_a_table() -> None:
         "benchmarks/results/large_model.md",
         "benchmarks/results/lean_selection.md",
         "benchmarks/results/sharded_selection.md",
+        "benchmarks/results/structured_overhead.md",
         "benchmarks/results/trainer_checkpoint_size.md",
         "benchmarks/results/training_overhead.md",
         "docs/results/distillation.md",

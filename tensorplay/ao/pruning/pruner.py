@@ -103,6 +103,16 @@ class Pruner(OptimizerLinks):
         [0, 0, 16, 0]
         >>> [row.pruned for row in pruner.report().rows]
         [8, 8]
+
+        Units of a structure (here the hidden channels of a traced model, each with its weight
+        row, its bias and the next layer's input column):
+
+        >>> import torch
+        >>> mlp = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+        >>> channels = Pruner(mlp, OneShotSchedule(0.25), structure="channel",
+        ...                   example_inputs=torch.randn(2, 4))
+        >>> channels.step(), channels.total_count(), int((mlp[0].bias_mask == 0).sum())
+        (2, 8, 2)
     """
 
     def __init__(

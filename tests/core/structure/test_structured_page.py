@@ -25,7 +25,8 @@ def test_the_page_has_the_blocks_these_tests_know() -> None:
     languages = [language for language, _ in code_blocks(PAGE)]
     assert languages == [
         *("python", "text", "python", "text", "python", "python"),
-        *("python", "python", "bash"),
+        *("python", "text"),  # pruning structure in training
+        *("python", "python", "bash"),  # in a training run; the accuracy experiment
     ]
 
 
@@ -61,6 +62,20 @@ def test_the_blocks_run_in_order_and_print_what_the_page_shows(
         torch.testing.assert_close(namespace["model"](tokens).logits, model(tokens).logits)
 
 
+def test_the_training_block_prunes_exact_widths_and_prints_what_the_page_shows(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    blocks = code_blocks(PAGE)
+    namespace: dict[str, Any] = {}
+    torch.manual_seed(0)
+    _run(6, namespace)  # trains, prunes, shrinks and asserts the outputs did not change
+    assert capsys.readouterr().out.splitlines() == blocks[7][1].splitlines()
+    pruner = namespace["pruner"]
+    assert [(step, count) for step, _, count in pruner.history] == [
+        (s, 32) for s in (10, 20, 30, 40)
+    ]
+
+
 def _training_namespace(tmp_path: Path) -> dict[str, Any]:
     from tests.callbacks.hf_trainer_helpers import Tokens, training_args
     from tests.hf_models import tiny_llama
@@ -81,7 +96,7 @@ def test_the_trainer_block_shrinks_and_saves_what_plain_transformers_loads(
     from tests.callbacks.shrink_helpers import logits_of
 
     namespace = _training_namespace(tmp_path)
-    _run(6, namespace)
+    _run(8, namespace)
     model = namespace["model"]
     assert model.config.intermediate_size == 24  # half of every block's 48 channels
     assert float(capsys.readouterr().out.split()[-1]) < 0.9
@@ -96,7 +111,7 @@ def test_the_lightning_block_shrinks_and_its_checkpoint_loads(
     from tests.callbacks.shrink_helpers import LitLlama, logits_of
 
     monkeypatch.chdir(tmp_path)  # Lightning's logs
-    language, code = code_blocks(PAGE)[7]
+    language, code = code_blocks(PAGE)[9]
     assert language == "python" and "steps = 1000\n" in code
     module = LitLlama()
     namespace: dict[str, Any] = {

@@ -20,17 +20,15 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning.base import BasePruningMethod
+from tensorplay.ao.pruning.masking.mode import MaskingMode
 from tensorplay.ao.pruning.scopes.units import UnitSpace
 from tensorplay.ao.pruning.stats import TensorSparsity
 from tensorplay.ao.pruning.tied_targets import Target
-
-if TYPE_CHECKING:
-    from tensorplay.ao.pruning.masking.mode import MaskingMode
 
 __all__ = ["PruningStructure", "Scores"]
 

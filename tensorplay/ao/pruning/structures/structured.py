@@ -33,13 +33,14 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from torch import nn
 
 from tensorplay.ao.pruning.aliases import alias_map
 from tensorplay.ao.pruning.base import BasePruningMethod
 from tensorplay.ao.pruning.dtensor_targets import is_sharded
+from tensorplay.ao.pruning.masking.mode import MaskingMode
 from tensorplay.ao.pruning.methods import L1Unstructured, RandomUnstructured
 from tensorplay.ao.pruning.stats import TensorSparsity
 from tensorplay.ao.pruning.structure.graph import DependencyGraph
@@ -52,9 +53,6 @@ from tensorplay.ao.pruning.structures.unit_space import (
     pruned_of,
 )
 from tensorplay.ao.pruning.tied_targets import Target
-
-if TYPE_CHECKING:
-    from tensorplay.ao.pruning.masking.mode import MaskingMode
 
 __all__ = ["ChannelStructure", "HeadStructure", "LayerStructure", "UnitStructure"]
 
@@ -92,6 +90,7 @@ class UnitStructure:
         example_inputs: Any = None,
         multiple_of: int = 1,
     ) -> None:
+        _refuse_shards(self.name, model)
         graph = DependencyGraph(model, example_inputs)
         groups = _selected_groups(self.name, graph, model, selected)
         if self.ranks_together:
@@ -105,7 +104,6 @@ class UnitStructure:
         self._by_name: dict[str, Target] = {}
         self.targets = _targets(names, aliases, self._by_name)
         self.scored = _targets(scored, aliases, {})
-        _refuse_shards(self.name, self.targets)
         self._shapes = shapes_of(model)
         self._multiple = multiple_of
 
@@ -149,7 +147,6 @@ class UnitStructure:
     ) -> StructuredSpace:
         """The units of a pruning step (:class:`~tensorplay.ao.pruning.structures.unit_space.
         StructuredSpace`)."""
-        _refuse_shards(self.name, self.targets)
         return StructuredSpace(
             self._ranked,
             self._by_name,
@@ -245,12 +242,13 @@ def _targets(names: Sequence[str], aliases: Any, by_name: dict[str, Target]) -> 
     return list(found.values())
 
 
-def _refuse_shards(kind: str, targets: Sequence[Target]) -> None:
-    for target in targets:
-        if is_sharded(target.parameter()):
+def _refuse_shards(kind: str, model: nn.Module) -> None:
+    """Refuse FSDP2 models before the graph traces them or anything changes."""
+    for name, param in model.named_parameters():
+        if is_sharded(param):
             raise ValueError(
-                f"Expected plain tensors with structure={kind!r}, but {target.name!r} "
-                f"{target.label} is a DTensor (FSDP2): a unit's slices lie across the shards. "
-                "Prune structure under DDP or on one device (and shrink before sharding), or "
-                "use structure='element' with masking='inplace'."
+                f"Expected plain tensors with structure={kind!r}, but {name!r} is a DTensor "
+                "(FSDP2): a unit's slices lie across the shards. Prune structure under DDP or "
+                "on one device (shrink, then shard), or use structure='element' with "
+                "masking='inplace'."
             )

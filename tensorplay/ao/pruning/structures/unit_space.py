@@ -49,20 +49,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import torch
 from torch import Tensor
 
 from tensorplay.ao.pruning.amount import kept_multiple
 from tensorplay.ao.pruning.base import BasePruningMethod
+from tensorplay.ao.pruning.masking.mode import MaskingMode
 from tensorplay.ao.pruning.method_selection import select_in_place
 from tensorplay.ao.pruning.structure.units import UnitGroup, expand_keep, pruned_units, unit_scores
 from tensorplay.ao.pruning.structures.structure import Scores
 from tensorplay.ao.pruning.tied_targets import Target
-
-if TYPE_CHECKING:
-    from tensorplay.ao.pruning.masking.mode import MaskingMode
 
 __all__ = ["Ranked", "StructuredSpace", "held_masks", "pruned_of"]
 
