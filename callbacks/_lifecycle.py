@@ -57,6 +57,12 @@ from tensorplay.ao.pruning.permanent_saves import (
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import schedule_from_dict
 from tensorplay.ao.pruning.stats import SparsityReport
+from tensorplay.ao.pruning.structure.blocks import find_blocks
+from tensorplay.ao.pruning.structure.graph import DependencyGraph
+from tensorplay.ao.pruning.structure.reshape import ShrunkShapes
+from tensorplay.ao.pruning.structure.shrink import shrink
+from tensorplay.ao.pruning.structure.shrink_report import ShrinkReport
+from tensorplay.ao.pruning.structure.units import UnitGroup
 from tensorplay.ao.pruning.targets import method_name
 
 from ._metrics import pruning_metrics
@@ -67,6 +73,7 @@ __all__ = [
     "Option",
     "PruningRollbackWarning",
     "PruningSession",
+    "check_options",
     "plain_arguments",
     "split_arguments",
 ]
@@ -92,12 +99,16 @@ class AdapterOptions:
         reset_optimizer_state: Give the pruner the framework's optimizers, whose state it
             clears after each pruning event.
         verbose: Report each pruning event and the final sparsity table (on rank zero).
+        shrink_at_end: At the end of training, remove the pruned units physically
+            (:func:`~tensorplay.ao.pruning.shrink`; the pruning is made permanent first) and
+            report the parameters and widths before and after (on rank zero).
     """
 
     log_per_tensor: bool = False
     make_permanent: bool = False
     reset_optimizer_state: bool = False
     verbose: bool = True
+    shrink_at_end: bool = False
 
 
 class Option:
@@ -165,7 +176,22 @@ def split_arguments(arguments: Mapping[str, Any]) -> tuple[PrunerConfig, Adapter
         given["schedule"] = schedule_from_dict(given["schedule"])
     config = PrunerConfig(**{name: given[name] for name in _CONFIG_FIELDS if name in given})
     options = AdapterOptions(**{name: given[name] for name in _OPTION_FIELDS if name in given})
+    check_options(config, options)
     return config, options
+
+
+def check_options(config: PrunerConfig, options: AdapterOptions) -> None:
+    """Refuse options that contradict the configuration: ``shrink_at_end`` with single weights.
+
+    Raises:
+        ValueError: Naming both.
+    """
+    if options.shrink_at_end and config.structure == "element":
+        raise ValueError(
+            "Expected `structure` to be 'channel', 'head' or 'layer' with shrink_at_end=True, "
+            "but got structure='element': single weights leave no unit to remove, so nothing "
+            "would shrink. Choose a structure, or make_permanent=True to keep the zeros."
+        )
 
 
 def plain_arguments(config: PrunerConfig, options: AdapterOptions) -> dict[str, Any] | None:
@@ -198,6 +224,41 @@ def plain_arguments(config: PrunerConfig, options: AdapterOptions) -> dict[str, 
         plain[name] = value
     plain.update({name: getattr(options, name) for name in _OPTION_FIELDS})
     return plain
+
+
+_FAR_STEP = 2**62  # "any later step" for a schedule's latest pruning step
+
+
+def shrink_groups(pruner: Pruner) -> list[UnitGroup]:
+    """The groups of units of ``pruner``'s structure (channels, heads or layers), whose pruned
+    units shrinking removes: the model's dependency graph asked for that kind."""
+    return DependencyGraph(pruner.model).groups(pruner.config.structure)
+
+
+def refuse_steps(optimizer: Optimizer, name: str) -> None:
+    """Make ``optimizer`` (a framework's wrapper unwrapped) raise when it steps: it holds the
+    tensors of the model before shrinking, and its state their shapes.
+
+    Example:
+        >>> import torch
+        >>> optimizer = torch.optim.SGD([torch.zeros(2, requires_grad=True)], lr=0.1)
+        >>> refuse_steps(optimizer, "Adapter")
+        >>> optimizer.step()
+        Traceback (most recent call last):
+        ...
+        RuntimeError: Expected a new optimizer for the shrunk model, but this one was made ...
+    """
+    while isinstance(getattr(optimizer, "optimizer", None), Optimizer):
+        optimizer = optimizer.optimizer  # type: ignore[attr-defined]
+
+    def refuse(*_: Any) -> None:
+        raise RuntimeError(
+            "Expected a new optimizer for the shrunk model, but this one was made before "
+            f"{name}(shrink_at_end=True) shrank it: it holds the tensors the model had, and "
+            "their state. Build a new optimizer from the model's parameters."
+        )
+
+    optimizer.register_step_pre_hook(refuse)
 
 
 def rank_zero_value(value: int) -> int:
@@ -275,6 +336,8 @@ class PruningSession:
         self._attachment: OptimizerAttachment | None = None
         self._pending: tuple[dict[str, Any], Mapping[str, Tensor] | None] | None = None
         self._report: SparsityReport | None = None  # the last counts, re-read when they change
+        self._optimizers: list[Optimizer] = []
+        self._shrunk: tuple[ShrinkReport, ShrunkShapes] | None = None
 
     @property
     def built(self) -> bool:
@@ -308,6 +371,7 @@ class PruningSession:
                 masks on every rank).
             check: Called with the new pruner before the model changes (may raise).
         """
+        check_options(self.config, self.options)  # an option may be set after construction
         seed = torch.initial_seed() if self.config.seed is None else self.config.seed
         kwargs = {**self.config.as_kwargs(), "seed": int(broadcast(int(seed)))}
         pruner = Pruner(model, **kwargs)
@@ -327,6 +391,7 @@ class PruningSession:
         weights training starts from (as loaded or broadcast)."""
         pruner = self.pruner
         self.detach()  # the optimizers of an earlier run
+        self._optimizers = list(optimizers)
         holding = [optimizer for optimizer in optimizers if pruner.held_by(optimizer)]
         if pruner.mode.hooks_optimizers and not pruner.permanent and holding:
             self._attachment = pruner.attach(*holding, mask_gradients=False, accumulate=False)
@@ -381,15 +446,62 @@ class PruningSession:
         return pruning_metrics(self.pruner, self._report, self.options.log_per_tensor)
 
     def finish(self) -> None:
-        """Training ended: detach the optimizers, report the final sparsity, make the pruning
-        permanent if asked."""
+        """Training ended: detach the optimizers, report the final sparsity, shrink the model
+        or make the pruning permanent if asked."""
         if self._pruner is None:
             return
         self.detach()
         if self.options.verbose:
             self._inform(f"{self.name}: final sparsity\n{self._pruner.report()}")
-        if self.options.make_permanent and not self._pruner.permanent:
+        if self.options.shrink_at_end and self._shrunk is None:
+            self._shrink()
+        elif self.options.make_permanent and not self._pruner.permanent:
             self._pruner.make_permanent()
+
+    @property
+    def shrink_report(self) -> ShrinkReport | None:
+        """What :meth:`finish` removed with ``shrink_at_end`` (``None`` before)."""
+        return None if self._shrunk is None else self._shrunk[0]
+
+    @property
+    def shrunk_shapes(self) -> ShrunkShapes | None:
+        """The shrunk model's layout, for its checkpoints (``None`` unless shrunk)."""
+        return None if self._shrunk is None else self._shrunk[1]
+
+    def _shrink(self) -> None:
+        """Make the pruning permanent and remove the pruned units: every rank holds the same
+        masks, so every rank shrinks alike. The optimizers the framework trained with hold the
+        old tensors: stepping one afterwards raises."""
+        pruner = self.pruner
+        self._warn_unfinished()
+        found = find_blocks(pruner.model)
+        layers = found.block_names() if found is not None else []
+        groups = shrink_groups(pruner)
+        if not pruner.permanent:
+            pruner.make_permanent()
+        report = shrink(pruner.model, groups=groups)
+        self._shrunk = (report, ShrunkShapes.of(pruner.model, report, layers))
+        for optimizer in self._optimizers:
+            refuse_steps(optimizer, self.name)
+        # The pruner's units are those of the model before: its last counts stay the metrics.
+        if self.options.verbose:
+            self._inform(f"{self.name}: shrunk the model\n{report}")
+
+    def _warn_unfinished(self) -> None:
+        """Shrinking ends pruning: say so when the schedule had pruning steps ahead."""
+        pruner = self.pruner
+        reached = pruner.target_sparsity()
+        ahead = pruner.schedule.latest_pruning_step(max(pruner.last_step, 0), _FAR_STEP)
+        if ahead is None or pruner.schedule(ahead) <= reached:
+            return
+        warnings.warn(
+            f"{self.name}: training ended at step {pruner.last_step}, at a target sparsity of "
+            f"{reached:.2%}, before the schedule's {pruner.schedule(ahead):.2%} (step {ahead}): "
+            "shrink_at_end removes the units pruned so far. Train to the schedule's last "
+            "pruning step (or end the schedule sooner) to shrink the model to its final size.",
+            UserWarning,
+            stacklevel=3,
+        )
 
     def detach(self) -> None:
         """Take the hooks off the attached optimizers."""

@@ -1,23 +1,30 @@
 """Loading pruned checkpoints into a fresh ``LightningModule``, strictly.
 
-:class:`PrunableMixin` rebuilds the reparametrization before Lightning loads a checkpoint's
-weights. (The state of tensorplay 0.1's callback is read by :mod:`tensorplay.callbacks._state`,
-re-exported here.)
+:class:`PrunableMixin` rebuilds the reparametrization, and the layout of a model shrunk at the
+end of training, before Lightning loads a checkpoint's weights. (The state of tensorplay 0.1's
+callback is read by :mod:`tensorplay.callbacks._state`, re-exported here.)
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from lightning.pytorch.core.hooks import CheckpointHooks
-from torch import nn
+from torch import Tensor, nn
 from typing_extensions import override
 
 from tensorplay.ao.pruning.checkpoint import restore_pruning
+from tensorplay.ao.pruning.structure.reshape import ShrunkShapes, reshape
+from tensorplay.ao.pruning.structure.units import shapes_of
 
 from ._state import pruner_state, schedule_key, state_key_fields
 
-__all__ = ["PrunableMixin", "pruner_state", "schedule_key", "state_key_fields"]
+__all__ = ["SHRUNK_KEY", "PrunableMixin", "pruner_state", "schedule_key", "state_key_fields"]
+
+SHRUNK_KEY = "tensorplay_shrunk"
+"""The key of a Lightning checkpoint holding the layout of a model shrunk at the end of
+training (:class:`~tensorplay.ao.pruning.structure.reshape.ShrunkShapes` as plain data)."""
 
 
 class PrunableMixin(CheckpointHooks):
@@ -31,10 +38,16 @@ class PrunableMixin(CheckpointHooks):
     Under ``ModelParallelStrategy`` the strategy loads a distributed checkpoint's weights before
     this hook, into the tensors the model has: the pruned weights (zero) load, the masks do not.
 
+    A checkpoint saved after ``GradualPruning(shrink_at_end=True)`` shrank the model records
+    the shrunk layout (under ``"tensorplay_shrunk"``): the fresh model is shrunk to it first
+    (:func:`~tensorplay.ao.pruning.structure.reshape.reshape`: blocks removed, parameters cut,
+    a Hugging Face config updated), and the checkpoint's weights fill it. A checkpoint of the
+    model before shrinking loaded into the shrunk model is refused with an error that says so.
+
     Example:
         >>> import lightning.pytorch as pl
         >>> import torch
-        >>> from torch import nn
+        >>> from torch import Tensor, nn
         >>> class Net(PrunableMixin, pl.LightningModule):
         ...     def __init__(self) -> None:
         ...         super().__init__()
@@ -61,6 +74,30 @@ class PrunableMixin(CheckpointHooks):
             raise TypeError(
                 f"Expected `PrunableMixin` on a torch.nn.Module, but got {type(self).__name__}."
             )
+        if SHRUNK_KEY in checkpoint:
+            reshape(self, ShrunkShapes.from_dict(checkpoint[SHRUNK_KEY]))
         if "state_dict" in checkpoint:  # absent from a distributed checkpoint's metadata
+            _check_not_larger(self, checkpoint["state_dict"])
             restore_pruning(self, checkpoint["state_dict"])
         super().on_load_checkpoint(checkpoint)
+
+
+def _check_not_larger(module: nn.Module, state_dict: Mapping[str, Any]) -> None:
+    """Refuse a checkpoint whose tensors are larger than the module's: one saved before the
+    module was shrunk (``trainer.test(ckpt_path="best")`` after ``shrink_at_end``)."""
+    shapes = shapes_of(module)
+    for key, value in state_dict.items():
+        name = key.removesuffix("_orig")
+        shape = shapes.get(name)
+        if shape is None or not isinstance(value, Tensor) or value.shape == shape:
+            continue
+        if value.dim() == len(shape) and all(
+            a >= b for a, b in zip(value.shape, shape, strict=True)
+        ):
+            raise ValueError(
+                f"Expected a checkpoint of {type(module).__name__} as it is now, but its "
+                f"{name!r} is {tuple(value.shape)} where the model's is {tuple(shape)}: the "
+                "checkpoint was saved before the model was shrunk (shrink_at_end). Load it into "
+                "a freshly built model (`load_from_checkpoint`), or use the shrunk model as "
+                "training left it."
+            )

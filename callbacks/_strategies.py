@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import lightning.pytorch as pl
-from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
+from lightning.pytorch.strategies import DeepSpeedStrategy, FSDPStrategy, ModelParallelStrategy
+from lightning.pytorch.strategies.launchers.multiprocessing import _MultiProcessingLauncher
 
 from tensorplay.ao.pruning.config import PrunerConfig
 from tensorplay.ao.pruning.masking import masking_mode
@@ -19,7 +20,7 @@ from tensorplay.ao.pruning.pruner import Pruner
 if TYPE_CHECKING:
     from .pruning import GradualPruning
 
-__all__ = ["check_disjoint", "check_strategy"]
+__all__ = ["check_disjoint", "check_shrinkable", "check_strategy"]
 
 
 def check_strategy(strategy: object, config: PrunerConfig) -> None:
@@ -54,6 +55,34 @@ def check_strategy(strategy: object, config: PrunerConfig) -> None:
         raise ValueError(
             "Expected `rewind='none'` under `ModelParallelStrategy` (the snapshot of sharded "
             f"weights is not saved in distributed checkpoints), but got rewind={config.rewind!r}."
+        )
+
+
+def check_shrinkable(strategy: object) -> None:
+    """Refuse ``shrink_at_end`` under the strategies that shard the parameters (shrinking cuts
+    whole tensors, which no rank holds there) and under those that train in worker processes
+    and hand the weights back to the main process's model (``ddp_spawn``, ``ddp_fork``,
+    ``ddp_notebook``): that model keeps its full widths, so the shrunk weights cannot load.
+
+    Raises:
+        ValueError: Under ``ModelParallelStrategy`` (FSDP2), ``DeepSpeedStrategy``, or a
+            strategy launched in worker processes.
+    """
+    if isinstance(strategy, (ModelParallelStrategy, DeepSpeedStrategy)):
+        raise ValueError(
+            "Expected a strategy whose ranks hold whole parameters with `shrink_at_end=True` "
+            f"(DDP or one device), but got {type(strategy).__name__}: it shards them, and "
+            "shrinking cuts whole tensors. Train with shrink_at_end=False, then shrink a full "
+            "copy of the trained model with tensorplay.ao.pruning.shrink."
+        )
+    if isinstance(getattr(strategy, "launcher", None), _MultiProcessingLauncher):
+        raise ValueError(
+            "Expected a strategy that trains the model of this process with "
+            "`shrink_at_end=True` (strategy='ddp' or one device), but got one launched in "
+            f"worker processes ({type(strategy).__name__} with start method "
+            f"{getattr(strategy, '_start_method', '?')!r}): they hand the trained weights back "
+            "to this process's model, which keeps its full widths. Use strategy='ddp', or "
+            "shrink_at_end=False and shrink the returned model with tensorplay.ao.pruning.shrink."
         )
 
 

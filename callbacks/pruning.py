@@ -29,11 +29,13 @@ from tensorplay.ao.pruning.config import (
 )
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import Schedule
+from tensorplay.ao.pruning.structure.shrink_report import ShrinkReport
 from tensorplay.ao.pruning.targets import KeepDense
 
 from ._lifecycle import Option, PruningSession, split_arguments
+from ._loading import SHRUNK_KEY
 from ._state import state_key_fields
-from ._strategies import check_disjoint, check_strategy
+from ._strategies import check_disjoint, check_shrinkable, check_strategy
 
 __all__ = ["GradualPruning"]
 
@@ -86,11 +88,19 @@ class GradualPruning(Callback):
         reset_optimizer_state: Give the pruner the trainer's optimizers, whose state it clears
             after each pruning event.
         verbose: Report each pruning event and the final sparsity table on rank zero.
+        shrink_at_end: At the end of fit (after the last checkpoint of ``ModelCheckpoint``),
+            remove the pruned units physically (:func:`~tensorplay.ao.pruning.shrink`) and
+            report the parameters and widths before and after (:attr:`shrink_report`). A
+            checkpoint saved afterwards (``trainer.save_checkpoint``) records the shrunk
+            layout, which :class:`~tensorplay.callbacks.PrunableMixin` rebuilds when it is
+            loaded. The trainer's optimizers hold the old tensors: stepping one raises. See
+            :doc:`/structured`.
 
     Raises:
         TypeError: As :class:`~tensorplay.ao.pruning.config.PrunerConfig`.
         ValueError: As it; at set-up, under ``FSDPStrategy``, or under ``ModelParallelStrategy``
-            without ``masking="inplace"`` or with rewinding.
+            without ``masking="inplace"`` or with rewinding, or with ``shrink_at_end`` under
+            ``ModelParallelStrategy`` or ``DeepSpeedStrategy``.
 
     Example:
         >>> from tensorplay.ao.pruning.schedules import CubicSchedule
@@ -126,6 +136,7 @@ class GradualPruning(Callback):
         accumulator_dtype: AccumulatorDtype = "float32",
         structure: Structure = "element",
         multiple_of: int = 1,
+        shrink_at_end: bool = False,
     ) -> None:
         # Every argument, by name, to the one place that reads them (LightningCLI reads the
         # signature above, so it stays explicit; a test keeps it equal to the Trainer callback's).
@@ -149,12 +160,19 @@ class GradualPruning(Callback):
     make_permanent = Option()
     reset_optimizer_state = Option()
     verbose = Option()
+    shrink_at_end = Option()
 
     @property
     @override
     def state_key(self) -> str:
         """Differs between configurations, and is the key tensorplay 0.1 wrote."""
         return self._generate_state_key(**state_key_fields(self.config))
+
+    @property
+    def shrink_report(self) -> ShrinkReport | None:
+        """What ``shrink_at_end`` removed: parameters and widths before and after (``None``
+        until the model is shrunk)."""
+        return self._session.shrink_report
 
     @property
     def pruner(self) -> Pruner:
@@ -172,6 +190,8 @@ class GradualPruning(Callback):
         if stage != "fit" or self._session.built_for(pl_module):
             return
         check_strategy(trainer.strategy, self.config)
+        if self.shrink_at_end:
+            check_shrinkable(trainer.strategy)
         if not trainer.strategy.restore_checkpoint_after_setup:
             self._build(trainer, pl_module)
 
@@ -222,6 +242,17 @@ class GradualPruning(Callback):
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Report the final sparsity; make the pruning permanent if asked."""
         self._session.finish()
+
+    @override
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        """Once the model is shrunk, record its layout in the checkpoint (under
+        ``"tensorplay_shrunk"``), for :class:`~tensorplay.callbacks.PrunableMixin` to rebuild
+        before the weights load."""
+        shapes = self._session.shrunk_shapes
+        if shapes is not None:
+            checkpoint[SHRUNK_KEY] = shapes.to_dict()
 
     @override
     def state_dict(self) -> dict[str, Any]:

@@ -43,6 +43,7 @@ from tensorplay.ao.pruning.config import (
 from tensorplay.ao.pruning.imports import import_path
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import Schedule
+from tensorplay.ao.pruning.structure.shrink_report import ShrinkReport
 from tensorplay.ao.pruning.targets import KeepDense
 
 from ._json_state import find_saved, saved_entry
@@ -107,6 +108,13 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
             after each pruning event.
         verbose: Log each pruning event and the final sparsity table (``logging.INFO``, on the
             main process: ``TrainingArguments(log_level="info")`` shows them).
+        shrink_at_end: At the end of training (after the Trainer's last checkpoint, and after
+            it loaded the best one with ``load_best_model_at_end``: that one is shrunk),
+            remove the pruned units physically (:func:`~tensorplay.ao.pruning.shrink`), update
+            the model's config and report the parameters and widths before and after
+            (:attr:`shrink_report`); ``trainer.save_model()`` then writes the smaller model.
+            The trainer's optimizer holds the old tensors: stepping it raises. See
+            :doc:`/structured`.
 
     Raises:
         TypeError: As :class:`~tensorplay.ao.pruning.config.PrunerConfig`.
@@ -147,6 +155,7 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         accumulator_dtype: AccumulatorDtype = "float32",
         structure: Structure = "element",
         multiple_of: int = 1,
+        shrink_at_end: bool = False,
     ) -> None:
         # Every argument, by name, to the one place that reads them (a test keeps the signature
         # equal to the Lightning callback's).
@@ -175,12 +184,19 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
     make_permanent = Option()
     reset_optimizer_state = Option()
     verbose = Option()
+    shrink_at_end = Option()
 
     @property
     def state_key(self) -> str:
         """Tells the saved states of several callbacks apart (the Trainer files them all under
         the class name); the fields of the Lightning callback's key."""
         return _state_key(self.config)
+
+    @property
+    def shrink_report(self) -> ShrinkReport | None:
+        """What ``shrink_at_end`` removed: parameters and widths before and after (``None``
+        until the model is shrunk)."""
+        return self._session.shrink_report
 
     @property
     def pruner(self) -> Pruner:

@@ -90,3 +90,12 @@ def test_hugging_face_example_saves_a_folder_that_loads_to_the_same_logits(
         assert torch.equal(fresh(tokens).logits, expected)
     assert report(["gpt2-pruned"]) == 0
     assert "global sparsity" in capsys.readouterr().out
+
+
+def test_structured_example_asks_for_channels_shrunk_at_the_end() -> None:
+    pytest.importorskip("transformers")
+    namespace: dict[str, Any] = {}
+    exec(_python_blocks()[5], namespace)
+    pruning = namespace["pruning"]
+    assert (pruning.config.structure, pruning.config.scope) == ("channel", "layerwise")
+    assert pruning.shrink_at_end and pruning.shrink_report is None  # shrunk when training ends

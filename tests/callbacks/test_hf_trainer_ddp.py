@@ -62,3 +62,24 @@ def test_masks_are_identical_on_two_ddp_ranks(tmp_path: Path) -> None:
             assert torch.equal(weight[~mask], torch.zeros(int((~mask).sum()))), name
     for name, weight in rank0["weights"].items():
         assert torch.equal(weight, rank1["weights"][name]), name
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_both_ranks_shrink_to_the_same_model(tmp_path: Path) -> None:
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+        str(ROOT / "tests/callbacks/shrink_ddp_worker.py"), str(tmp_path),
+    ]  # fmt: skip
+    done = subprocess.run(
+        command, cwd=ROOT, env=_clean_env(), capture_output=True, text=True, timeout=240,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    rank0 = torch.load(tmp_path / "shrunk_rank0.pt", weights_only=True)
+    rank1 = torch.load(tmp_path / "shrunk_rank1.pt", weights_only=True)
+    assert rank0["widths"] == rank1["widths"]
+    assert sum(rank0["widths"]) == 3 * 48 - round(0.5 * 3 * 48)  # half of all channels went
+    assert sorted(rank0["weights"]) == sorted(rank1["weights"])
+    for name, weight in rank0["weights"].items():
+        assert torch.equal(weight, rank1["weights"][name]), name

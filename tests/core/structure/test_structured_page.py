@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import torch
 
+from tensorplay.ao.pruning import CubicSchedule, load_shrunk
 from tests.docs.code_blocks import code_blocks
 
 transformers = pytest.importorskip("transformers")
@@ -22,7 +23,11 @@ PAGE = Path(__file__).resolve().parents[3] / "docs" / "structured.rst"
 
 def test_the_page_has_the_blocks_these_tests_know() -> None:
     languages = [language for language, _ in code_blocks(PAGE)]
-    assert languages == ["python", "text", "python", "text", "python", "python", "python", "text"]
+    assert languages == [
+        *("python", "text", "python", "text", "python", "python"),
+        *("python", "text"),  # pruning structure in training
+        *("python", "python", "bash"),  # in a training run; the accuracy experiment
+    ]
 
 
 def _run(index: int, namespace: dict[str, Any]) -> None:
@@ -69,3 +74,58 @@ def test_the_training_block_prunes_exact_widths_and_prints_what_the_page_shows(
     assert [(step, count) for step, _, count in pruner.history] == [
         (s, 32) for s in (10, 20, 30, 40)
     ]
+
+
+def _training_namespace(tmp_path: Path) -> dict[str, Any]:
+    from tests.callbacks.hf_trainer_helpers import Tokens, training_args
+    from tests.hf_models import tiny_llama
+
+    return {
+        "model": tiny_llama().train(),
+        "args": training_args(tmp_path / "out", max_steps=6),
+        "data": Tokens(),
+        "Trainer": transformers.Trainer,
+        "directory": str(tmp_path / "saved"),
+    }
+
+
+@pytest.mark.slow
+def test_the_trainer_block_shrinks_and_saves_what_plain_transformers_loads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.callbacks.shrink_helpers import logits_of
+
+    namespace = _training_namespace(tmp_path)
+    _run(8, namespace)
+    model = namespace["model"]
+    assert model.config.intermediate_size == 24  # half of every block's 48 channels
+    assert float(capsys.readouterr().out.split()[-1]) < 0.9
+    same = transformers.AutoModelForCausalLM.from_pretrained(namespace["directory"])
+    torch.testing.assert_close(logits_of(same), logits_of(model))
+
+
+@pytest.mark.slow
+def test_the_lightning_block_shrinks_and_its_checkpoint_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.callbacks.shrink_helpers import LitLlama, logits_of
+
+    monkeypatch.chdir(tmp_path)  # Lightning's logs
+    language, code = code_blocks(PAGE)[9]
+    assert language == "python" and "steps = 1000\n" in code
+    module = LitLlama()
+    namespace: dict[str, Any] = {
+        "module": module,
+        "LitLlama": LitLlama,
+        "CubicSchedule": CubicSchedule,
+        "directory": str(tmp_path),
+    }
+    exec(compile(code.replace("steps = 1000\n", "steps = 6\n"), PAGE.name, "exec"), namespace)
+    loaded = namespace["module"]
+    assert loaded is not module
+    heads = [layer.self_attn.k_proj.out_features for layer in module.model.model.layers]
+    assert sum(heads) < 3 * 16  # key/value heads of 8 went
+    assert [layer.self_attn.k_proj.out_features for layer in loaded.model.model.layers] == heads
+    torch.testing.assert_close(logits_of(loaded), logits_of(module))
+    same = load_shrunk(transformers.AutoModelForCausalLM, tmp_path)
+    torch.testing.assert_close(logits_of(same), logits_of(module.model))

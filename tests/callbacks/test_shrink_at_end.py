@@ -1,0 +1,214 @@
+"""``shrink_at_end=True`` in both callbacks: a tiny Llama trained a few steps with channels, heads
+or layers pruned comes out smaller, computes what the masked model computed, and its saves load
+right: ``save_pretrained`` with transformers alone in a fresh process, Lightning checkpoints into
+a freshly built module."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.strategies import ModelParallelStrategy
+
+from tensorplay.ao.pruning.schedules import LinearSchedule
+from tensorplay.callbacks import GradualPruning
+from tensorplay.callbacks._strategies import check_shrinkable
+from tensorplay.callbacks.transformers import GradualPruningCallback
+from tests.callbacks.hf_trainer_helpers import Tokens, make_trainer, training_args, transformers
+from tests.callbacks.shrink_helpers import (
+    LitLlama,
+    MaskedLogits,
+    from_pretrained_logits,
+    logits_of,
+)
+from tests.hf_models import tiny_llama
+
+SCHEDULE = LinearSchedule(0.5, end_step=4, frequency=2)  # prunes at steps 2 and 4
+# tiny_llama: 3 blocks, an FFN of 48 channels and 2 key/value heads (of 2 query heads each) per
+# block. Ranked per block, half of each block's channels and heads go; 2 of the 3 blocks.
+WIDTHS = {
+    "channel": {"intermediate_size": 24, "num_attention_heads": 4, "num_hidden_layers": 3},
+    "head": {"intermediate_size": 48, "num_attention_heads": 2, "num_hidden_layers": 3},
+    "layer": {"intermediate_size": 48, "num_attention_heads": 4, "num_hidden_layers": 1},
+}
+STRUCTURES = list(WIDTHS)
+
+
+def _config_widths(model: Any) -> dict[str, int]:
+    return {key: getattr(model.config, key) for key in WIDTHS["channel"]}
+
+
+def _parameters(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+class HFMaskedLogits(transformers.TrainerCallback):  # type: ignore[misc]
+    """The Trainer: the logits of the masked model when training ends (put it before the
+    pruning callback, which shrinks in the same event)."""
+
+    def __init__(self) -> None:
+        self.logits: torch.Tensor | None = None
+
+    def on_train_end(
+        self, args: Any, state: Any, control: Any, model: Any = None, **_: Any
+    ) -> None:
+        self.logits = logits_of(model)
+
+
+@pytest.mark.slow
+def test_the_trainer_gives_a_smaller_model_that_plain_transformers_loads(tmp_path: Path) -> None:
+    folders, masked, sizes = [], [], []
+    for structure in STRUCTURES:
+        model = tiny_llama().train()
+        before = _parameters(model)
+        pruning = GradualPruningCallback(
+            SCHEDULE, structure=structure, scope="layerwise", shrink_at_end=True, verbose=False
+        )  # type: ignore[arg-type]
+        recorder = HFMaskedLogits()
+        trainer = make_trainer(model, tmp_path / structure, [recorder, pruning])
+        trainer.train()
+        report = pruning.shrink_report
+        assert report is not None and report.config == "uniform"
+        assert (report.parameters_before, report.parameters_after) == (before, _parameters(model))
+        assert _config_widths(model) == WIDTHS[structure]
+        assert recorder.logits is not None
+        torch.testing.assert_close(logits_of(model), recorder.logits, atol=1e-5, rtol=1e-4)
+        with pytest.raises(RuntimeError, match="Expected a new optimizer for the shrunk model"):
+            trainer.optimizer.step()  # the old tensors: never stepped silently
+        trainer.save_model(str(tmp_path / f"{structure}-saved"))
+        folders.append(tmp_path / f"{structure}-saved")
+        masked.append(recorder.logits)
+        sizes.append(report.parameters_after / before)
+    assert max(sizes) < 0.9  # every structure removed a tenth of the model or more
+    for loaded, logits in zip(
+        from_pretrained_logits(folders, tmp_path / "logits.pt"), masked, strict=True
+    ):
+        torch.testing.assert_close(loaded, logits, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("masking", ["reparametrize", "inplace"])
+def test_lightning_gives_a_smaller_model_and_checkpoints_that_load(
+    masking: str, tmp_path: Path
+) -> None:
+    module = LitLlama()
+    pruning = GradualPruning(
+        SCHEDULE, structure="channel", scope="layerwise", masking=masking, shrink_at_end=True,
+        verbose=False,
+    )  # type: ignore[arg-type]  # fmt: skip
+    recorder = MaskedLogits()
+    saving = ModelCheckpoint(dirpath=tmp_path, save_last=True)
+    trainer = pl.Trainer(
+        max_steps=6, callbacks=[saving, recorder, pruning], logger=False, accelerator="cpu",
+        enable_progress_bar=False, enable_model_summary=False,
+    )  # fmt: skip
+    trainer.fit(module)
+    assert recorder.logits is not None
+    assert module.model.config.intermediate_size == 24
+    assert pruning.shrink_report is not None and pruning.shrink_report.removed > 0
+    torch.testing.assert_close(logits_of(module), recorder.logits, atol=1e-5, rtol=1e-4)
+    with pytest.raises(RuntimeError, match="Expected a new optimizer for the shrunk model"):
+        trainer.optimizers[0].step()
+
+    # ModelCheckpoint's last checkpoint was saved before shrinking: the masked model, which a
+    # freshly built module loads (and which the shrunk module refuses, saying why).
+    last = LitLlama.load_from_checkpoint(tmp_path / "last.ckpt")
+    torch.testing.assert_close(logits_of(last), recorder.logits, atol=1e-5, rtol=1e-4)
+    with pytest.raises(ValueError, match="saved before the model was shrunk"):
+        trainer.test(module, ckpt_path=str(tmp_path / "last.ckpt"))
+
+    # A checkpoint saved afterwards holds the shrunk model: a fresh module is shrunk to it.
+    trainer.save_checkpoint(tmp_path / "shrunk.ckpt")
+    shrunk = LitLlama.load_from_checkpoint(tmp_path / "shrunk.ckpt")
+    assert shrunk.model.config.intermediate_size == 24
+    assert _parameters(shrunk) == _parameters(module)
+    torch.testing.assert_close(logits_of(shrunk), recorder.logits, atol=1e-5, rtol=1e-4)
+
+    module.model.save_pretrained(tmp_path / "saved")
+    (loaded,) = from_pretrained_logits([tmp_path / "saved"], tmp_path / "logits.pt")
+    torch.testing.assert_close(loaded, recorder.logits, atol=1e-5, rtol=1e-4)
+
+
+def test_a_schedule_not_at_its_end_warns_and_shrinks_what_is_pruned(tmp_path: Path) -> None:
+    schedule = LinearSchedule(0.5, end_step=8, frequency=2)  # 6 steps end before step 8
+    pruning = GradualPruningCallback(
+        schedule, structure="channel", scope="layerwise", shrink_at_end=True, verbose=False
+    )  # type: ignore[arg-type]
+    model = tiny_llama().train()
+    trainer = make_trainer(model, tmp_path, [pruning])
+    with pytest.warns(UserWarning, match=r"before the schedule's 50.00% \(step 8\)"):
+        trainer.train()
+    # 3/8 of 48 channels per block at step 6: 18 pruned, 30 kept.
+    assert model.config.intermediate_size == 48 - round(schedule(6) * 48) == 30
+
+
+def test_a_schedule_at_its_end_shrinks_without_a_warning(tmp_path: Path) -> None:
+    pruning = GradualPruningCallback(SCHEDULE, structure="head", shrink_at_end=True, verbose=False)  # type: ignore[arg-type]
+    trainer = make_trainer(tiny_llama().train(), tmp_path, [pruning])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        trainer.train()
+    assert pruning.shrink_report is not None
+
+
+@pytest.mark.parametrize("callback", [GradualPruning, GradualPruningCallback])
+def test_shrinking_elements_is_refused_when_the_callback_is_made(callback: type) -> None:
+    with pytest.raises(ValueError, match=r"shrink_at_end=True.*structure='element'"):
+        callback(SCHEDULE, shrink_at_end=True)
+
+
+def test_shrinking_elements_set_after_construction_is_refused_before_any_mask(
+    tmp_path: Path,
+) -> None:
+    pruning = GradualPruningCallback(SCHEDULE)
+    pruning.shrink_at_end = True
+    model = tiny_llama()
+    with pytest.raises(ValueError, match=r"shrink_at_end=True.*structure='element'"):
+        make_trainer(model, tmp_path, [pruning])
+    assert not [name for name, _ in model.named_buffers() if name.endswith("_mask")]
+
+
+def test_the_strategies_that_shard_parameters_are_refused() -> None:
+    with pytest.raises(ValueError, match="ModelParallelStrategy: it shards them"):
+        check_shrinkable(ModelParallelStrategy())
+
+
+def test_a_strategy_that_trains_in_worker_processes_is_refused_at_set_up(tmp_path: Path) -> None:
+    # ddp_spawn's main process loads rank zero's weights into its own, full-width model.
+    pruning = GradualPruning(SCHEDULE, structure="channel", shrink_at_end=True)  # type: ignore[arg-type]
+    trainer = pl.Trainer(
+        strategy="ddp_spawn", devices=2, accelerator="cpu", max_steps=1, callbacks=[pruning],
+        logger=False, default_root_dir=tmp_path,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=r"launched in worker processes .*'spawn'"):
+        check_shrinkable(trainer.strategy)
+
+
+def test_the_best_checkpoint_is_the_one_shrunk(tmp_path: Path) -> None:
+    """load_best_model_at_end: the Trainer loads the best checkpoint (saved in the permanent
+    form, before shrinking) when training ends; the callback restores its masks, then shrinks
+    that model."""
+    pruning = GradualPruningCallback(
+        SCHEDULE, structure="channel", scope="layerwise", shrink_at_end=True, verbose=False
+    )  # type: ignore[arg-type]
+    args = training_args(
+        tmp_path, max_steps=8, eval_strategy="steps", eval_steps=4, save_strategy="steps",
+        save_steps=4, load_best_model_at_end=True, eval_delay=4, per_device_eval_batch_size=4,
+        metric_for_best_model="loss", greater_is_better=False,
+    )  # fmt: skip
+    model = tiny_llama().train()
+    trainer = transformers.Trainer(
+        model=model, args=args, train_dataset=Tokens(), eval_dataset=Tokens(count=4, seed=1),
+        callbacks=[pruning],
+    )  # fmt: skip
+    trainer.train()
+    best = trainer.state.best_model_checkpoint
+    assert best is not None
+    saved = transformers.AutoModelForCausalLM.from_pretrained(best)
+    assert model.config.intermediate_size == 24
+    torch.testing.assert_close(logits_of(model), logits_of(saved), atol=1e-5, rtol=1e-4)
