@@ -59,6 +59,7 @@ from tensorplay.ao.pruning.schedules import schedule_from_dict
 from tensorplay.ao.pruning.stats import SparsityReport
 from tensorplay.ao.pruning.targets import method_name
 
+from ._distilling import Distilling, check_distill_arguments
 from ._metrics import pruning_metrics
 from ._state import pruner_state
 
@@ -92,12 +93,31 @@ class AdapterOptions:
         reset_optimizer_state: Give the pruner the framework's optimizers, whose state it
             clears after each pruning event.
         verbose: Report each pruning event and the final sparsity table (on rank zero).
+        distill_weight: The weight of the distillation term added to the task loss (0: off).
+        distill_temperature: Its temperature.
+        teacher: The teacher; ``None``: a frozen dense copy of the model taken just before the
+            first pruning step.
+
+    Raises:
+        TypeError: A distillation argument of the wrong type.
+        ValueError: ``distill_weight`` < 0 or ``distill_temperature`` <= 0.
     """
 
     log_per_tensor: bool = False
     make_permanent: bool = False
     reset_optimizer_state: bool = False
     verbose: bool = True
+    distill_weight: float = 0.0
+    distill_temperature: float = 2.0
+    teacher: nn.Module | None = None
+
+    def __post_init__(self) -> None:
+        check_distill_arguments(self.distill_weight, self.distill_temperature, self.teacher)
+
+    @property
+    def distilling(self) -> bool:
+        """Whether a distillation term is added (``distill_weight > 0``)."""
+        return self.distill_weight > 0
 
 
 class Option:
@@ -196,6 +216,8 @@ def plain_arguments(config: PrunerConfig, options: AdapterOptions) -> dict[str, 
             if None in value:
                 return None
         plain[name] = value
+    if options.teacher is not None:  # a module has no plain-data form
+        return None
     plain.update({name: getattr(options, name) for name in _OPTION_FIELDS})
     return plain
 
@@ -275,6 +297,8 @@ class PruningSession:
         self._attachment: OptimizerAttachment | None = None
         self._pending: tuple[dict[str, Any], Mapping[str, Tensor] | None] | None = None
         self._report: SparsityReport | None = None  # the last counts, re-read when they change
+        #: The distillation from the teacher (``distill_weight > 0``).
+        self.distilling = Distilling(name)
 
     @property
     def built(self) -> bool:
@@ -334,6 +358,13 @@ class PruningSession:
             pruner.optimizers = holding
         if self.config.rewind == "init" and pruner.last_step < 0:
             pruner.take_snapshot()
+        options = self.options
+        self.distilling.start(
+            pruner.model,
+            teacher=options.teacher,
+            weight=options.distill_weight,
+            temperature=options.distill_temperature,
+        )
 
     def before_optimizer_step(self, optimizer: Optimizer | None = None) -> None:
         """Before ``optimizer`` steps (after the gradients are final): with attached
@@ -363,6 +394,10 @@ class PruningSession:
         pruner = self.pruner
         if step == pruner.last_step:
             return None
+        options = self.options
+        self.distilling.before_step(
+            pruner, step, weight=options.distill_weight, temperature=options.distill_temperature
+        )
         pruned = pruner.step(step)
         if pruned > 0 or self._report is None or step % max(1, report_every) == 0:
             self._report = pruner.report()
@@ -381,8 +416,9 @@ class PruningSession:
         return pruning_metrics(self.pruner, self._report, self.options.log_per_tensor)
 
     def finish(self) -> None:
-        """Training ended: detach the optimizers, report the final sparsity, make the pruning
-        permanent if asked."""
+        """Training ended: detach the optimizers and the teacher, report the final sparsity,
+        make the pruning permanent if asked."""
+        self.distilling.detach()
         if self._pruner is None:
             return
         self.detach()

@@ -239,6 +239,25 @@ class Distillation(LeftOutOfCopies):
         """
         return self._forwards > 0 and self._pending is None
 
+    @property
+    def forwards(self) -> int:
+        """The student's training forwards seen since :meth:`attach` (a framework adapter
+        compares it between two :meth:`loss` calls to tell a forward whose term was never
+        taken).
+
+        Example:
+            >>> import torch
+            >>> from torch import nn
+            >>> student = nn.Linear(2, 3)
+            >>> distill = Distillation().attach(student)
+            >>> _ = student(torch.ones(1, 2)), student(torch.ones(1, 2))
+            >>> with torch.no_grad():
+            ...     _ = student(torch.ones(1, 2))  # not a training forward
+            >>> distill.forwards
+            2
+        """
+        return self._forwards
+
     def attach(self, student: nn.Module) -> Distillation:
         """Hook ``student`` so that the teacher sees its training forwards; take the teacher
         (a frozen dense copy of ``student`` as it is now) if none was given.
