@@ -36,11 +36,13 @@ from transformers.utils import logging
 from typing_extensions import override
 
 from tensorplay.ao.pruning.config import AccumulatorDtype, Masking, PrunerConfig, Rewind, Scope
+from tensorplay.ao.pruning.dense_copy import LeftOutOfCopies
 from tensorplay.ao.pruning.imports import import_path
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.targets import KeepDense
 
+from ._distilling import Distilling
 from ._json_state import find_entry, find_saved, saved_entry
 from ._lifecycle import Option, PruningSession, on_rank_zero, plain_arguments, split_arguments
 from ._state import state_key_fields
@@ -352,44 +354,8 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         distillation = self._session.distilling.distillation
         if self._loss_hook is not None or distillation is None or distillation.student is None:
             return
-        self._loss_hook = distillation.student.register_forward_hook(
-            self._add_distillation, with_kwargs=True
-        )
-
-    def _add_distillation(
-        self, model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
-    ) -> Any:
-        if not (model.training and torch.is_grad_enabled()):
-            return None
-        loss = output.get("loss") if isinstance(output, Mapping) else None
-        if not isinstance(loss, Tensor):
-            raise ValueError(
-                "GradualPruningCallback: expected the model's output to carry its `loss` in "
-                "training with `distill_weight` > 0 (the distillation term is added to it), but "
-                f"the {type(output).__name__} it returned has none: the labels were not passed to "
-                "the model (the Trainer's `compute_loss_func`, or a custom `compute_loss`). "
-                "Pass the labels to the model, or set distill_weight=0 and add "
-                "`tensorplay.ao.pruning.Distillation(...).loss()` to your loss yourself."
-            )
-        term = self._session.distilling.term(self._term_scale(kwargs))
-        if term is not None:
-            output["loss"] = loss + term.to(loss.dtype)
-        return output
-
-    def _term_scale(self, kwargs: Mapping[str, Any]) -> float:
-        """What makes the term of one micro-batch count as the Trainer counts its loss. A model
-        given ``num_items_in_batch`` divides its summed loss by the items of the whole
-        accumulated batch (of every process, which the Trainer then multiplies back by the
-        process count), and the Trainer no longer divides by the accumulation steps: the term,
-        a mean per micro-batch, is divided by both here. Otherwise the Trainer divides the loss
-        and the term alike."""
-        if "num_items_in_batch" not in kwargs or self._args is None:
-            return 1.0
-        scale = 1.0 / self._args.gradient_accumulation_steps
-        if getattr(self._args, "average_tokens_across_devices", False):
-            distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
-            scale /= torch.distributed.get_world_size() if distributed else 1
-        return scale
+        hook = _AddToOutputLoss(self._session.distilling, self._args)
+        self._loss_hook = distillation.student.register_forward_hook(hook.add, with_kwargs=True)
 
     def _teacher_id(self) -> str:
         """A random id of the teacher taken, saved with it and in trainer_state.json, so that a
@@ -466,6 +432,52 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
 # The sessions built here, held weakly: a callback the Trainer rebuilds from a checkpoint takes
 # over the session of the one it replaces (see GradualPruningCallback._take_over_or_build).
 _SESSIONS: list[weakref.ref[PruningSession]] = []
+
+
+class _AddToOutputLoss(LeftOutOfCopies):
+    """A forward hook on the student that adds the distillation term to the ``loss`` of its
+    training outputs: what the Trainer's ``compute_loss`` returns and back-propagates. (A
+    :class:`~tensorplay.ao.pruning.dense_copy.LeftOutOfCopies`: a copy of the student, such as a
+    teacher, never carries it.)"""
+
+    def __init__(self, distilling: Distilling, args: TrainingArguments | None) -> None:
+        self.distilling = distilling
+        self.args = args
+
+    def add(
+        self, model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
+    ) -> Any:
+        if not (model.training and torch.is_grad_enabled()):
+            return None
+        loss = output.get("loss") if isinstance(output, Mapping) else None
+        if not isinstance(loss, Tensor):
+            raise ValueError(
+                "GradualPruningCallback: expected the model's output to carry its `loss` in "
+                "training with `distill_weight` > 0 (the distillation term is added to it), but "
+                f"the {type(output).__name__} it returned has none: the labels were not passed "
+                "to the model (the Trainer's `compute_loss_func`, or a custom `compute_loss`). "
+                "Pass the labels to the model, or set distill_weight=0 and add "
+                "`tensorplay.ao.pruning.Distillation(...).loss()` to your loss yourself."
+            )
+        term = self.distilling.term(self.scale(kwargs))
+        if term is not None:
+            output["loss"] = loss + term.to(loss.dtype)
+        return output
+
+    def scale(self, kwargs: Mapping[str, Any]) -> float:
+        """What makes the term of one micro-batch count as the Trainer counts its loss. A model
+        given ``num_items_in_batch`` divides its summed loss by the items of the whole
+        accumulated batch (of every process, which the Trainer then multiplies back by the
+        process count), and the Trainer no longer divides by the accumulation steps: the term,
+        a mean per micro-batch, is divided by both here. Otherwise the Trainer divides the loss
+        and the term alike."""
+        if "num_items_in_batch" not in kwargs or self.args is None:
+            return 1.0
+        scale = 1.0 / self.args.gradient_accumulation_steps
+        if getattr(self.args, "average_tokens_across_devices", False):
+            distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+            scale /= torch.distributed.get_world_size() if distributed else 1
+        return scale
 
 
 # The teacher the callback took, saved in each checkpoint's folder; its id in trainer_state.json.
