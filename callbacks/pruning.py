@@ -94,11 +94,22 @@ class GradualPruning(Callback):
         reset_optimizer_state: Give the pruner the trainer's optimizers, whose state it clears
             after each pruning event.
         verbose: Report each pruning event and the final sparsity table on rank zero.
+        distill_weight: Distil from a teacher (:doc:`/distillation`): the weight of the KD term
+            added to the loss Lightning back-propagates, scaled as it scales the task loss
+            (``accumulate_grad_batches``, the 16-bit loss scaler); 0 (default) is off. The term
+            is the one of the forward ``training_step`` runs through ``self(...)``; it is
+            logged as ``pruning/distill_loss``.
+        distill_temperature: The KD term's temperature (> 0).
+        teacher: The teacher, used from the first step; ``None`` (default): a frozen dense copy
+            of the module taken just before the first pruning step, saved in the checkpoints.
 
     Raises:
-        TypeError: As :class:`~tensorplay.ao.pruning.config.PrunerConfig`.
-        ValueError: As it; at set-up, under ``FSDPStrategy``, or under ``ModelParallelStrategy``
-            without ``masking="inplace"`` or with rewinding.
+        TypeError: As :class:`~tensorplay.ao.pruning.config.PrunerConfig`; a distillation
+            argument of the wrong type.
+        ValueError: As it; ``distill_weight`` < 0 or ``distill_temperature`` <= 0; at set-up,
+            under ``FSDPStrategy``, or under ``ModelParallelStrategy`` without
+            ``masking="inplace"`` or with rewinding; with ``distill_weight`` > 0 under
+            ``ModelParallelStrategy``, ``DeepSpeedStrategy`` or manual optimization.
 
     Example:
         >>> from tensorplay.ao.pruning.schedules import CubicSchedule
@@ -108,6 +119,13 @@ class GradualPruning(Callback):
         >>> callback.config.method, callback.config.keep_dense
         ('l1_unstructured', ['embeddings', 'last'])
         >>> # Trainer(callbacks=[callback]).fit(model)
+        >>> distilled = GradualPruning(CubicSchedule(0.8, end_step=1000), distill_weight=1.0)
+        >>> distilled.distill_weight, distilled.distill_temperature, distilled.teacher
+        (1.0, 2.0, None)
+        >>> GradualPruning(CubicSchedule(0.8, end_step=1000), distill_temperature=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: Expected `distill_temperature` to be a positive number, but got 0.
     """
 
     def __init__(

@@ -103,13 +103,22 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
             after each pruning event.
         verbose: Log each pruning event and the final sparsity table (``logging.INFO``, on the
             main process: ``TrainingArguments(log_level="info")`` shows them).
+        distill_weight: Distil from a teacher (:doc:`/distillation`): the weight of the KD term
+            added to the ``loss`` of the model's training outputs (what the Trainer
+            back-propagates), counted as the Trainer counts that loss under gradient
+            accumulation; 0 (default) is off. Logged as ``pruning/distill_loss``.
+        distill_temperature: The KD term's temperature (> 0).
+        teacher: The teacher, used from the first step; ``None`` (default): a frozen dense copy
+            of the model taken just before the first pruning step, written into each
+            checkpoint's folder (``tensorplay_teacher.pt``) and read back on resume.
 
     Raises:
-        TypeError: As :class:`~tensorplay.ao.pruning.config.PrunerConfig`.
-        ValueError: As it; when the ``Trainer`` is made, as the ``Pruner`` (an unknown or empty
-            selection), with FSDP or DeepSpeed (not supported yet), or with
-            ``restore_callback_states_from_checkpoint=True`` and a schedule that has no plain-data
-            form (a lambda).
+        TypeError: As :class:`~tensorplay.ao.pruning.config.PrunerConfig`; a distillation
+            argument of the wrong type.
+        ValueError: As it; ``distill_weight`` < 0 or ``distill_temperature`` <= 0; when the
+            ``Trainer`` is made, as the ``Pruner`` (an unknown or empty selection), with FSDP or
+            DeepSpeed (not supported yet), or with ``restore_callback_states_from_checkpoint=True``
+            and a schedule that has no plain-data form (a lambda) or a ``teacher`` module.
 
     Example:
         >>> from tensorplay.ao.pruning.schedules import CubicSchedule
@@ -117,6 +126,13 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         >>> callback.config.method, callback.config.scope
         ('l1_unstructured', 'global')
         >>> # Trainer(model, args, train_dataset=data, callbacks=[callback]).train()
+        >>> distilled = GradualPruningCallback(CubicSchedule(0.8, end_step=10), distill_weight=1.0)
+        >>> distilled.distill_weight, distilled.distill_temperature, distilled.teacher
+        (1.0, 2.0, None)
+        >>> GradualPruningCallback(CubicSchedule(0.8, end_step=1000), distill_weight=-1)
+        Traceback (most recent call last):
+        ...
+        ValueError: Expected `distill_weight` to be a non-negative number (0: off), but got -1.
     """
 
     def __init__(
