@@ -20,7 +20,14 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 from typing_extensions import override
 
-from tensorplay.ao.pruning.config import AccumulatorDtype, Masking, PrunerConfig, Rewind, Scope
+from tensorplay.ao.pruning.config import (
+    AccumulatorDtype,
+    Masking,
+    PrunerConfig,
+    Rewind,
+    Scope,
+    Structure,
+)
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.targets import KeepDense
@@ -84,8 +91,9 @@ class GradualPruning(Callback):
             ``keep_dense``, ``scope``, ``min_density``, ``rewind`` (``"init"`` restores the
             weights training starts from), ``rewind_step``, ``masking``, ``importance``
             (``"movement"`` and ``"taylor"`` accumulate in :meth:`on_before_optimizer_step`,
-            once per optimizer step, after Lightning unscaled the gradients) and
-            ``accumulator_dtype``.
+            once per optimizer step, after Lightning unscaled the gradients), ``accumulator_dtype``,
+            ``structure`` (``"channel"``, ``"head"`` or ``"layer"`` of a Hugging Face model:
+            units found from its modules, masked in every slice) and ``multiple_of``.
         seed: The pruner's; by default rank zero's ``torch.initial_seed()`` (set by
             ``seed_everything``), the same on every rank.
         log_per_tensor: Also log ``pruning/sparsity/<module>.<name>``.
@@ -150,6 +158,8 @@ class GradualPruning(Callback):
         masking: Masking = "reparametrize",
         importance: str = "magnitude",
         accumulator_dtype: AccumulatorDtype = "float32",
+        structure: Structure = "element",
+        multiple_of: int = 1,
         distill_weight: float = 0.0,
         distill_temperature: float = 2.0,
         teacher: nn.Module | None = None,

@@ -35,7 +35,14 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from transformers.utils import logging
 from typing_extensions import override
 
-from tensorplay.ao.pruning.config import AccumulatorDtype, Masking, PrunerConfig, Rewind, Scope
+from tensorplay.ao.pruning.config import (
+    AccumulatorDtype,
+    Masking,
+    PrunerConfig,
+    Rewind,
+    Scope,
+    Structure,
+)
 from tensorplay.ao.pruning.dense_copy import LeftOutOfCopies
 from tensorplay.ao.pruning.imports import import_path
 from tensorplay.ao.pruning.pruner import Pruner
@@ -92,8 +99,10 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
             ``keep_dense``, ``scope``, ``min_density``, ``rewind`` (``"init"`` restores the
             weights training starts from), ``rewind_step``, ``masking``, ``importance``
             (``"movement"`` and ``"taylor"`` accumulate in :meth:`on_pre_optimizer_step`, once
-            per optimizer step, from the clipped gradients the optimizer uses) and
-            ``accumulator_dtype``.
+            per optimizer step, from the clipped gradients the optimizer uses),
+            ``accumulator_dtype``, ``structure`` (``"channel"``, ``"head"`` or ``"layer"`` of a
+            Hugging Face model: units found from its modules, masked in every slice) and
+            ``multiple_of``.
         seed: The pruner's; by default rank zero's ``torch.initial_seed()`` (the Trainer's
             ``TrainingArguments.seed``), the same on every rank.
         log_per_tensor: Also log ``pruning/sparsity/<module>.<name>``.
@@ -157,6 +166,8 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         masking: Masking = "reparametrize",
         importance: str = "magnitude",
         accumulator_dtype: AccumulatorDtype = "float32",
+        structure: Structure = "element",
+        multiple_of: int = 1,
         distill_weight: float = 0.0,
         distill_temperature: float = 2.0,
         teacher: nn.Module | None = None,

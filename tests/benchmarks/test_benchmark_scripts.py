@@ -98,3 +98,25 @@ def test_importance_overhead_benchmark_compares_with_magnitude(tmp_path: Path) -
     assert [ways[name]["accumulator_bytes_per_parameter"] for name in ways] == [0, 4, 2, 4, 4 / 64]
     assert results["calibration"]["calibrate_ms"] > 0
     assert (tmp_path / "importance_overhead.md").read_text() in out
+
+
+@pytest.mark.slow
+def test_structured_overhead_benchmark_compares_with_element_masks_and_dense(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("transformers")
+    out = run_script("bench_structured_overhead.py", "--quick", "--out", str(tmp_path))
+    results = json.loads((tmp_path / "structured_overhead.json").read_text())
+    ways = results["ways"]
+    assert list(ways) == [
+        "dense",
+        "element-reparametrize",
+        "element-inplace",
+        "channel-reparametrize",
+        "channel-inplace",
+    ]
+    assert ways["dense"]["ratio_to_dense"] == 1.0
+    # 2 layers: 7 Linear weights each and the LM head as elements; gate, up and down as channels.
+    assert [ways[name]["masked_tensors"] for name in ways] == [0, 15, 15, 6, 6]
+    assert [ways[name]["sparsity"] for name in ways] == [0.0, 0.5, 0.5, 0.5, 0.5]
+    assert (tmp_path / "structured_overhead.md").read_text() in out

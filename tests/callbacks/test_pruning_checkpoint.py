@@ -113,7 +113,7 @@ def test_resume_from_a_checkpoint_of_0_1_equals_an_uninterrupted_run(make_traine
     )
 
     _assert_same_state(resumed.state_dict(), final)
-    assert callback.pruner.state_dict()["version"] == 4
+    assert callback.pruner.state_dict()["version"] == 5
 
 
 # What tensorplay 0.1 computed as the state key of each callback: its checkpoints hold the

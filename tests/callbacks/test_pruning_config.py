@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+import torch
 
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import LinearSchedule
@@ -42,6 +43,8 @@ BAD_ARGUMENTS = [
     ("masking", "lean"),
     ("importance", "l3"),
     ("accumulator_dtype", "float16"),
+    ("structure", "block"),
+    ("multiple_of", 0),
 ]
 
 
@@ -126,6 +129,29 @@ def test_lightning_cli_builds_the_callback_from_yaml(tmp_path):
     assert sorted(masks_of(cli.model)) == ["net.0.weight_mask"]
     assert int((masks_of(cli.model)["net.0.weight_mask"] == 0).sum()) == 64
     assert callback.pruner.targets == ["net.0.weight"]
+
+
+STRUCTURED = CONFIG.replace(
+    "        method: tensorplay.ao.pruning.RandomUnstructured\n", "        structure: channel\n"
+).replace("        exclude: ['^net\\.2\\.']\n        min_density: 0.1\n", "")
+
+
+@pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
+def test_lightning_cli_prunes_channels_from_yaml(tmp_path):
+    cli = lightning_cli(tmp_path, STRUCTURED)
+    callback = next(c for c in cli.trainer.callbacks if isinstance(c, GradualPruning))
+    assert callback.config.structure == "channel"
+
+    cli.trainer.fit(cli.model)
+
+    # The hidden layer's 16 channels: 8 pruned in its weight rows, its bias and the next
+    # layer's input columns.
+    masks = masks_of(cli.model)
+    assert sorted(masks) == ["net.0.bias_mask", "net.0.weight_mask", "net.2.weight_mask"]
+    pruned = masks["net.0.bias_mask"] == 0
+    assert int(pruned.sum()) == 8
+    assert torch.equal(masks["net.0.weight_mask"].sum(dim=1) == 0, pruned)
+    assert torch.equal(masks["net.2.weight_mask"].sum(dim=0) == 0, pruned)
 
 
 @pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")

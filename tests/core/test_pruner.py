@@ -388,7 +388,7 @@ def test_state_dict_round_trip() -> None:
     second.load_state_dict(state)
     assert second.state_dict() == first.state_dict()
     assert state == {
-        "version": 4,
+        "version": 5,
         "step": 7,
         "last_pruned_step": 6,
         "targets": TARGETS,
@@ -405,6 +405,8 @@ def test_state_dict_round_trip() -> None:
         "masking": "reparametrize",
         "importance": "magnitude",
         "importance_state": {},
+        "structure": "element",
+        "multiple_of": 1,
     }
 
 
@@ -489,9 +491,9 @@ def _state(**changes: object) -> dict[str, object]:
     ("state", "error", "match"),
     [
         pytest.param(
-            _state(version=5),
+            _state(version=6),
             ValueError,
-            "Expected a pruner state of version 1, 2, 3 or 4, but got version 5.",
+            "Expected a pruner state of version 1, 2, 3, 4 or 5, but got version 6.",
             id="version",
         ),
         pytest.param(
@@ -1050,7 +1052,7 @@ def test_a_version_1_state_loads_without_warning(recwarn: pytest.WarningsRecorde
     pruner.load_state_dict(version_1_state())
     assert (pruner.last_step, pruner.last_pruned_step, pruner.seed) == (7, 6, 5)
     assert pruner.history == [(3, 0.1, 48), (6, 0.2, 24)]
-    assert pruner.state_dict()["version"] == 4 and len(recwarn) == 0
+    assert pruner.state_dict()["version"] == 5 and len(recwarn) == 0
 
 
 def test_a_version_2_state_loads_as_reparametrized(recwarn: pytest.WarningsRecorder) -> None:
@@ -1058,7 +1060,7 @@ def test_a_version_2_state_loads_as_reparametrized(recwarn: pytest.WarningsRecor
     first = Pruner(make_mlp(), schedule, seed=5)
     for _ in range(8):
         first.step()
-    dropped = ("masking", "importance", "importance_state")
+    dropped = ("masking", "importance", "importance_state", "structure", "multiple_of")
     state = {k: v for k, v in first.state_dict().items() if k not in dropped}
     state["version"] = 2
     second = Pruner(make_mlp(), schedule)
@@ -1067,6 +1069,18 @@ def test_a_version_2_state_loads_as_reparametrized(recwarn: pytest.WarningsRecor
     lean = Pruner(make_mlp(), schedule, masking="inplace")
     with pytest.warns(UserWarning, match="masking: 'reparametrize' -> 'inplace'"):
         lean.load_state_dict(state)
+
+
+def test_a_version_4_state_loads_as_single_weights(recwarn: pytest.WarningsRecorder) -> None:
+    schedule = CubicSchedule(0.8, end_step=12, frequency=3)
+    first = Pruner(make_mlp(), schedule, seed=5)
+    for _ in range(8):
+        first.step()
+    state = {k: v for k, v in first.state_dict().items() if k not in ("structure", "multiple_of")}
+    state["version"] = 4
+    second = Pruner(make_mlp(), schedule)
+    second.load_state_dict(state)
+    assert second.state_dict() == first.state_dict() and len(recwarn) == 0
 
 
 def test_a_rewinding_pruner_loading_a_version_1_state_needs_its_snapshot() -> None:

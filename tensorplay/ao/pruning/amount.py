@@ -16,6 +16,7 @@ __all__ = [
     "caps_under",
     "compute_nparams_to_prune",
     "global_count",
+    "kept_multiple",
     "layerwise_counts",
     "min_kept",
     "row_goal",
@@ -166,6 +167,21 @@ def global_count(
     """
     count = compute_nparams_to_prune(target, sum(numels)) - sum(pruned)
     return count if caps is None else min(count, sum(caps))
+
+
+def kept_multiple(wanted: int, kept: int, multiple: int) -> int:
+    """The width a group of ``kept`` units keeps when a selection would leave it ``wanted`` but
+    its widths are multiples of ``multiple``: ``wanted`` rounded to the nearest multiple (half
+    up), at least ``multiple`` and at most ``kept`` (a pruned unit stays pruned).
+
+    Example:
+        >>> kept_multiple(11, 24, 8), kept_multiple(12, 24, 8), kept_multiple(2, 24, 8)
+        (8, 16, 8)
+    """
+    if wanted >= kept:
+        return kept
+    rounded = multiple * math.floor(wanted / multiple + 0.5)
+    return min(kept, max(multiple, rounded))
 
 
 def row_goal(target: float, row_size: int, min_density: float) -> int:

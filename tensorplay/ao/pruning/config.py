@@ -35,9 +35,18 @@ from tensorplay.ao.pruning.targets import (
     resolve_method,
 )
 
-__all__ = ["AccumulatorDtype", "Masking", "PrunerConfig", "Rewind", "Scope", "counts_itself"]
+__all__ = [
+    "AccumulatorDtype",
+    "Masking",
+    "PrunerConfig",
+    "Rewind",
+    "Scope",
+    "Structure",
+    "counts_itself",
+]
 
 Scope = Literal["global", "layerwise", "row"]
+Structure = Literal["element", "channel", "head", "layer"]
 Rewind = Literal["none", "init", "step"]
 Masking = Literal["reparametrize", "inplace"]
 AccumulatorDtype = Literal["float32", "bfloat16"]
@@ -136,6 +145,25 @@ def _check_importance(
         )
 
 
+def _check_structure(
+    structure: object,
+    multiple_of: object,
+    method: type[BasePruningMethod],
+    scope: str,
+    importance: str,
+) -> None:
+    # Imported here: the structures reach the masking modes, which read this module.
+    from tensorplay.ao.pruning.structures import STRUCTURES, structure_choices
+
+    kind = STRUCTURES.get(structure) if isinstance(structure, str) else None
+    if kind is None:
+        raise ValueError(
+            f"Expected `structure` to be {structure_choices()}, but got {structure!r}."
+        )
+    multiple = check_int("multiple_of", multiple_of, 1)
+    kind.check_options(method, scope, importance, multiple)
+
+
 def _check_seed(seed: object) -> None:
     if seed is not None:
         check_int("seed", seed, 0)
@@ -209,6 +237,23 @@ class PrunerConfig:
             (``|W| * ||X_j||``, Sun et al. 2023, from forward hooks; with ``scope="row"``).
         accumulator_dtype: ``"float32"`` (4 bytes per pruned parameter) or ``"bfloat16"`` (2)
             for the accumulated gradient scores and Wanda's input norms.
+        structure: What one unit is (:mod:`~tensorplay.ao.pruning.structures`): ``"element"``
+            (a single weight; the default), ``"channel"`` (an FFN neuron or a conv filter with
+            every slice that depends on it: its bias, norm entries and the consumers' input
+            columns), ``"head"`` (an attention head; under grouped-query attention a key/value
+            head with its query heads) or ``"layer"`` (a residual block). The schedule's
+            sparsity then counts units of that kind, ``round(target * units)``, ranked by one
+            score each (the root mean square of the element scores over the unit's weights),
+            across the model (``scope="global"``) or within each group (``"layerwise"``);
+            every group keeps at least one unit. Found by
+            :class:`~tensorplay.ao.pruning.structure.graph.DependencyGraph`: Hugging Face
+            families by their modules, other models by tracing (``Pruner``'s
+            ``example_inputs``).
+        multiple_of: With ``"channel"`` or ``"head"``, the width each group keeps is a
+            multiple of it (8 for hardware): after each pruning step a group's kept width is
+            rounded to the nearest multiple (at least one multiple), so the units pruned may
+            differ from ``round(target * units)`` by less than ``multiple_of / 2`` per group;
+            the history records the real count.
 
     Raises:
         TypeError: A value of the wrong type (``schedule``, ``min_density``, ``rewind_step``,
@@ -216,8 +261,10 @@ class PrunerConfig:
         ValueError: A value out of range, an unknown ``scope``, ``rewind``, ``masking``,
             ``importance``, ``accumulator_dtype``, ``method`` or ``keep_dense`` entry,
             ``parameters`` together with a selection filter, ``min_density`` with a method that
-            decides its own count, ``scope="row"`` with a method other than L1 or random, or an
-            importance with ``random_unstructured``.
+            decides its own count, ``scope="row"`` with a method other than L1 or random, an
+            importance with ``random_unstructured``, an unknown ``structure``, or a structured
+            one with a method other than L1 or random, ``scope="row"``, ``"movement"`` or
+            ``multiple_of`` on layers; ``multiple_of`` other than 1 on elements.
 
     Example:
         >>> from tensorplay.ao.pruning.schedules import CubicSchedule
@@ -242,6 +289,8 @@ class PrunerConfig:
     masking: Masking = "reparametrize"
     importance: str = "magnitude"
     accumulator_dtype: AccumulatorDtype = "float32"
+    structure: Structure = "element"
+    multiple_of: int = 1
 
     def __post_init__(self) -> None:
         _check_schedule(self.schedule)
@@ -262,6 +311,9 @@ class PrunerConfig:
         _check_masking(self.masking)
         _check_method_options(self.method_class, self.min_density, self.scope)
         _check_importance(self.importance, self.accumulator_dtype, self.method_class)
+        _check_structure(
+            self.structure, self.multiple_of, self.method_class, self.scope, self.importance
+        )
 
     def as_kwargs(self) -> dict[str, Any]:
         """The fields by name: the keyword arguments of

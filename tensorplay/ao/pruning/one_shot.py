@@ -16,6 +16,16 @@ Example:
     >>> pruner = prune_one_shot(model, batches, 0.5)  # Wanda, per row, made permanent
     >>> pruner.sparsity(), sorted(model[0].state_dict())
     (0.5, ['bias', 'weight'])
+
+    Half of the hidden channels, by activation norms, then removed:
+
+    >>> from tensorplay.ao.pruning import shrink
+    >>> model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    >>> pruner = prune_one_shot(model, batches, 0.5, structure="channel",
+    ...                         example_inputs=batches[0])
+    >>> _ = shrink(model)
+    >>> model[0].out_features, model[2].in_features
+    (8, 8)
 """
 
 from __future__ import annotations
@@ -26,9 +36,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from tensorplay.ao.pruning.config import Scope
+from tensorplay.ao.pruning.config import Scope, Structure
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import OneShotSchedule
+from tensorplay.ao.pruning.structures import STRUCTURES
 
 __all__ = ["calibrate", "prune_one_shot"]
 
@@ -102,7 +113,8 @@ def prune_one_shot(
     sparsity: float,
     *,
     importance: str = "wanda",
-    scope: Scope = "row",
+    scope: Scope | None = None,
+    structure: Structure = "element",
     forward: Forward | None = None,
     make_permanent: bool = True,
     **options: Any,
@@ -115,12 +127,18 @@ def prune_one_shot(
         sparsity: The fraction of the targets' units pruned, in ``[0, 1]``.
         importance: The score (:mod:`~tensorplay.ao.pruning.importance`); Wanda by default.
         scope: ``"row"`` (Wanda's choice: each output row on its own), ``"layerwise"`` or
-            ``"global"``.
+            ``"global"``; by default ``"row"`` for single weights and ``"global"`` for a
+            ``structure`` of units (FLAP's choice: channels ranked across the model).
+        structure: What a unit is: ``"element"``, ``"channel"``, ``"head"`` or ``"layer"``
+            (:class:`~tensorplay.ao.pruning.config.PrunerConfig`); the model's units are
+            masked in every slice, and :func:`~tensorplay.ao.pruning.structure.shrink.shrink`
+            removes them afterwards (a plain model needs ``example_inputs=`` to be traced).
         forward: How a batch runs through the model (:func:`calibrate`).
         make_permanent: Drop the masks and hooks afterwards, keeping the zeros: the model then
             saves as a plain dense-format state_dict (``save_pretrained``, ``torch.save``).
         **options: Any other argument of :class:`~tensorplay.ao.pruning.pruner.Pruner`
-            (``parameters``, ``exclude``, ``keep_dense``, ``min_density``, ``masking``...).
+            (``parameters``, ``exclude``, ``keep_dense``, ``min_density``, ``masking``,
+            ``multiple_of``, ``example_inputs``...).
 
     Returns:
         The pruner (its :meth:`~tensorplay.ao.pruning.pruner.Pruner.report` tells what it did).
@@ -129,7 +147,12 @@ def prune_one_shot(
         TypeError, ValueError: As the :class:`~tensorplay.ao.pruning.pruner.Pruner`.
         RuntimeError: No batch reached a target (nothing is pruned; the hooks are removed).
     """
-    pruner = Pruner(model, OneShotSchedule(sparsity), importance=importance, scope=scope, **options)
+    kind = STRUCTURES.get(structure)  # an unknown one is refused by the configuration
+    chosen: Any = scope or (kind.one_shot_scope if kind is not None else "row")
+    schedule = OneShotSchedule(sparsity)
+    pruner = Pruner(
+        model, schedule, importance=importance, scope=chosen, structure=structure, **options
+    )
     try:
         calibrate(pruner, batches, forward)
         pruner.step()

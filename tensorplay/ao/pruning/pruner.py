@@ -43,10 +43,10 @@ from tensorplay.ao.pruning.config import (
     PrunerConfig,
     Rewind,
     Scope,
+    Structure,
     check_int,
     counts_itself,
 )
-from tensorplay.ao.pruning.dtensor_targets import global_zeros
 from tensorplay.ao.pruning.importance import Importance, make_importance
 from tensorplay.ao.pruning.masking import MaskingMode, masking_mode
 from tensorplay.ao.pruning.pair import Pair
@@ -59,7 +59,7 @@ from tensorplay.ao.pruning.scopes import make_scope
 from tensorplay.ao.pruning.scores import ImportanceFn, target_scores
 from tensorplay.ao.pruning.seeding import cuda_devices, seeded
 from tensorplay.ao.pruning.stats import SparsityReport, TensorSparsity
-from tensorplay.ao.pruning.structures import ElementSpace
+from tensorplay.ao.pruning.structures import PruningStructure, make_structure
 from tensorplay.ao.pruning.targets import KeepDense, ModuleType
 from tensorplay.ao.pruning.tied_targets import Target
 
@@ -83,11 +83,16 @@ class Pruner(OptimizerLinks):
             units by these instead of the tensor's current values.
         optimizers: Optimizers whose state (momentum, Adam moments) is cleared after each
             pruning step that pruned something (:attr:`optimizers` may be replaced later).
+        example_inputs: With a ``structure`` of channels on a plain PyTorch model, the inputs
+            of its forward (a tensor or a tuple of positional inputs) that tracing it takes
+            (:mod:`~tensorplay.ao.pruning.structure.tracing`); Hugging Face families need none.
 
     Raises:
         TypeError, ValueError: As :class:`~tensorplay.ao.pruning.config.PrunerConfig`; also an
             ``importance_fn`` that is not callable, an unknown or empty selection, holders of a
-            tied parameter not pruned alike, or targets the masking mode cannot hold.
+            tied parameter not pruned alike, or targets the masking mode cannot hold; a
+            ``structure`` the model has no units of, or a model it cannot analyse, naming the
+            submodule (:mod:`~tensorplay.ao.pruning.structures`).
 
     Example:
         >>> from torch import nn
@@ -98,6 +103,16 @@ class Pruner(OptimizerLinks):
         [0, 0, 16, 0]
         >>> [row.pruned for row in pruner.report().rows]
         [8, 8]
+
+        Units of a structure (here the hidden channels of a traced model, each with its weight
+        row, its bias and the next layer's input column):
+
+        >>> import torch
+        >>> mlp = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+        >>> channels = Pruner(mlp, OneShotSchedule(0.25), structure="channel",
+        ...                   example_inputs=torch.randn(2, 4))
+        >>> channels.step(), channels.total_count(), int((mlp[0].bias_mask == 0).sum())
+        (2, 8, 2)
     """
 
     def __init__(
@@ -122,11 +137,14 @@ class Pruner(OptimizerLinks):
         masking: Masking = "reparametrize",
         importance: str = "magnitude",
         accumulator_dtype: AccumulatorDtype = "float32",
+        structure: Structure = "element",
+        multiple_of: int = 1,
+        example_inputs: Tensor | tuple[Any, ...] | None = None,
     ) -> None:
         config = PrunerConfig(  # in the order of its fields
             *(schedule, parameters, module_types, names, include, exclude, keep_dense),
             *(method, scope, min_density, rewind, rewind_step, seed, masking),
-            *(importance, accumulator_dtype),
+            *(importance, accumulator_dtype, structure, multiple_of),
         )
         if importance_fn is not None and not callable(importance_fn):
             raise TypeError(
@@ -140,11 +158,16 @@ class Pruner(OptimizerLinks):
         self.config = config
         self.model = model
         self.importance_fn = importance_fn
-        self._targets = resolve_targets(model, config)
+        selected = resolve_targets(model, config)
+        self._structure: PruningStructure = make_structure(
+            config.structure, model, selected, example_inputs, config.multiple_of
+        )
+        self._targets = self._structure.targets
+        self._scored_targets = self._structure.scored
         self._mode = masking_mode(config.masking)
         self._mode.check_targets(self._targets)
         self._importance = make_importance(config.importance, config.accumulator_dtype)
-        self._importance.bind(self._targets)
+        self._importance.bind(self._scored_targets)
         self._optimizers = AttachedOptimizers(optimizers)
         self._progress = Progress(seed=config.seed)
         self._scope = make_scope(config.scope, config.min_density)
@@ -165,6 +188,12 @@ class Pruner(OptimizerLinks):
     def scope(self) -> Scope:
         """``"global"``, ``"layerwise"`` or ``"row"`` (``config.scope``)."""
         return self.config.scope
+
+    @property
+    def structure(self) -> PruningStructure:
+        """What a unit is (:mod:`~tensorplay.ao.pruning.structures`), chosen by
+        ``config.structure``."""
+        return self._structure
 
     @property
     def min_density(self) -> float:
@@ -308,7 +337,7 @@ class Pruner(OptimizerLinks):
         pruning = self._progress.pruning_due(self.schedule, step)
         own = counts_itself(self.method)
         if pruning and self.importance_fn is None and (own or self.schedule(step) > 0):
-            self._importance.check_ready(self._targets)  # a target of 0 needs no scores
+            self._importance.check_ready(self._scored_targets)  # a target of 0 needs no scores
         attached = bool(self._optimizers.hooks)
         if pruning or not attached:
             self._mode.check_weights(self._targets, attached=attached)
@@ -334,11 +363,11 @@ class Pruner(OptimizerLinks):
     def _prune_to(self, target: float, step: int) -> int:
         """Prune up to ``target`` sparsity as the scope ranks the units (a method that decides
         its own count: each target on its own); the units newly pruned."""
-        space = ElementSpace(self._targets, self._mode, self.method, self._scores)
         if counts_itself(self.method):
-            return space.prune_own_count()
+            return self._structure.prune_own_count(self._mode, self.method, self._scores)
         if target <= 0:  # every count is 0 or less, in every scope: no scores needed
             return 0
+        space = self._structure.space(self._mode, self.method, self._scores)
         return self._scope.prune_to(space, target, step)
 
     def _scores(self, targets: Sequence[Target]) -> list[Tensor]:
@@ -357,7 +386,8 @@ class Pruner(OptimizerLinks):
 
     def pruned_count(self) -> int:
         """Units pruned over all targets, as the weights hold them (read now: exact whatever
-        changed them; a lean weight trained back is not counted).
+        changed them; a lean weight trained back is not counted); with a ``structure`` of
+        channels, heads or layers, the units of that kind masked in every slice.
 
         Example:
             >>> from torch import nn
@@ -367,18 +397,19 @@ class Pruner(OptimizerLinks):
             >>> pruner.pruned_count(), pruner.total_count(), pruner.sparsity()
             (2, 8, 0.25)
         """
-        return sum(self._pruned_counts())
+        return sum(row.pruned for row in self._rows())
 
     def total_count(self) -> int:
         """Units over all targets (see :meth:`pruned_count`)."""
-        return sum(self._numels())
+        return sum(row.numel for row in self._rows())
 
     def sparsity(self) -> float:
         """``pruned_count() / total_count()`` (see :meth:`pruned_count`)."""
         return self.pruned_count() / self.total_count()
 
     def report(self) -> SparsityReport:
-        """Per-target and global sparsity against the current target.
+        """Per-target (with a structure of units: per-group) and global sparsity against the
+        current target.
 
         Example:
             >>> from torch import nn
@@ -390,19 +421,12 @@ class Pruner(OptimizerLinks):
             weight  (2, 4)      8       2    25.00%
             total               8       2    25.00%  (target 25.00%)
         """
-        counts = zip(self._targets, self._numels(), self._pruned_counts(), strict=True)
-        rows = (TensorSparsity(t.name, tuple(t.parameter().shape), n, k) for t, n, k in counts)
-        return SparsityReport(tuple(rows), self.target_sparsity())
+        return SparsityReport(tuple(self._rows()), self.target_sparsity())
 
-    def _pruned_counts(self) -> list[int]:
-        """Per target, its pruned units as the weights hold them (once permanent, the zeros of
-        the tensor itself), read now: exact whatever changed them."""
-        if self.permanent:
-            return global_zeros([target.parameter() for target in self._targets])
-        return self._mode.pruned_counts(self._targets)
-
-    def _numels(self) -> list[int]:
-        return [target.parameter().numel() for target in self._targets]
+    def _rows(self) -> list[TensorSparsity]:
+        """Per group of units, its size and pruned units as the weights hold them (once
+        permanent, the zeros of the tensors themselves), read now."""
+        return self._structure.rows(self._mode, permanent=self.permanent)
 
     def reparametrize(self) -> None:
         """Give every target without a mask an all-kept one, so the state_dict keys are the same
@@ -517,7 +541,7 @@ class Pruner(OptimizerLinks):
             >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
             >>> state = Pruner(nn.Linear(4, 2), OneShotSchedule(0.5), seed=3).state_dict()
             >>> state["version"], state["targets"], state["method"], state["seed"]
-            (4, ['weight'], 'l1_unstructured', 3)
+            (5, ['weight'], 'l1_unstructured', 3)
         """
         return state_dict(self._progress, self.config, self._targets, self._importance.state_dict())
 

@@ -42,6 +42,7 @@ class OptimizerLinks:
     the pruner provides the targets, the masking mode, the importance and the optimizers."""
 
     _targets: list[Target]
+    _scored_targets: list[Target]
     _mode: MaskingMode
     _importance: Importance
     _optimizers: AttachedOptimizers
@@ -182,7 +183,8 @@ class OptimizerLinks:
             (0, 4)
         """
         self._check_not_permanent("pruning has ended")
-        targets = self._targets if optimizer is None else held_targets(optimizer, self._targets)
+        scored = self._scored_targets
+        targets = scored if optimizer is None else held_targets(optimizer, scored)
         return self._importance.accumulate(targets)
 
     def mask_gradients(self) -> None:

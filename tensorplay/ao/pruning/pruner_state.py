@@ -9,7 +9,8 @@ written, upgrading the older ones, and checks every key before the pruner takes 
 Versions: 1 (tensorplay 0.1: no rewinding, no seed), 2 (rewinding and seeds), 3 (``masking``),
 4 (``importance`` and ``importance_state``: the accumulators of a gradient score or Wanda's
 input norms, so a run resumed mid-accumulation continues bit for bit; an older state upgrades to
-``"magnitude"`` with no accumulators).
+``"magnitude"`` with no accumulators), 5 (``structure`` and ``multiple_of``; an older state
+upgrades to ``"element"`` and 1).
 
 Example:
     >>> from torch import nn
@@ -20,7 +21,7 @@ Example:
     >>> targets = resolve_targets(nn.Linear(2, 2), config)
     >>> saved = state_dict(Progress(seed=None), config, targets)
     >>> saved["version"], saved["step"], load_progress(saved, config, targets).last_step
-    (4, -1, -1)
+    (5, -1, -1)
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from tensorplay.ao.pruning.tied_targets import Target
 
 __all__ = ["STATE_VERSION", "Progress", "load_progress", "state_dict"]
 
-STATE_VERSION = 4
+STATE_VERSION = 5
 _STATE_KEYS_V1 = (
     "version",
     "step",
@@ -55,12 +56,13 @@ _STATE_KEYS_V1 = (
 )
 _STATE_KEYS_V2 = (*_STATE_KEYS_V1, "rewind", "rewind_step", "seed", "snapshot")
 _STATE_KEYS_V3 = (*_STATE_KEYS_V2, "masking")
-_STATE_KEYS = (*_STATE_KEYS_V3, "importance", "importance_state")
+_STATE_KEYS_V4 = (*_STATE_KEYS_V3, "importance", "importance_state")
+_STATE_KEYS = (*_STATE_KEYS_V4, "structure", "multiple_of")
 # A version-1 state may carry the seed and snapshot that the 0.1 callback kept beside it.
 _V1_OPTIONAL = ("seed", "snapshot")
 _CONFIG_KEYS = (
     *("schedule", "method", "scope", "min_density", "rewind", "rewind_step", "masking"),
-    "importance",
+    *("importance", "structure", "multiple_of"),
 )
 
 HistoryEntry = tuple[int, float, int]
@@ -137,6 +139,8 @@ def state_dict(
         "masking": config.masking,
         "importance": config.importance,
         "importance_state": _cloned(importance or {}),
+        "structure": config.structure,
+        "multiple_of": config.multiple_of,
     }
 
 
@@ -206,12 +210,14 @@ def _upgraded(state: object, config: PrunerConfig, seed: int | None) -> dict[str
     if not isinstance(state, Mapping):
         raise TypeError(f"Expected `state` to be a mapping, but got {state!r}.")
     version = state.get("version")
-    if version not in (1, 2, 3, STATE_VERSION):
+    if version not in (1, 2, 3, 4, STATE_VERSION):
         raise ValueError(
-            f"Expected a pruner state of version 1, 2, 3 or {STATE_VERSION}, but got version "
+            f"Expected a pruner state of version 1, 2, 3, 4 or {STATE_VERSION}, but got version "
             f"{version!r}."
         )
-    expected = {1: _STATE_KEYS_V1, 2: _STATE_KEYS_V2, 3: _STATE_KEYS_V3}.get(version, _STATE_KEYS)
+    expected = {1: _STATE_KEYS_V1, 2: _STATE_KEYS_V2, 3: _STATE_KEYS_V3, 4: _STATE_KEYS_V4}.get(
+        version, _STATE_KEYS
+    )
     optional = _V1_OPTIONAL if version == 1 else ()
     missing = [key for key in expected if key not in state]
     unknown = sorted(key for key in state if key not in expected + optional)
@@ -233,15 +239,20 @@ def _upgraded(state: object, config: PrunerConfig, seed: int | None) -> dict[str
             "rewind_step": config.rewind_step,
             "masking": None,
             **_MAGNITUDE,
+            **_ELEMENT,
         }
     if version == 2:  # saved before the lean mode existed: reparametrized
-        return {**state, "version": STATE_VERSION, "masking": "reparametrize", **_MAGNITUDE}
+        upgraded = {**state, "masking": "reparametrize", **_MAGNITUDE, **_ELEMENT}
+        return {**upgraded, "version": STATE_VERSION}
     if version == 3:  # saved before importance scores: magnitude, no accumulators
-        return {**state, "version": STATE_VERSION, **_MAGNITUDE}
+        return {**state, "version": STATE_VERSION, **_MAGNITUDE, **_ELEMENT}
+    if version == 4:  # saved before structures: single weights
+        return {**state, "version": STATE_VERSION, **_ELEMENT}
     return dict(state)
 
 
 _MAGNITUDE: dict[str, Any] = {"importance": "magnitude", "importance_state": {}}
+_ELEMENT: dict[str, Any] = {"structure": "element", "multiple_of": 1}
 
 
 def _check_targets(saved: Sequence[str], targets: Sequence[Target]) -> None:

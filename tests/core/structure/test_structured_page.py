@@ -22,7 +22,7 @@ PAGE = Path(__file__).resolve().parents[3] / "docs" / "structured.rst"
 
 def test_the_page_has_the_blocks_these_tests_know() -> None:
     languages = [language for language, _ in code_blocks(PAGE)]
-    assert languages == ["python", "text", "python", "text", "python", "python"]
+    assert languages == ["python", "text", "python", "text", "python", "python", "python", "text"]
 
 
 def _run(index: int, namespace: dict[str, Any]) -> None:
@@ -55,3 +55,17 @@ def test_the_blocks_run_in_order_and_print_what_the_page_shows(
     _run(5, namespace)  # load_shrunk of the same folder
     with torch.no_grad():
         torch.testing.assert_close(namespace["model"](tokens).logits, model(tokens).logits)
+
+
+def test_the_training_block_prunes_exact_widths_and_prints_what_the_page_shows(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    blocks = code_blocks(PAGE)
+    namespace: dict[str, Any] = {}
+    torch.manual_seed(0)
+    _run(6, namespace)  # trains, prunes, shrinks and asserts the outputs did not change
+    assert capsys.readouterr().out.splitlines() == blocks[7][1].splitlines()
+    pruner = namespace["pruner"]
+    assert [(step, count) for step, _, count in pruner.history] == [
+        (s, 32) for s in (10, 20, 30, 40)
+    ]

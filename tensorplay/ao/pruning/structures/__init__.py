@@ -1,16 +1,80 @@
 """Structures: what one unit is, as the scopes rank it (:mod:`~tensorplay.ao.pruning.scopes`).
 
-* :mod:`~tensorplay.ao.pruning.structures.element`: a single weight (today's only structure):
-  the targets are the groups, the importance scores the keys, the masking mode the masks.
+* :mod:`~tensorplay.ao.pruning.structures.structure`: the :class:`PruningStructure` protocol,
+  what the pruner asks of a structure;
+* :mod:`~tensorplay.ao.pruning.structures.element`: ``"element"``, a single weight (the
+  default): the targets are the groups, the importance scores the keys;
+* :mod:`~tensorplay.ao.pruning.structures.structured`: ``"channel"``, ``"head"`` and
+  ``"layer"``, one implementation over the dependency graph's units, three lines below; their
+  unit space is :mod:`~tensorplay.ao.pruning.structures.unit_space`.
 
-A structured unit (a channel with every slice that depends on it, a head, a layer) would be
-one more module here: a :class:`~tensorplay.ao.pruning.scopes.units.UnitSpace` whose groups,
-counts and scores come from a dependency description of the model, and whose ``prune`` expands
-the chosen units back to the slices' masks. The scopes need no change for it.
+:data:`STRUCTURES` is the one table a ``structure=`` string is looked up in: the configuration
+checks names and options against it and :func:`make_structure` builds the pruner's. A new
+structure is one module and one line here.
+
+Example:
+    >>> sorted(STRUCTURES)
+    ['channel', 'element', 'head', 'layer']
 """
 
 from __future__ import annotations
 
-from tensorplay.ao.pruning.structures.element import ElementSpace
+from collections.abc import Sequence
+from typing import Any
 
-__all__ = ["ElementSpace"]
+from torch import nn
+
+from tensorplay.ao.pruning.structures.element import ElementSpace, ElementStructure
+from tensorplay.ao.pruning.structures.structure import PruningStructure
+from tensorplay.ao.pruning.structures.structured import (
+    ChannelStructure,
+    HeadStructure,
+    LayerStructure,
+)
+from tensorplay.ao.pruning.tied_targets import Target
+
+__all__ = [
+    "STRUCTURES",
+    "ElementSpace",
+    "ElementStructure",
+    "PruningStructure",
+    "make_structure",
+    "structure_choices",
+]
+
+STRUCTURES: dict[str, type[PruningStructure]] = {
+    ElementStructure.name: ElementStructure,
+    ChannelStructure.name: ChannelStructure,
+    HeadStructure.name: HeadStructure,
+    LayerStructure.name: LayerStructure,
+}
+"""Each ``structure=`` value and its class; a new structure is one more entry."""
+
+
+def structure_choices() -> str:
+    """The ``structure=`` values as an error lists them.
+
+    Example:
+        >>> structure_choices()
+        "'element', 'channel', 'head' or 'layer'"
+    """
+    names = [repr(name) for name in STRUCTURES]
+    return f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+def make_structure(
+    name: str,
+    model: nn.Module,
+    selected: Sequence[Target],
+    example_inputs: Any = None,
+    multiple_of: int = 1,
+) -> PruningStructure:
+    """The structure ``name`` of ``model`` over the ``selected`` tensors (see each class).
+
+    Raises:
+        ValueError: An unknown name; as the structure.
+    """
+    kind = STRUCTURES.get(name)
+    if kind is None:
+        raise ValueError(f"Expected `structure` to be {structure_choices()}, but got {name!r}.")
+    return kind(model, selected, example_inputs, multiple_of)

@@ -1,6 +1,8 @@
 """The element structure: one unit per weight, one group per target.
 
-:class:`ElementSpace` is the :class:`~tensorplay.ao.pruning.scopes.units.UnitSpace` (and
+:class:`ElementStructure` (``structure="element"``, the default) masks the tensors the selection
+chose, scores them all and counts their weights. :class:`ElementSpace` is the
+:class:`~tensorplay.ao.pruning.scopes.units.UnitSpace` (and
 :class:`~tensorplay.ao.pruning.scopes.units.RowSpace`) of a pruning step: its groups are the
 pruner's targets, its keys the targets' scores (computed once per step, on first use, by the
 pruner's importance or ``importance_fn``), and pruning goes to the masking mode, which holds
@@ -22,18 +24,99 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
-from torch import Tensor
+from torch import Tensor, nn
 
 from tensorplay.ao.pruning.base import BasePruningMethod
+from tensorplay.ao.pruning.dtensor_targets import global_zeros
 from tensorplay.ao.pruning.masking.mode import MaskingMode
 from tensorplay.ao.pruning.row_pruning import prune_rows
+from tensorplay.ao.pruning.stats import TensorSparsity
+from tensorplay.ao.pruning.structures.structure import Scores
 from tensorplay.ao.pruning.tied_targets import Target
 
-__all__ = ["ElementSpace"]
+__all__ = ["ElementSpace", "ElementStructure"]
 
-Scores = Callable[[Sequence[Target]], list[Tensor]]
+
+class ElementStructure:
+    """``structure="element"``: every selected tensor is a group of single weights.
+
+    Args:
+        model: The model (unused: the selection found the tensors).
+        selected: The tensors the pruner's selection chose.
+        example_inputs: Must be ``None``: single weights need no tracing.
+        multiple_of: Must be 1: single weights have no widths.
+
+    Raises:
+        ValueError: ``example_inputs`` given.
+
+    Example:
+        >>> from torch import nn
+        >>> from tensorplay.ao.pruning.masking import masking_mode
+        >>> layer = nn.Linear(4, 2)
+        >>> structure = ElementStructure(layer, [Target(("weight",), ((layer, "weight"),))])
+        >>> [(row.name, row.numel, row.pruned) for row in structure.rows(
+        ...     masking_mode("inplace"), permanent=False)]
+        [('weight', 8, 0)]
+    """
+
+    name: ClassVar[str] = "element"
+    one_shot_scope: ClassVar[str] = "row"
+
+    def __init__(
+        self,
+        model: nn.Module,
+        selected: Sequence[Target],
+        example_inputs: Any = None,
+        multiple_of: int = 1,
+    ) -> None:
+        if example_inputs is not None:
+            raise ValueError(
+                "Expected `example_inputs` only with a structure of channels, heads or layers "
+                "(they trace a plain model), but got them with structure='element', which "
+                "needs none."
+            )
+        self.targets = list(selected)
+        self.scored = self.targets
+
+    @classmethod
+    def check_options(
+        cls, method: type[BasePruningMethod], scope: str, importance: str, multiple_of: int
+    ) -> None:
+        """Refuse ``multiple_of`` other than 1.
+
+        Raises:
+            ValueError: ``multiple_of`` > 1.
+        """
+        if multiple_of != 1:
+            raise ValueError(
+                f"Expected `multiple_of` to be 1 with structure='element', but got {multiple_of}: "
+                "kept widths are multiples with structure='channel' or 'head'."
+            )
+
+    def space(
+        self, mode: MaskingMode, method: type[BasePruningMethod], scores: Scores
+    ) -> ElementSpace:
+        """The targets as :class:`ElementSpace`."""
+        return ElementSpace(self.targets, mode, method, scores)
+
+    def prune_own_count(
+        self, mode: MaskingMode, method: type[BasePruningMethod], scores: Scores
+    ) -> int:
+        """:meth:`ElementSpace.prune_own_count`."""
+        return self.space(mode, method, scores).prune_own_count()
+
+    def rows(self, mode: MaskingMode, *, permanent: bool) -> list[TensorSparsity]:
+        """Per target, its weights and those pruned as the weights hold them (once permanent,
+        the zeros of the tensor itself)."""
+        params = [target.parameter() for target in self.targets]
+        pruned = global_zeros(params) if permanent else mode.pruned_counts(self.targets)
+        return [
+            TensorSparsity(target.name, tuple(param.shape), param.numel(), count)
+            for target, param, count in zip(self.targets, params, pruned, strict=True)
+        ]
 
 
 class ElementSpace:

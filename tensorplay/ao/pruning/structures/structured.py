@@ -1,0 +1,254 @@
+"""The structures of channels, heads and layers: units found by the dependency graph.
+
+One implementation for the three kinds, which differ only in the kind they ask
+:class:`~tensorplay.ao.pruning.structure.graph.DependencyGraph` for and in how the scopes see
+them: :class:`ChannelStructure` (``structure="channel"``: an FFN neuron, a conv filter, with
+every slice that depends on it) and :class:`HeadStructure` (``"head"``: an attention head; under
+grouped-query attention a key/value head with its query heads) rank each module's units as one
+group; :class:`LayerStructure` (``"layer"``: a residual block) ranks all of a model's blocks as
+one group, so ``scope="global"`` and ``"layerwise"`` agree and at least one block stays.
+
+The pruner masks every tensor a unit spans (weights, biases, norm entries, the consumers' input
+columns), so :func:`~tensorplay.ao.pruning.structure.shrink.shrink` removes exactly the pruned
+units afterwards. The selection (``parameters``, ``module_types``, ``include``, ``exclude``,
+``keep_dense``) chooses the groups: a group takes part when the tensors its units are scored by
+(the weights of its Linear, Conv and ``Conv1D`` layers) are all selected. The importance
+observes and scores those tensors only (:mod:`~tensorplay.ao.pruning.structures.unit_space`
+turns their element scores into one per unit).
+
+Example:
+    >>> import torch
+    >>> from torch import nn
+    >>> from tensorplay.ao.pruning.pruner import Pruner
+    >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+    >>> model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    >>> pruner = Pruner(model, OneShotSchedule(0.5), structure="channel",
+    ...                 example_inputs=torch.randn(2, 4))
+    >>> pruner.step(), pruner.targets
+    (4, ['0.weight', '0.bias', '2.weight'])
+    >>> (model[2].weight_mask.sum(dim=0) > 0).sum().item()
+    4
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from torch import nn
+
+from tensorplay.ao.pruning.aliases import alias_map
+from tensorplay.ao.pruning.base import BasePruningMethod
+from tensorplay.ao.pruning.dtensor_targets import is_sharded
+from tensorplay.ao.pruning.masking.mode import MaskingMode
+from tensorplay.ao.pruning.methods import L1Unstructured, RandomUnstructured
+from tensorplay.ao.pruning.stats import TensorSparsity
+from tensorplay.ao.pruning.structure.graph import DependencyGraph
+from tensorplay.ao.pruning.structure.units import UnitGroup, shapes_of
+from tensorplay.ao.pruning.structures.structure import Scores
+from tensorplay.ao.pruning.structures.unit_space import (
+    Ranked,
+    StructuredSpace,
+    held_masks,
+    pruned_of,
+)
+from tensorplay.ao.pruning.tied_targets import Target
+
+__all__ = ["ChannelStructure", "HeadStructure", "LayerStructure", "UnitStructure"]
+
+_RANKING = (L1Unstructured.compute_mask, RandomUnstructured.compute_mask)
+_SCOPES = ("global", "layerwise")
+
+
+class UnitStructure:
+    """Structured units of one kind (:attr:`name`), found from the model.
+
+    Args:
+        model: A Hugging Face model of a known family (or a module holding one), or a plain
+            PyTorch model, traced with ``example_inputs``.
+        selected: The tensors the pruner's selection chose: the groups whose scored tensors
+            are all among them take part.
+        example_inputs: Inputs of a plain model's forward (a tensor or a tuple), for tracing.
+        multiple_of: Kept widths per group are multiples of it.
+
+    Raises:
+        ValueError: The model cannot be analysed (naming the submodule), has no units of this
+            kind (a plain model's heads or layers, a post-norm model's layers, a model whose
+            only layer is its output), or the selection leaves none; parameters that are
+            ``DTensor`` shards (FSDP2).
+        TypeError: ``example_inputs`` neither a tensor nor a tuple.
+    """
+
+    name: ClassVar[str]
+    one_shot_scope: ClassVar[str] = "global"
+    ranks_together: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        model: nn.Module,
+        selected: Sequence[Target],
+        example_inputs: Any = None,
+        multiple_of: int = 1,
+    ) -> None:
+        _refuse_shards(self.name, model)
+        graph = DependencyGraph(model, example_inputs)
+        groups = _selected_groups(self.name, graph, model, selected)
+        if self.ranks_together:
+            container = graph.blocks.name if graph.blocks is not None else self.name
+            self._ranked = [Ranked(container, tuple(groups))]
+        else:
+            self._ranked = [Ranked(group.name, (group,)) for group in groups]
+        aliases = alias_map(model)
+        names = [name for ranked in self._ranked for name in ranked.parameters()]
+        scored = [name for group in groups for name in group.scored_parameters()]
+        self._by_name: dict[str, Target] = {}
+        self.targets = _targets(names, aliases, self._by_name)
+        self.scored = _targets(scored, aliases, {})
+        self._shapes = shapes_of(model)
+        self._multiple = multiple_of
+
+    @classmethod
+    def check_options(
+        cls, method: type[BasePruningMethod], scope: str, importance: str, multiple_of: int
+    ) -> None:
+        """Refuse what units cannot be pruned with: a method other than ``l1_unstructured``
+        or ``random_unstructured``, ``scope="row"``, ``importance="movement"`` (its scores
+        are signed, a unit's root mean square would rank by their size) and ``multiple_of``
+        with layers.
+
+        Raises:
+            ValueError: Naming the option and the value.
+        """
+        if method.compute_mask not in _RANKING:
+            raise ValueError(
+                f"Expected `method` to be 'l1_unstructured' or 'random_unstructured' with "
+                f"structure={cls.name!r}, but got {method.__name__}: units are ranked by one "
+                "score each."
+            )
+        if scope not in _SCOPES:
+            raise ValueError(
+                f"Expected `scope` to be 'global' or 'layerwise' with structure={cls.name!r}, "
+                f"but got {scope!r}: units have no rows."
+            )
+        if importance == "movement":
+            raise ValueError(
+                f"Expected `importance` to be 'magnitude', 'taylor' or 'wanda' with "
+                f"structure={cls.name!r}, but got 'movement': its scores are signed, and a "
+                "unit's score is the root mean square of its weights' scores."
+            )
+        if multiple_of != 1 and cls.ranks_together:
+            raise ValueError(
+                f"Expected `multiple_of` to be 1 with structure={cls.name!r}, but got "
+                f"{multiple_of}: blocks have no width."
+            )
+
+    def space(
+        self, mode: MaskingMode, method: type[BasePruningMethod], scores: Scores
+    ) -> StructuredSpace:
+        """The units of a pruning step (:class:`~tensorplay.ao.pruning.structures.unit_space.
+        StructuredSpace`)."""
+        return StructuredSpace(
+            self._ranked,
+            self._by_name,
+            self._shapes,
+            mode,
+            method,
+            scores,
+            self.scored,
+            self._multiple,
+        )
+
+    def prune_own_count(
+        self, mode: MaskingMode, method: type[BasePruningMethod], scores: Scores
+    ) -> int:
+        """Refused: units are counted by the schedule (:meth:`check_options` refuses such a
+        method first).
+
+        Raises:
+            ValueError: Always.
+        """
+        raise ValueError(
+            f"Expected a method that takes an `amount` with structure={self.name!r}, but got "
+            f"{method.__name__}, which decides its own count."
+        )
+
+    def rows(self, mode: MaskingMode, *, permanent: bool) -> list[TensorSparsity]:
+        """Per group, its units and those pruned (masked in every slice; once permanent, zero
+        in every slice)."""
+        rows = []
+        for ranked in self._ranked:
+            masks = held_masks(
+                ranked.parameters(), self._by_name, self._shapes, None if permanent else mode
+            )
+            pruned = int(pruned_of(ranked, masks, "keep" if permanent else "refuse").sum())
+            rows.append(TensorSparsity(ranked.name, (ranked.size,), ranked.size, pruned))
+        return rows
+
+
+class ChannelStructure(UnitStructure):
+    """``structure="channel"``: see the module."""
+
+    name: ClassVar[str] = "channel"
+
+
+class HeadStructure(UnitStructure):
+    """``structure="head"``: see the module."""
+
+    name: ClassVar[str] = "head"
+
+
+class LayerStructure(UnitStructure):
+    """``structure="layer"``: see the module."""
+
+    name: ClassVar[str] = "layer"
+    ranks_together: ClassVar[bool] = True
+
+
+def _selected_groups(
+    kind: str, graph: DependencyGraph, model: nn.Module, selected: Sequence[Target]
+) -> list[UnitGroup]:
+    """The groups of ``kind`` whose scored tensors the selection holds, or why there are none."""
+    groups = graph.groups(kind)
+    if not groups:
+        raise ValueError(
+            f"Expected a model with {kind} units for structure={kind!r}, but "
+            f"{type(model).__name__} has none ({graph!r}): the model's outputs and the widths "
+            "joined to its inputs are never pruned."
+        )
+    chosen = {name for target in selected for name in target.names}
+    found = [group for group in groups if set(group.scored_parameters()) <= chosen]
+    if not found:
+        first = groups[0]
+        missing = [name for name in first.scored_parameters() if name not in chosen]
+        raise ValueError(
+            f"Expected the selection to hold the weights of some {kind} group of "
+            f"{type(model).__name__}, but it holds none whole: e.g. {first.name!r} needs "
+            f"{missing}; widen `parameters`, `include` or `exclude`."
+        )
+    return found
+
+
+def _targets(names: Sequence[str], aliases: Any, by_name: dict[str, Target]) -> list[Target]:
+    """Each parameter of ``names`` once, as a target with all its names (``by_name`` gets
+    every name of each)."""
+    found: dict[int, Target] = {}
+    for name in names:
+        tied = aliases[name]
+        target = found.get(id(tied.parameter))
+        if target is None:
+            target = found[id(tied.parameter)] = Target(tied.names, tied.pairs)
+        for alias in target.names:
+            by_name[alias] = target
+    return list(found.values())
+
+
+def _refuse_shards(kind: str, model: nn.Module) -> None:
+    """Refuse FSDP2 models before the graph traces them or anything changes."""
+    for name, param in model.named_parameters():
+        if is_sharded(param):
+            raise ValueError(
+                f"Expected plain tensors with structure={kind!r}, but {name!r} is a DTensor "
+                "(FSDP2): a unit's slices lie across the shards. Prune structure under DDP or "
+                "on one device (shrink, then shard), or use structure='element' with "
+                "masking='inplace'."
+            )

@@ -1,0 +1,263 @@
+"""The unit space of structured units: one key per unit, masks over every slice it spans.
+
+:class:`StructuredSpace` is the :class:`~tensorplay.ao.pruning.scopes.units.UnitSpace` of a
+pruning step under ``structure="channel"``, ``"head"`` or ``"layer"``. Its groups are
+:class:`Ranked` sets of :class:`~tensorplay.ao.pruning.structure.units.UnitGroup` (a module's
+channels or heads; all of a model's layers together), so the scopes rank units exactly as they
+rank single weights:
+
+* **Pruned units** are read from the masks (:func:`~tensorplay.ao.pruning.structure.units.
+  pruned_units`): a unit is pruned when every slice it spans is masked.
+* **Scores**: one per unit, the root mean square of the element scores over the unit's scored
+  slices (:func:`~tensorplay.ao.pruning.structure.units.unit_scores`); for magnitude the unit's
+  L2 norm over the square root of its size, so groups of different sizes compete fairly.
+* **Selection**: the exact engine of single weights
+  (:func:`~tensorplay.ao.pruning.method_selection.select_in_place`) over the unit scores, with
+  its tie rule and seeded random draws.
+* **At least one unit stays** in every group (``multiple_of`` of them with ``multiple_of > 1``):
+  a count that would take more is refused before anything changes.
+* **Widths as multiples**: with ``multiple_of = n > 1`` the width each group keeps after a step
+  is rounded to the nearest multiple of ``n`` (half up; at least ``n``; never more than it
+  kept), its lowest-scored units pruned to reach it. The total then differs from the count
+  asked by less than ``n / 2`` per group changed, and the pruner's history records the real
+  count.
+* **Masks**: the chosen units expand to element masks of every slice
+  (:func:`~tensorplay.ao.pruning.structure.units.expand_keep`), combined with the masks held,
+  and the masking mode holds them (either mode).
+
+Example:
+    >>> import torch
+    >>> from torch import nn
+    >>> from tensorplay.ao.pruning.masking import masking_mode
+    >>> from tensorplay.ao.pruning.methods import L1Unstructured
+    >>> from tensorplay.ao.pruning.structure.units import Slice, UnitGroup, shapes_of
+    >>> from tensorplay.ao.pruning.tied_targets import Target
+    >>> mlp = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 2))
+    >>> group = UnitGroup("0", "channel", 3, (Slice("0.weight", 0), Slice("2.weight", 1)))
+    >>> targets = {"0.weight": Target(("0.weight",), ((mlp[0], "weight"),)),
+    ...            "2.weight": Target(("2.weight",), ((mlp[2], "weight"),))}
+    >>> scores = lambda chosen: [t.parameter().detach() for t in chosen]
+    >>> space = StructuredSpace([Ranked("0", (group,))], targets, shapes_of(mlp),
+    ...                         masking_mode("inplace"), L1Unstructured, scores)
+    >>> space.prune(2), space.pruned(), space.numels()
+    (None, [2], [3])
+    >>> mlp[2].weight_mask.any(dim=0).sum().item()  # one input column of the consumer kept
+    1
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from tensorplay.ao.pruning.amount import kept_multiple
+from tensorplay.ao.pruning.base import BasePruningMethod
+from tensorplay.ao.pruning.masking.mode import MaskingMode
+from tensorplay.ao.pruning.method_selection import select_in_place
+from tensorplay.ao.pruning.structure.units import UnitGroup, expand_keep, pruned_units, unit_scores
+from tensorplay.ao.pruning.structures.structure import Scores
+from tensorplay.ao.pruning.tied_targets import Target
+
+__all__ = ["Ranked", "StructuredSpace", "held_masks", "pruned_of"]
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """Unit groups a scope ranks as one group, their units in order.
+
+    Args:
+        name: The name reports and messages give it (the module, or the blocks' container).
+        groups: The unit groups, each a slice of the units.
+
+    Example:
+        >>> from tensorplay.ao.pruning.structure.units import Slice, UnitGroup
+        >>> layers = [UnitGroup(f"h.{i}", "layer", 1, (Slice(f"h.{i}.w", None),)) for i in (0, 1)]
+        >>> Ranked("h", tuple(layers)).size
+        2
+    """
+
+    name: str
+    groups: tuple[UnitGroup, ...]
+
+    @property
+    def size(self) -> int:
+        """Its units."""
+        return sum(group.size for group in self.groups)
+
+    def parameters(self) -> tuple[str, ...]:
+        """The names of the parameters its groups span, each once."""
+        return tuple(dict.fromkeys(name for group in self.groups for name in group.parameters()))
+
+
+def held_masks(
+    names: Sequence[str],
+    targets: Mapping[str, Target],
+    shapes: Mapping[str, torch.Size],
+    mode: MaskingMode | None,
+) -> dict[str, Tensor]:
+    """The keep mask of each parameter in ``names`` as ``mode`` holds it (an all-kept view where
+    it holds none); ``mode=None``: the parameter's nonzero entries (masks made permanent)."""
+    masks: dict[str, Tensor] = {}
+    for name in names:
+        target = targets[name]
+        if mode is None:
+            masks[name] = target.parameter().detach() != 0
+            continue
+        mask = mode.mask(*target.pair)
+        masks[name] = (
+            torch.ones((), dtype=torch.bool).expand(shapes[name]) if mask is None else mask
+        )
+    return masks
+
+
+def pruned_of(
+    ranked: Ranked, masks: Mapping[str, Tensor], partial: Literal["refuse", "keep"] = "refuse"
+) -> Tensor:
+    """One bool per unit of ``ranked``, ``True`` where all its slices are masked."""
+    return torch.cat([pruned_units(group, masks, partial=partial) for group in ranked.groups])
+
+
+class StructuredSpace:
+    """Structured units in :class:`Ranked` groups (see the module).
+
+    Args:
+        ranked: The groups the scopes rank.
+        targets: The target holding each parameter the groups span, by every name of it.
+        shapes: Each parameter's shape by name.
+        mode: The masking mode that holds the masks.
+        method: ``l1_unstructured`` (lowest unit score first) or ``random_unstructured``.
+        scores: ``targets -> element scores``, called once, on first use, with ``scored``.
+        scored: The targets whose element scores the unit scores read.
+        multiple_of: Kept widths are multiples of it (1: any width).
+    """
+
+    def __init__(
+        self,
+        ranked: Sequence[Ranked],
+        targets: Mapping[str, Target],
+        shapes: Mapping[str, torch.Size],
+        mode: MaskingMode,
+        method: type[BasePruningMethod],
+        scores: Scores,
+        scored: Sequence[Target] | None = None,
+        multiple_of: int = 1,
+    ) -> None:
+        self._ranked = list(ranked)
+        self._targets = targets
+        self._shapes = shapes
+        self._mode = mode
+        self._method = method
+        self._score = scores
+        self._scored = list(dict.fromkeys(targets.values())) if scored is None else list(scored)
+        self._element_scores: dict[str, Tensor] | None = None
+        self._multiple = multiple_of
+        self.names = [ranked.name for ranked in self._ranked]
+
+    def numels(self) -> list[int]:
+        """Per group, its units."""
+        return [ranked.size for ranked in self._ranked]
+
+    def pruned(self) -> list[int]:
+        """Per group, its pruned units as the masks hold them."""
+        return [int(self._pruned(index).sum()) for index in range(len(self._ranked))]
+
+    def _pruned(self, index: int) -> Tensor:
+        ranked = self._ranked[index]
+        return pruned_of(
+            ranked, held_masks(ranked.parameters(), self._targets, self._shapes, self._mode)
+        )
+
+    def _unit_scores(self, index: int) -> Tensor:
+        if self._element_scores is None:
+            found = self._score(self._scored)
+            self._element_scores = {
+                name: score
+                for target, score in zip(self._scored, found, strict=True)
+                for name in target.names
+            }
+        scores = self._element_scores
+        return torch.cat([unit_scores(group, scores) for group in self._ranked[index].groups])
+
+    def prune(
+        self, count: int, groups: Sequence[int] | None = None, caps: Sequence[int] | None = None
+    ) -> None:
+        """Prune ``count`` more units over ``groups`` (all: ``None``), lowest score first, each
+        group keeping at least ``multiple_of`` units; with ``caps``, at most ``caps[i]`` more
+        from ``groups[i]``.
+
+        Raises:
+            ValueError: ``count`` would leave some group fewer units than it must keep.
+        """
+        chosen = list(range(len(self._ranked))) if groups is None else list(groups)
+        kept = [~self._pruned(index) for index in chosen]
+        limits = [max(0, int(keep.sum()) - self._multiple) for keep in kept]
+        if caps is not None:
+            limits = [min(limit, cap) for limit, cap in zip(limits, caps, strict=True)]
+        if count > sum(limits):
+            self._refuse(count, sum(limits), chosen)
+        scores = [self._unit_scores(index) for index in chosen]
+        labels = [self._ranked[index].name for index in chosen]
+        keeps = [keep.clone() for keep in kept]
+        select_in_place(self._method, count, scores, keeps, labels, limits)
+        if self._multiple > 1:
+            keeps = [
+                self._to_multiple(keep, new, score, label)
+                for keep, new, score, label in zip(kept, keeps, scores, labels, strict=True)
+            ]
+        self._write([self._ranked[index] for index in chosen], kept, keeps)
+
+    def _to_multiple(self, kept: Tensor, chosen: Tensor, scores: Tensor, label: str) -> Tensor:
+        """``chosen`` with its width rounded to a multiple: the lowest units of ``kept`` pruned
+        to the rounded width (see the module)."""
+        width = kept_multiple(int(chosen.sum()), int(kept.sum()), self._multiple)
+        if width == int(chosen.sum()):
+            return chosen
+        keep = kept.clone()
+        select_in_place(self._method, int(kept.sum()) - width, [scores], [keep], [label])
+        return keep
+
+    def _refuse(self, count: int, most: int, chosen: Sequence[int]) -> None:
+        where = (
+            f"group {self._ranked[chosen[0]].name!r} ({self._ranked[chosen[0]].size} units)"
+            if len(chosen) == 1
+            else f"{len(chosen)} groups of {sum(self._ranked[i].size for i in chosen)} units"
+        )
+        raise ValueError(
+            f"Expected a pruning step that leaves every group at least {self._multiple} "
+            f"unit(s) (at most {most} more from {where}), but the target asks for {count} more: "
+            "a group with no units left would cut the model; lower the target sparsity."
+        )
+
+    def _write(
+        self, ranked: Sequence[Ranked], before: Sequence[Tensor], after: Sequence[Tensor]
+    ) -> None:
+        """Give the masking mode the element masks of the units newly pruned."""
+        masks: dict[str, Tensor] = {}
+        for group_set, old, new in zip(ranked, before, after, strict=True):
+            if torch.equal(old, new):
+                continue
+            offset = 0
+            for group in group_set.groups:
+                keep = new[offset : offset + group.size]
+                offset += group.size
+                for name, mask in expand_keep(group, keep, self._shapes).items():
+                    masks[name] = masks[name] & mask if name in masks else mask
+        by_target: dict[str, tuple[Target, Tensor]] = {}
+        for name, mask in masks.items():
+            target = self._targets[name]
+            held = by_target.get(target.name)
+            by_target[target.name] = (target, mask if held is None else held[1] & mask)
+        if not by_target:
+            return
+        targets = [target for target, _ in by_target.values()]
+        keeps = [mask for _, mask in by_target.values()]
+        self._mode.prune_each(targets, keeps, _restrict)
+
+
+def _restrict(index: int, new: Tensor, keep: Tensor) -> None:
+    """The masking mode's clear step: keep only what both the held mask and ``new`` keep."""
+    keep.logical_and_(new)
