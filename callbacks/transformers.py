@@ -252,7 +252,7 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
                 "Expected arguments that are plain data with "
                 "`TrainingArguments(restore_callback_states_from_checkpoint=True)` (the Trainer "
                 "rebuilds the callback from them), but the schedule or a class has no import "
-                f"path ({self.config.schedule!r}), or a `teacher` module was given. Define the "
+                f"path: {self.config.schedule!r}; or a `teacher` module was given. Define the "
                 "schedule at the top level of a module; leave `teacher` to its default."
             )
         for option in ("fsdp", "deepspeed"):
