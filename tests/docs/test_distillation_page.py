@@ -17,7 +17,7 @@ PAGE = Path(__file__).resolve().parents[2] / "docs" / "distillation.rst"
 
 def test_the_page_has_the_blocks_these_tests_know() -> None:
     languages = [language for language, _ in code_blocks(PAGE)]
-    assert languages == ["python", "python", "python", "bash", "bash"]
+    assert languages == ["python", "python", "python", "bash", "bash", "bash"]
 
 
 def test_the_loop_distils_a_pruned_model_from_its_dense_self() -> None:

@@ -73,3 +73,20 @@ def test_the_callback_measurement_runs_and_writes_its_table(tmp_path, capsys):
     rows = [line for line in text.splitlines() if line.startswith("|") and "---" not in line]
     assert len(rows) == 2
     assert _markdown_to_rst()(text).count("   * - ") == len(rows)  # type: ignore[operator]
+
+
+@pytest.mark.slow
+def test_the_experiment_prunes_ffn_channels_and_shrinks(tmp_path):
+    distill = load_script("lm_distill_channel", LM / "distill.py")
+    out = tmp_path / "distillation_channel.json"
+    distill.main(
+        [
+            *("--steps-scale", "0.02", "--seeds", "0", "--val-windows", "8"),
+            *("--structure", "channel", "--sparsity", "0.5"),
+            *("--cost-rounds", "1", "--cache", str(tmp_path), "--out", str(out)),
+        ]
+    )
+    result = json.loads(out.read_text())
+    assert result["structure"] == "channel" and result["sparsity"] == 0.5
+    assert all(len(v) == 1 and math.isfinite(v[0]) for v in result["cells"].values())
+    assert "pruned to 50% of the FFN channels, shrunk" in out.with_suffix(".md").read_text()
