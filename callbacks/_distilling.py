@@ -73,8 +73,9 @@ def _check_real(name: str, value: object, expected: str, ok: Callable[[float], b
 
 
 def first_pruning_due(pruner: Pruner, step: int) -> bool:
-    """Whether ``pruner.step(step)`` takes the pruner's first pruning step (none taken yet, and
-    a pruning step of its schedule lies between the last step taken and ``step``).
+    """Whether ``pruner.step(step)`` takes the pruner's first pruning step that removes units
+    (none removed yet, a pruning step of its schedule between the last step taken and ``step``,
+    and a target above 0 there).
 
     Example:
         >>> from torch import nn
@@ -83,8 +84,8 @@ def first_pruning_due(pruner: Pruner, step: int) -> bool:
         >>> [first_pruning_due(pruner, step) for step in (0, 2, 4)]
         [False, False, True]
     """
-    if pruner.last_pruned_step >= 0 or step <= pruner.last_step:
-        return False
+    if pruner.history or step <= pruner.last_step or pruner.schedule(step) <= 0:
+        return False  # units pruned already, a step taken, or a target of 0 (nothing removed)
     return pruner.schedule.latest_pruning_step(pruner.last_step, step) is not None
 
 
@@ -137,10 +138,10 @@ class Distilling(LeftOutOfCopies):
         if self._loaded is not None:
             self.start(pruner.model, teacher=None, weight=weight, temperature=temperature)
             return
-        if pruner.last_pruned_step >= 0 and step > pruner.last_step:
+        if pruner.history and step > pruner.last_step:
             raise RuntimeError(
                 f"{self.name}: expected the teacher (the model before the first pruning step, "
-                f"step {pruner.history[0][0] if pruner.history else pruner.last_pruned_step}) in "
+                f"step {pruner.history[0][0]}) in "
                 "the checkpoint this run resumed from, but it holds none: it was saved with "
                 "distill_weight=0. Pass the dense model as `teacher`, or resume with "
                 "distill_weight=0."

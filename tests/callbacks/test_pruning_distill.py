@@ -234,3 +234,16 @@ def test_bad_distillation_arguments_fail_at_construction(kwargs, error, match):
     with pytest.raises(error, match=match):  # set later, checked the same
         setattr(callback, name, value)
     assert callback.distill_weight == 0.0 and callback.teacher is None
+
+
+@pytest.mark.filterwarnings("ignore:Be aware that when using `ckpt_path`")
+def test_resuming_past_the_first_pruning_step_without_a_saved_teacher_fails(make_trainer, tmp_path):
+    schedule = CubicSchedule(0.75, start_step=1, end_step=5, frequency=2)
+    checkpoints = ModelCheckpoint(dirpath=tmp_path / "a", save_top_k=-1, every_n_epochs=1)
+    first = GradualPruning(schedule, verbose=False)  # saved without distillation
+    trainer = make_trainer(max_epochs=1, callbacks=[first, checkpoints], enable_checkpointing=True)
+    trainer.fit(TinyModule(samples=32))
+    resumed = GradualPruning(schedule, distill_weight=1.0, verbose=False)
+    trainer = make_trainer(max_epochs=2, callbacks=[resumed], logger=False)
+    with pytest.raises(RuntimeError, match=r"teacher .*step 3\) in the checkpoint .* holds none"):
+        trainer.fit(TinyModule(samples=32), ckpt_path=tmp_path / "a" / "epoch=0-step=4.ckpt")
