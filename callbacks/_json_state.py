@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["find_saved", "from_json", "saved_entry", "to_json"]
+__all__ = ["find_entry", "find_saved", "from_json", "saved_entry", "to_json"]
 
 _ENCODED = "torch.save"
 
@@ -104,6 +104,23 @@ def saved_entry(
     return {"state_key": state_key, "pruner": to_json(pruner_state), "kept_zeros": kept}
 
 
+def find_entry(entries: Any, state_key: str) -> Mapping[str, Any] | None:
+    """The last of ``entries`` saved under ``state_key``, as :func:`saved_entry` made it (with
+    any field a callback added); ``None`` if none.
+
+    Example:
+        >>> find_entry({"attributes": {"state_key": "k", "pruner": {"step": 2}}}, "k")
+        {'state_key': 'k', 'pruner': {'step': 2}}
+    """
+    found = None
+    for entry in entries if isinstance(entries, list) else [entries]:
+        attributes = entry.get("attributes", {}) if isinstance(entry, Mapping) else {}
+        saved = attributes.get("saved_state") or attributes  # before: the fields themselves
+        if saved.get("state_key") == state_key and saved.get("pruner"):
+            found = saved
+    return found
+
+
 def find_saved(
     entries: Any, state_key: str
 ) -> tuple[dict[str, Any], dict[str, Tensor] | None] | None:
@@ -115,12 +132,7 @@ def find_saved(
         >>> find_saved({"attributes": {"state_key": "k", "pruner": {"step": 2}}}, "k")
         ({'step': 2}, None)
     """
-    found = None
-    for entry in entries if isinstance(entries, list) else [entries]:
-        attributes = entry.get("attributes", {}) if isinstance(entry, Mapping) else {}
-        saved = attributes.get("saved_state") or attributes  # before: the fields themselves
-        if saved.get("state_key") == state_key and saved.get("pruner"):
-            found = saved
+    found = find_entry(entries, state_key)
     if found is None:
         return None
     kept = found.get("kept_zeros")

@@ -65,6 +65,7 @@ from tensorplay.ao.pruning.structure.shrink_report import ShrinkReport
 from tensorplay.ao.pruning.structure.units import UnitGroup
 from tensorplay.ao.pruning.targets import method_name
 
+from ._distilling import Distilling, check_distill_arguments
 from ._metrics import pruning_metrics
 from ._state import pruner_state
 
@@ -102,6 +103,14 @@ class AdapterOptions:
         shrink_at_end: At the end of training, remove the pruned units physically
             (:func:`~tensorplay.ao.pruning.shrink`; the pruning is made permanent first) and
             report the parameters and widths before and after (on rank zero).
+        distill_weight: The weight of the distillation term added to the task loss (0: off).
+        distill_temperature: Its temperature.
+        teacher: The teacher; ``None``: a frozen dense copy of the model taken just before the
+            first pruning step.
+
+    Raises:
+        TypeError: A distillation argument of the wrong type.
+        ValueError: ``distill_weight`` < 0 or ``distill_temperature`` <= 0.
     """
 
     log_per_tensor: bool = False
@@ -109,6 +118,17 @@ class AdapterOptions:
     reset_optimizer_state: bool = False
     verbose: bool = True
     shrink_at_end: bool = False
+    distill_weight: float = 0.0
+    distill_temperature: float = 2.0
+    teacher: nn.Module | None = None
+
+    def __post_init__(self) -> None:
+        check_distill_arguments(self.distill_weight, self.distill_temperature, self.teacher)
+
+    @property
+    def distilling(self) -> bool:
+        """Whether a distillation term is added (``distill_weight > 0``)."""
+        return self.distill_weight > 0
 
 
 class Option:
@@ -222,6 +242,8 @@ def plain_arguments(config: PrunerConfig, options: AdapterOptions) -> dict[str, 
             if None in value:
                 return None
         plain[name] = value
+    if options.teacher is not None:  # a module has no plain-data form
+        return None
     plain.update({name: getattr(options, name) for name in _OPTION_FIELDS})
     return plain
 
@@ -338,6 +360,8 @@ class PruningSession:
         self._report: SparsityReport | None = None  # the last counts, re-read when they change
         self._optimizers: list[Optimizer] = []
         self._shrunk: tuple[ShrinkReport, ShrunkShapes] | None = None
+        #: The distillation from the teacher (``distill_weight > 0``).
+        self.distilling = Distilling(name)
 
     @property
     def built(self) -> bool:
@@ -399,6 +423,13 @@ class PruningSession:
             pruner.optimizers = holding
         if self.config.rewind == "init" and pruner.last_step < 0:
             pruner.take_snapshot()
+        options = self.options
+        self.distilling.start(
+            pruner.model,
+            teacher=options.teacher,
+            weight=options.distill_weight,
+            temperature=options.distill_temperature,
+        )
 
     def before_optimizer_step(self, optimizer: Optimizer | None = None) -> None:
         """Before ``optimizer`` steps (after the gradients are final): with attached
@@ -428,6 +459,10 @@ class PruningSession:
         pruner = self.pruner
         if step == pruner.last_step:
             return None
+        options = self.options
+        self.distilling.before_step(
+            pruner, step, weight=options.distill_weight, temperature=options.distill_temperature
+        )
         pruned = pruner.step(step)
         if pruned > 0 or self._report is None or step % max(1, report_every) == 0:
             self._report = pruner.report()
@@ -446,8 +481,9 @@ class PruningSession:
         return pruning_metrics(self.pruner, self._report, self.options.log_per_tensor)
 
     def finish(self) -> None:
-        """Training ended: detach the optimizers, report the final sparsity, shrink the model
-        or make the pruning permanent if asked."""
+        """Training ended: detach the optimizers and the teacher, report the final sparsity,
+        shrink the model or make the pruning permanent if asked."""
+        self.distilling.detach()
         if self._pruner is None:
             return
         self.detach()

@@ -18,12 +18,15 @@ from tensorplay.ao.pruning.masking import masking_mode
 from tensorplay.ao.pruning.pruner import Pruner
 
 if TYPE_CHECKING:
+    from ._lifecycle import AdapterOptions
     from .pruning import GradualPruning
 
-__all__ = ["check_disjoint", "check_shrinkable", "check_strategy"]
+__all__ = ["check_disjoint", "check_distilled_strategy", "check_shrinkable", "check_strategy"]
 
 
-def check_strategy(strategy: object, config: PrunerConfig) -> None:
+def check_strategy(
+    strategy: object, config: PrunerConfig, options: AdapterOptions | None = None
+) -> None:
     """Refuse the strategies whose parameters the pruner cannot mask.
 
     Lightning's ``FSDPStrategy`` (FSDP1) flattens the parameters into per-rank slices of a
@@ -43,6 +46,8 @@ def check_strategy(strategy: object, config: PrunerConfig) -> None:
             "neither placed nor saved sharded. Use `ModelParallelStrategy` with `fully_shard` "
             "in `configure_model` (FSDP2) and `masking='inplace'`, or DDP."
         )
+    if options is not None and options.distilling:
+        check_distilled_strategy(strategy, options)
     if not isinstance(strategy, ModelParallelStrategy):
         return
     if not masking_mode(config.masking).holds_dtensors:
@@ -83,6 +88,23 @@ def check_shrinkable(strategy: object) -> None:
             f"{getattr(strategy, '_start_method', '?')!r}): they hand the trained weights back "
             "to this process's model, which keeps its full widths. Use strategy='ddp', or "
             "shrink_at_end=False and shrink the returned model with tensorplay.ao.pruning.shrink."
+        )
+
+
+def check_distilled_strategy(strategy: object, options: AdapterOptions) -> None:
+    """Refuse distillation under the strategies that shard the model: its default teacher is a
+    plain copy of the model, and the term is added to the loss their engines back-propagate.
+
+    Raises:
+        ValueError: ``distill_weight`` > 0 under ``ModelParallelStrategy`` (FSDP2) or
+            ``DeepSpeedStrategy``.
+    """
+    if isinstance(strategy, (ModelParallelStrategy, DeepSpeedStrategy)):
+        raise ValueError(
+            "Expected DDP or one device with `distill_weight` > 0 (the teacher is a whole copy "
+            f"of the model on each rank), but got distill_weight={options.distill_weight!r} "
+            f"under `{type(strategy).__name__}`, which shards the model. Set distill_weight=0, "
+            "or train under DDP."
         )
 
 

@@ -17,6 +17,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
+from torch import nn
 from typing_extensions import override
 
 from tensorplay.ao.pruning.config import (
@@ -46,6 +47,21 @@ ROLLBACK_HINT = (
     "with ModelCheckpoint(save_last=True)), or monitor a metric logged only once the schedule "
     "has ended."
 )
+
+
+# Where the callback's state keeps the teacher it took (its weights, saved once per checkpoint).
+TEACHER_KEY = "distill_teacher"
+
+
+def _scaled_like_loss(trainer: pl.Trainer, term: torch.Tensor) -> torch.Tensor:
+    """``term`` as Lightning's automatic optimization hands the task loss to backward: divided
+    by ``accumulate_grad_batches``, then multiplied by the precision plugin's loss scale."""
+    term = term / trainer.accumulate_grad_batches
+    scaler = getattr(trainer.precision_plugin, "scaler", None)  # a GradScaler under 16-mixed
+    if scaler is None:
+        return term
+    scaled: torch.Tensor = scaler.scale(term)
+    return scaled
 
 
 class GradualPruning(Callback):
@@ -96,11 +112,24 @@ class GradualPruning(Callback):
             loaded. The trainer's optimizers hold the old tensors: stepping one raises. See
             :doc:`/structured`.
 
+        distill_weight: Distil from a teacher (:doc:`/distillation`): the weight of the KD term
+            added to the loss Lightning back-propagates, scaled as it scales the task loss
+            (``accumulate_grad_batches``, the 16-bit loss scaler); 0 (default) is off. The term
+            is the one of the forward ``training_step`` runs through ``self(...)``; it is
+            logged as ``pruning/distill_loss``.
+        distill_temperature: The KD term's temperature (> 0).
+        teacher: The teacher, used from the first step; ``None`` (default): a frozen dense copy
+            of the module taken just before the first pruning step, saved in the checkpoints.
+
     Raises:
-        TypeError: As :class:`~tensorplay.ao.pruning.config.PrunerConfig`.
-        ValueError: As it; at set-up, under ``FSDPStrategy``, or under ``ModelParallelStrategy``
-            without ``masking="inplace"`` or with rewinding, or with ``shrink_at_end`` under
-            ``ModelParallelStrategy`` or ``DeepSpeedStrategy``.
+        TypeError: As :class:`~tensorplay.ao.pruning.config.PrunerConfig`; a distillation
+            argument of the wrong type.
+        ValueError: As it; ``distill_weight`` < 0 or ``distill_temperature`` <= 0; at set-up,
+            under ``FSDPStrategy``, or under ``ModelParallelStrategy`` without
+            ``masking="inplace"`` or with rewinding; with ``shrink_at_end`` under
+            ``ModelParallelStrategy``, ``DeepSpeedStrategy`` or a strategy launched in worker
+            processes; with ``distill_weight`` > 0 under ``ModelParallelStrategy``,
+            ``DeepSpeedStrategy`` or manual optimization.
 
     Example:
         >>> from tensorplay.ao.pruning.schedules import CubicSchedule
@@ -110,6 +139,13 @@ class GradualPruning(Callback):
         >>> callback.config.method, callback.config.keep_dense
         ('l1_unstructured', ['embeddings', 'last'])
         >>> # Trainer(callbacks=[callback]).fit(model)
+        >>> distilled = GradualPruning(CubicSchedule(0.8, end_step=1000), distill_weight=1.0)
+        >>> distilled.distill_weight, distilled.distill_temperature, distilled.teacher
+        (1.0, 2.0, None)
+        >>> GradualPruning(CubicSchedule(0.8, end_step=1000), distill_temperature=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: Expected `distill_temperature` to be a positive number, but got 0.
     """
 
     def __init__(
@@ -137,6 +173,9 @@ class GradualPruning(Callback):
         structure: Structure = "element",
         multiple_of: int = 1,
         shrink_at_end: bool = False,
+        distill_weight: float = 0.0,
+        distill_temperature: float = 2.0,
+        teacher: nn.Module | None = None,
     ) -> None:
         # Every argument, by name, to the one place that reads them (LightningCLI reads the
         # signature above, so it stays explicit; a test keeps it equal to the Trainer callback's).
@@ -161,6 +200,9 @@ class GradualPruning(Callback):
     reset_optimizer_state = Option()
     verbose = Option()
     shrink_at_end = Option()
+    distill_weight = Option()
+    distill_temperature = Option()
+    teacher = Option()
 
     @property
     @override
@@ -189,9 +231,17 @@ class GradualPruning(Callback):
         """Check the strategy; build the pruner unless it restores checkpoints after set-up."""
         if stage != "fit" or self._session.built_for(pl_module):
             return
-        check_strategy(trainer.strategy, self.config)
+        check_strategy(trainer.strategy, self.config, self._session.options)
         if self.shrink_at_end:
             check_shrinkable(trainer.strategy)
+        if self.distill_weight > 0 and not pl_module.automatic_optimization:
+            raise ValueError(
+                "Expected automatic optimization with `distill_weight` > 0 (the callback adds "
+                "the distillation term to the loss Lightning back-propagates), but got "
+                f"distill_weight={self.distill_weight!r} and automatic_optimization=False. Set "
+                "distill_weight=0 and add `tensorplay.ao.pruning.Distillation(...).loss()` to "
+                "the loss you pass to `manual_backward`."
+            )
         if not trainer.strategy.restore_checkpoint_after_setup:
             self._build(trainer, pl_module)
 
@@ -203,11 +253,29 @@ class GradualPruning(Callback):
         self._session.start(trainer.optimizers)
 
     @override
+    def on_before_backward(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor
+    ) -> None:
+        """Add the distillation term of this batch's forward to the loss about to be
+        back-propagated, scaled as Lightning scaled the task loss (by ``1 /
+        accumulate_grad_batches``, then by the precision plugin's loss scaler)."""
+        if self._should_skip(trainer):
+            return
+        term = self._session.distilling.term(lambda kd: _scaled_like_loss(trainer, kd))
+        if term is not None:
+            # One backward of task + KD (DDP reduces once): Lightning hands callbacks the very
+            # tensor it back-propagates next, made for it (divided, scaled), so adding in place
+            # changes nothing the user holds.
+            loss.add_(term.to(loss.dtype))
+
+    @override
     def on_before_optimizer_step(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
         """With attached optimizers, zero the pruned weights' gradients before clipping; add the
-        final gradients to a gradient score (once per optimizer step)."""
+        final gradients to a gradient score (once per optimizer step); check that every
+        distillation term reached the backward."""
+        self._session.distilling.check_reached()
         self._session.before_optimizer_step(optimizer)
 
     @override
@@ -229,6 +297,9 @@ class GradualPruning(Callback):
         """Take a pruning step if this batch ended with an optimizer step, and log."""
         if self._should_skip(trainer):
             return
+        distill_loss = self._session.distilling.mean_value()
+        if distill_loss is not None:
+            pl_module.log("pruning/distill_loss", distill_loss, on_step=True, on_epoch=False)
         if self._session.step(trainer.global_step, report_every=self._log_every(trainer)) is None:
             return
         for name, value in self._session.metrics().items():
@@ -256,14 +327,24 @@ class GradualPruning(Callback):
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        """The pruner's :meth:`~tensorplay.ao.pruning.pruner.Pruner.state_dict` (or ``{}``)."""
-        return self._session.state_dict()
+        """The pruner's :meth:`~tensorplay.ao.pruning.pruner.Pruner.state_dict` (or ``{}``),
+        with the teacher's weights under ``"distill_teacher"`` once the callback has taken it."""
+        state = self._session.state_dict()
+        teacher = self._session.distilling.teacher_state()
+        if teacher is not None:
+            state[TEACHER_KEY] = teacher
+        return state
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore the pruner's state (kept until it is built if early); tensorplay 0.1's
-        callback state (``{"version": 1, "pruner", "seed", "snapshot"}``) is accepted."""
-        self._session.load_state_dict(state_dict)
+        """Restore the pruner's state (kept until it is built if early) and the teacher taken;
+        tensorplay 0.1's callback state (``{"version": 1, "pruner", "seed", "snapshot"}``) is
+        accepted."""
+        state = dict(state_dict)
+        teacher = state.pop(TEACHER_KEY, None)
+        if teacher is not None:
+            self._session.distilling.load_teacher_state(teacher)
+        self._session.load_state_dict(state)
 
     def _should_skip(self, trainer: pl.Trainer) -> bool:
         return trainer.sanity_checking or not trainer.training

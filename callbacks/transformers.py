@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.utils.hooks import RemovableHandle
 from transformers import (
     DefaultFlowCallback,
     Trainer,
@@ -29,6 +31,7 @@ from transformers import (
 )
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import ExportableState
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from transformers.utils import logging
 from typing_extensions import override
 
@@ -40,13 +43,15 @@ from tensorplay.ao.pruning.config import (
     Scope,
     Structure,
 )
+from tensorplay.ao.pruning.dense_copy import LeftOutOfCopies
 from tensorplay.ao.pruning.imports import import_path
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.structure.shrink_report import ShrinkReport
 from tensorplay.ao.pruning.targets import KeepDense
 
-from ._json_state import find_saved, saved_entry
+from ._distilling import Distilling
+from ._json_state import find_entry, find_saved, saved_entry
 from ._lifecycle import Option, PruningSession, on_rank_zero, plain_arguments, split_arguments
 from ._state import state_key_fields
 
@@ -115,13 +120,22 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
             (:attr:`shrink_report`); ``trainer.save_model()`` then writes the smaller model.
             The trainer's optimizer holds the old tensors: stepping it raises. See
             :doc:`/structured`.
+        distill_weight: Distil from a teacher (:doc:`/distillation`): the weight of the KD term
+            added to the ``loss`` of the model's training outputs (what the Trainer
+            back-propagates), counted as the Trainer counts that loss under gradient
+            accumulation; 0 (default) is off. Logged as ``pruning/distill_loss``.
+        distill_temperature: The KD term's temperature (> 0).
+        teacher: The teacher, used from the first step; ``None`` (default): a frozen dense copy
+            of the model taken just before the first pruning step, written into each
+            checkpoint's folder (``tensorplay_teacher.pt``) and read back on resume.
 
     Raises:
-        TypeError: As :class:`~tensorplay.ao.pruning.config.PrunerConfig`.
-        ValueError: As it; when the ``Trainer`` is made, as the ``Pruner`` (an unknown or empty
-            selection), with FSDP or DeepSpeed (not supported yet), or with
-            ``restore_callback_states_from_checkpoint=True`` and a schedule that has no plain-data
-            form (a lambda).
+        TypeError: As :class:`~tensorplay.ao.pruning.config.PrunerConfig`; a distillation
+            argument of the wrong type.
+        ValueError: As it; ``distill_weight`` < 0 or ``distill_temperature`` <= 0; when the
+            ``Trainer`` is made, as the ``Pruner`` (an unknown or empty selection), with FSDP or
+            DeepSpeed (not supported yet), or with ``restore_callback_states_from_checkpoint=True``
+            and a schedule that has no plain-data form (a lambda) or a ``teacher`` module.
 
     Example:
         >>> from tensorplay.ao.pruning.schedules import CubicSchedule
@@ -129,6 +143,13 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         >>> callback.config.method, callback.config.scope
         ('l1_unstructured', 'global')
         >>> # Trainer(model, args, train_dataset=data, callbacks=[callback]).train()
+        >>> distilled = GradualPruningCallback(CubicSchedule(0.8, end_step=10), distill_weight=1.0)
+        >>> distilled.distill_weight, distilled.distill_temperature, distilled.teacher
+        (1.0, 2.0, None)
+        >>> GradualPruningCallback(CubicSchedule(0.8, end_step=1000), distill_weight=-1)
+        Traceback (most recent call last):
+        ...
+        ValueError: Expected `distill_weight` to be a non-negative number (0: off), but got -1.
     """
 
     def __init__(
@@ -156,6 +177,9 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         structure: Structure = "element",
         multiple_of: int = 1,
         shrink_at_end: bool = False,
+        distill_weight: float = 0.0,
+        distill_temperature: float = 2.0,
+        teacher: nn.Module | None = None,
     ) -> None:
         # Every argument, by name, to the one place that reads them (a test keeps the signature
         # equal to the Lightning callback's).
@@ -173,6 +197,9 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         # (restore_callback_states_from_checkpoint=True); the state itself is read from the
         # Trainer's state, whose latest entry is the checkpoint's.
         self.saved_state: dict[str, Any] | None = None
+        self._loss_hook: RemovableHandle | None = None
+        self._args: TrainingArguments | None = None
+        self._teacher_ids: tuple[object, str] = (None, "")
 
     @property
     def config(self) -> PrunerConfig:
@@ -185,6 +212,9 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
     reset_optimizer_state = Option()
     verbose = Option()
     shrink_at_end = Option()
+    distill_weight = Option()
+    distill_temperature = Option()
+    teacher = Option()
 
     @property
     def state_key(self) -> str:
@@ -238,7 +268,8 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
                 "Expected arguments that are plain data with "
                 "`TrainingArguments(restore_callback_states_from_checkpoint=True)` (the Trainer "
                 "rebuilds the callback from them), but the schedule or a class has no import "
-                f"path: {self.config.schedule!r}. Define it at the top level of a module."
+                f"path: {self.config.schedule!r}; or a `teacher` module was given. Define the "
+                "schedule at the top level of a module; leave `teacher` to its default."
             )
         for option in ("fsdp", "deepspeed"):
             if getattr(args, option, None):
@@ -247,6 +278,7 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
                     f"GradualPruningCallback does not support it yet, but got "
                     f"{option}={getattr(args, option)!r}."
                 )
+        self._args = args
         if model is not None:
             # The Trainer loads a checkpoint's weights into the model's keys: they must match.
             self._build(model)
@@ -267,10 +299,13 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
             raise ValueError("Expected the Trainer to pass its model to the callbacks.")
         if not self._session.built_for(model):
             self._take_over_or_build(model, state)
+        self._args = args
         if state.global_step > 0:  # resumed: the checkpoint's trainer_state.json is loaded
             self._session.load_state_dict(*self._saved_state(state))
+            self._load_teacher(args, state)
         self._session.start([] if optimizer is None else [optimizer])
         self._session.step(state.global_step)
+        self._hook_loss()
 
     @override
     def on_pre_optimizer_step(
@@ -278,7 +313,9 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
     ) -> None:
         """Before each optimizer step (the one place the callback calls into the pruner
         before a step): with an attached optimizer, zero the pruned weights' gradients; add the
-        final gradients to a gradient score (once per optimizer step, accumulation folded in)."""
+        final gradients to a gradient score (once per optimizer step, accumulation folded in);
+        check that every distillation term reached the backward."""
+        self._session.distilling.check_reached()
         self._session.before_optimizer_step(kwargs.get("optimizer"))
 
     @override
@@ -288,6 +325,7 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         """Take the pruning step of the optimizer step just done."""
         if self._session.built:
             self._session.step(state.global_step)
+            self._hook_loss()
 
     @override
     def on_log(
@@ -304,6 +342,9 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         if not self._session.built or logs is None or "loss" not in logs:
             return  # evaluation and the end-of-training summary are logged without them
         metrics = self._session.metrics(fresh=True)
+        distill_loss = self._session.distilling.mean_value()
+        if distill_loss is not None:
+            metrics["pruning/distill_loss"] = distill_loss
         logs.update(metrics)
         last = state.log_history[-1] if state.log_history else {}
         if last.get("step") == state.global_step and last.get("loss") == logs["loss"]:
@@ -320,7 +361,23 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         if args.load_best_model_at_end and best and self._session.weights_loaded():
             saved = TrainerState.load_from_json(os.path.join(best, TRAINER_STATE_NAME))
             self._session.load_state_dict(*self._saved_state(saved))
+        if self._loss_hook is not None:
+            self._loss_hook.remove()
+            self._loss_hook = None
         self._session.finish()
+
+    @override
+    def on_save(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        """Write the teacher taken (its weights) into the checkpoint just saved, on the main
+        process, so that a run resumed from it distils from the same teacher."""
+        teacher = self._session.distilling.teacher_state()
+        if teacher is None or not state.is_world_process_zero:
+            return
+        folder = _checkpoint_folder(args, state.global_step)
+        if os.path.isdir(folder):
+            torch.save({"id": self._teacher_id(), "teacher": teacher}, _teacher_path(folder))
 
     @override
     def state(self) -> dict[str, Any]:
@@ -330,7 +387,46 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         if self._session.built:
             pruner_state, kept = self._session.state_dict(), self._session.kept_zeros()
             saved = saved_entry(self.state_key, pruner_state, kept)
+            if self._session.distilling.teacher_state() is not None:
+                saved[TEACHER_ENTRY] = self._teacher_id()
         return {"args": self._arguments() or {}, "attributes": {"saved_state": saved}}
+
+    def _hook_loss(self) -> None:
+        """Once the teacher is attached, hook the student to add the distillation term to the
+        loss its output carries (``outputs.loss``, what the Trainer back-propagates)."""
+        distillation = self._session.distilling.distillation
+        if self._loss_hook is not None or distillation is None or distillation.student is None:
+            return
+        hook = _AddToOutputLoss(self._session.distilling, self._args)
+        self._loss_hook = distillation.student.register_forward_hook(hook.add, with_kwargs=True)
+
+    def _teacher_id(self) -> str:
+        """A random id of the teacher taken, saved with it and in trainer_state.json, so that a
+        resumed run loads the teacher of its own checkpoint."""
+        distillation = self._session.distilling.distillation
+        if self._teacher_ids[0] is not distillation:
+            self._teacher_ids = (distillation, uuid.uuid4().hex)
+        return self._teacher_ids[1]
+
+    def _load_teacher(self, args: TrainingArguments, state: TrainerState) -> None:
+        """The teacher saved with the checkpoint the run resumed from, if it holds one."""
+        saved: Any = state.stateful_callbacks or {}
+        entries = saved.get(type(self).__name__, []) if isinstance(saved, dict) else []
+        entry = find_entry(entries, self.state_key) or {}
+        teacher_id = entry.get(TEACHER_ENTRY)
+        if teacher_id is None or not self.distill_weight > 0:
+            return
+        path = _teacher_path(_checkpoint_folder(args, state.global_step))
+        found = torch.load(path, weights_only=True) if os.path.isfile(path) else {}
+        if found.get("id") != teacher_id:
+            raise ValueError(
+                f"Expected the teacher saved with the checkpoint of step {state.global_step} at "
+                f"{path} (the checkpoint's folder in `output_dir`), but "
+                f"{'it is another run' + chr(39) + 's' if found else 'there is none'}. Resume "
+                "from a checkpoint in the `output_dir` of this run's arguments, or copy the "
+                f"checkpoint's {TEACHER_FILE} with it."
+            )
+        self._session.distilling.load_teacher_state(found["teacher"])
 
     def _arguments(self) -> dict[str, Any] | None:
         return plain_arguments(self._session.config, self._session.options)
@@ -379,6 +475,65 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
 # The sessions built here, held weakly: a callback the Trainer rebuilds from a checkpoint takes
 # over the session of the one it replaces (see GradualPruningCallback._take_over_or_build).
 _SESSIONS: list[weakref.ref[PruningSession]] = []
+
+
+class _AddToOutputLoss(LeftOutOfCopies):
+    """A forward hook on the student that adds the distillation term to the ``loss`` of its
+    training outputs: what the Trainer's ``compute_loss`` returns and back-propagates. (A
+    :class:`~tensorplay.ao.pruning.dense_copy.LeftOutOfCopies`: a copy of the student, such as a
+    teacher, never carries it.)"""
+
+    def __init__(self, distilling: Distilling, args: TrainingArguments | None) -> None:
+        self.distilling = distilling
+        self.args = args
+
+    def add(
+        self, model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
+    ) -> Any:
+        if not (model.training and torch.is_grad_enabled()):
+            return None
+        loss = output.get("loss") if isinstance(output, Mapping) else None
+        if not isinstance(loss, Tensor):
+            raise ValueError(
+                "GradualPruningCallback: expected the model's output to carry its `loss` in "
+                "training with `distill_weight` > 0 (the distillation term is added to it), but "
+                f"the {type(output).__name__} it returned has none: the labels were not passed "
+                "to the model (the Trainer's `compute_loss_func`, or a custom `compute_loss`). "
+                "Pass the labels to the model, or set distill_weight=0 and add "
+                "`tensorplay.ao.pruning.Distillation(...).loss()` to your loss yourself."
+            )
+        term = self.distilling.term(self.scale(kwargs))
+        if term is not None:
+            output["loss"] = loss + term.to(loss.dtype)
+        return output
+
+    def scale(self, kwargs: Mapping[str, Any]) -> float:
+        """What makes the term of one micro-batch count as the Trainer counts its loss. A model
+        given ``num_items_in_batch`` divides its summed loss by the items of the whole
+        accumulated batch (of every process, which the Trainer then multiplies back by the
+        process count), and the Trainer no longer divides by the accumulation steps: the term,
+        a mean per micro-batch, is divided by both here. Otherwise the Trainer divides the loss
+        and the term alike."""
+        if "num_items_in_batch" not in kwargs or self.args is None:
+            return 1.0
+        scale = 1.0 / self.args.gradient_accumulation_steps
+        if getattr(self.args, "average_tokens_across_devices", False):
+            distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+            scale /= torch.distributed.get_world_size() if distributed else 1
+        return scale
+
+
+# The teacher the callback took, saved in each checkpoint's folder; its id in trainer_state.json.
+TEACHER_FILE = "tensorplay_teacher.pt"
+TEACHER_ENTRY = "distill_teacher"
+
+
+def _checkpoint_folder(args: TrainingArguments, step: int) -> str:
+    return os.path.join(args.output_dir or "", f"{PREFIX_CHECKPOINT_DIR}-{step}")
+
+
+def _teacher_path(folder: str) -> str:
+    return os.path.join(folder, TEACHER_FILE)
 
 
 def _state_key(config: PrunerConfig, name: Callable[[object], str] | None = None) -> str:

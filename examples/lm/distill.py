@@ -24,9 +24,10 @@ teacher's bytes per parameter in float32 and bfloat16.
 
 The results go to ``docs/results/distillation.json`` and ``distillation.md`` (``--out``);
 ``--steps-scale 0.02`` shrinks every step count (the test runs it so). The dense models are cached
-in ``runs/lm/distill/``. ``--structure`` and ``--sparsity`` choose the pruning: only the
-unstructured ``element`` exists today; a structure that removes whole units joins the choices
-in :func:`prune_once`.
+in ``runs/lm/distill/``. ``--structure`` and ``--sparsity`` choose the pruning:
+``--structure channel --sparsity 0.5 --out docs/results/distillation_channel.json`` prunes half
+of the FFN channels instead (global magnitude of each channel's slices) and shrinks the model
+after its recovery.
 """
 
 from __future__ import annotations
@@ -51,10 +52,18 @@ sys.path.append(str(Path(__file__).resolve().parent))
 from byte_text import VAL_FRACTION, Windows, load_bytes
 from gpt_bytes import gpt_config, nll, perplexity
 
-from tensorplay.ao.pruning import Distillation, Pruner, dense_copy
-from tensorplay.ao.pruning.schedules import CubicSchedule, OneShotSchedule
+from tensorplay.ao.pruning import Distillation, Pruner, dense_copy, shrink
+from tensorplay.ao.pruning.schedules import CubicSchedule, OneShotSchedule, Schedule
 
-__all__ = ["main", "measure_cost", "measure_recovery", "prune_once", "pretrain", "tables"]
+__all__ = [
+    "main",
+    "measure_cost",
+    "measure_recovery",
+    "prune_once",
+    "pretrain",
+    "pruner_of",
+    "tables",
+]
 
 SEEDS = (0, 1, 2)
 # Small enough that a step takes about 0.1 s of CPU time on one thread (HF GPT-2's per-op
@@ -156,15 +165,20 @@ def copy_of(net: GPT2LMHeadModel) -> GPT2LMHeadModel:
     return fresh
 
 
-def prune_once(net: GPT2LMHeadModel, structure: str, sparsity: float) -> Pruner:
-    """Prune the block projections of ``net`` once, to ``sparsity`` (global magnitude).
+def pruner_of(net: GPT2LMHeadModel, schedule: Schedule, structure: str) -> Pruner:
+    """The pruner of ``net``'s units: single weights of the block projections (``"element"``)
+    or the FFN channels (``"channel"``: each with its slices in ``c_fc`` and ``c_proj``), ranked
+    globally by magnitude, held as lean masks."""
+    if structure == "element":
+        return Pruner(net, schedule, masking="inplace", **PRUNED)
+    if structure == "channel":  # the units of a GPT-2: FFN channels, found from its modules
+        return Pruner(net, schedule, masking="inplace", structure="channel")
+    raise ValueError(f"Expected `structure` to be 'element' or 'channel', but got {structure!r}.")
 
-    ``structure`` is the unit a pruning step removes: ``"element"`` (a single weight) is the
-    only one today; channels (with the model shrunk after) are the next choice.
-    """
-    if structure != "element":
-        raise ValueError(f"Expected `structure` to be 'element', but got {structure!r}.")
-    pruner = Pruner(net, OneShotSchedule(sparsity), masking="inplace", **PRUNED)
+
+def prune_once(net: GPT2LMHeadModel, structure: str, sparsity: float) -> Pruner:
+    """Prune ``net`` once, to ``sparsity`` of its units (``structure``, see :func:`pruner_of`)."""
+    pruner = pruner_of(net, OneShotSchedule(sparsity), structure)
     pruner.step(0)
     return pruner
 
@@ -187,13 +201,15 @@ def recover(
     else:  # the cubic ramp over the first 70% of the steps, then fine-tuning at the target
         end = max(1, round(0.7 * steps))
         schedule = CubicSchedule(args.sparsity, end_step=end, frequency=max(1, steps // 30))
-        pruner = Pruner(net, schedule, masking="inplace", **PRUNED)
+        pruner = pruner_of(net, schedule, args.structure)
     torch.manual_seed(seed)
     train(net, batches(train_windows, 1000 + seed), steps, pruner, distill)
     if distill is not None:
         distill.detach()
     if abs(pruner.sparsity() - args.sparsity) > 1e-3:
         raise RuntimeError(f"Expected {args.sparsity:.0%} sparsity, got {pruner.sparsity():.2%}.")
+    if args.structure == "channel":  # the pruned channels removed: a smaller model, same outputs
+        shrink(net)
     return net
 
 
@@ -317,6 +333,8 @@ def tables(result: dict[str, Any]) -> str:
     """The recovery and cost tables, in Markdown, with their captions."""
     cells, cost, seeds = result["cells"], result["cost"], len(result["seeds"])
     sparsity = f"{result['sparsity']:.0%}"
+    if result.get("structure") == "channel":
+        sparsity += " of the FFN channels, shrunk"
     lines = [
         f"| pruned to {sparsity}, {result['recovery_steps']} steps | fine-tuning | "
         "distillation | distillation lower in |",
@@ -366,7 +384,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     parser.add_argument("--steps-scale", type=float, default=1.0)
-    parser.add_argument("--structure", choices=["element"], default="element")
+    parser.add_argument("--structure", choices=["element", "channel"], default="element")
     parser.add_argument("--sparsity", type=float, default=SPARSITY)
     parser.add_argument("--val-windows", type=int, default=None, help="default: all")
     parser.add_argument("--cost-rounds", type=int, default=10)

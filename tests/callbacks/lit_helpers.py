@@ -23,6 +23,7 @@ __all__ = [
     "MaskRecorder",
     "PrunableTiny",
     "RankMaskWriter",
+    "RankTeacherWriter",
     "TinyModule",
     "TOTAL",
     "ValidatedTiny",
@@ -143,6 +144,24 @@ class RankMaskWriter(Callback):
             name: pl_module.get_submodule(name).weight.detach() for name in ("net.0", "net.2")
         }
         torch.save({"masks": masks_of(pl_module), "weights": weights}, path)
+
+
+class RankTeacherWriter(Callback):
+    """Save each rank's masks, weights and the first GradualPruning's teacher (its weights) at
+    the end of training."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        from tensorplay.callbacks import GradualPruning
+
+        pruning = next(c for c in trainer.callbacks if isinstance(c, GradualPruning))  # type: ignore[attr-defined]
+        distillation = pruning._session.distilling.distillation
+        teacher = {} if distillation is None else distillation.teacher.state_dict()
+        weights = {name: value.detach() for name, value in pl_module.state_dict().items()}
+        path = Path(self.directory) / f"teacher_rank{trainer.global_rank}.pt"
+        torch.save({"masks": masks_of(pl_module), "teacher": teacher, "weights": weights}, path)
 
 
 # A quiet CPU trainer with one GradualPruning in a LightningCLI config: append the callback's

@@ -294,6 +294,26 @@ def test_evaluation_forwards_run_no_teacher_and_leave_no_term():
     assert distill.consumed
 
 
+def test_a_call_that_wraps_the_forward_counts_as_the_inner_forward_only():
+    """Lightning under DDP calls the module with training_step's inputs (its forward patched to
+    run training_step); the forward is the `self(x)` inside it."""
+    student = mlp().train()
+    distill = Distillation().attach(student)
+    x = torch.randn(3, 6)
+    inner = student.forward
+
+    def training_step(batch: Tensor, batch_idx: int) -> Tensor:
+        student.forward = inner  # type: ignore[method-assign]  # unpatched, as Lightning does
+        return student(batch).logsumexp(-1).mean()
+
+    student.forward = training_step  # type: ignore[method-assign, assignment]
+    loss = student(x, 0)  # the outer call: its output is a scalar loss, not logits
+    assert distill.forwards == 1
+    expected = kd_loss(student(x).detach(), distill.teacher(x))  # type: ignore[misc]
+    assert distill.forwards == 2
+    assert loss.shape == () and torch.allclose(distill.loss().detach(), expected)
+
+
 def test_detach_leaves_no_hook():
     for student in (mlp(), tiny_gpt2()):
         before = {
@@ -301,7 +321,7 @@ def test_detach_leaves_no_hook():
             for name, module in student.named_modules()
         }
         distill = Distillation().attach(student)
-        assert len(student._forward_hooks) == 1
+        assert len(student._forward_hooks) == len(student._forward_pre_hooks) == 1
         distill.detach()
         after = {
             name: [list(getattr(module, hooks)) for hooks in HOOK_DICTS]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 from tensorplay.ao.pruning import Distillation, dense_copy
@@ -15,7 +16,8 @@ PAGE = Path(__file__).resolve().parents[2] / "docs" / "distillation.rst"
 
 
 def test_the_page_has_the_blocks_these_tests_know() -> None:
-    assert [language for language, _ in code_blocks(PAGE)] == ["python", "bash"]
+    languages = [language for language, _ in code_blocks(PAGE)]
+    assert languages == ["python", "python", "python", "bash", "bash", "bash"]
 
 
 def test_the_loop_distils_a_pruned_model_from_its_dense_self() -> None:
@@ -36,3 +38,46 @@ def test_the_loop_distils_a_pruned_model_from_its_dense_self() -> None:
     for name, value in dense.state_dict().items():  # the dense model, untouched by training
         assert torch.equal(teacher.state_dict()[name], value), name
     assert distill.last_loss is not None and float(distill.last_loss) > 0
+
+
+def test_the_lightning_block_distils_from_the_model_before_pruning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("lightning")
+    from tests.callbacks.lit_helpers import TinyModule
+
+    monkeypatch.chdir(tmp_path)  # the Trainer's logs
+    model = TinyModule()
+    dense = {k: v.clone() for k, v in model.state_dict().items()}
+    namespace: dict[str, Any] = {"model": model}
+    exec(compile(code_blocks(PAGE)[1][1], f"{PAGE.name}[1]", "exec"), namespace)
+    pruning, trainer = namespace["pruning"], namespace["trainer"]
+    assert trainer.global_step == 150 and pruning.pruner.sparsity() == pytest.approx(0.9, abs=1e-2)
+    teacher = pruning._session.distilling.distillation.teacher
+    for name, value in dense.items():
+        assert torch.equal(teacher.state_dict()[name], value), name
+    assert float(trainer.callback_metrics["pruning/distill_loss"]) > 0
+    assert not model._forward_hooks
+
+
+def test_the_hugging_face_block_distils_from_the_model_before_pruning(tmp_path: Path) -> None:
+    from tests.callbacks.hf_trainer_helpers import Tokens, training_args
+
+    model = tiny_gpt2().train()
+    dense = dense_copy(model).state_dict()
+    namespace: dict[str, Any] = {
+        "model": model,
+        "args": training_args(tmp_path, max_steps=2),
+        "train_dataset": Tokens(),
+    }
+    exec(compile(code_blocks(PAGE)[2][1], f"{PAGE.name}[2]", "exec"), namespace)
+    pruning, trainer = namespace["pruning"], namespace["trainer"]
+    assert pruning.pruner.last_step == 2 and pruning.pruner.sparsity() == pytest.approx(
+        0.9, abs=1e-3
+    )
+    teacher = pruning._session.distilling.distillation.teacher
+    for name, value in dense.items():
+        assert torch.equal(teacher.state_dict()[name], value), name
+    logged = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert len(logged) == 2 and all(entry["pruning/distill_loss"] > 0 for entry in logged)
+    assert not model._forward_hooks

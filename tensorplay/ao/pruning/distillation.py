@@ -125,7 +125,9 @@ class Distillation(LeftOutOfCopies):
     to the teacher's dtype), and :meth:`loss` gives the KD term (:func:`kd_loss`) for that
     forward, differentiable in the student's logits. Evaluation forwards (eval mode or no
     gradients) run no teacher. The logits are the output itself if it is a tensor, else its
-    ``logits`` (a Hugging Face ``ModelOutput``).
+    ``logits`` (a Hugging Face ``ModelOutput``). A call of the student that itself calls the
+    student (Lightning under DDP routes ``training_step`` through the module's call, and the
+    ``self(x)`` inside it is the forward) counts as the inner forward only.
 
     Padding: by default every position counts. ``padding_mask="attention_mask"`` leaves out the
     positions where the student's keyword argument ``attention_mask`` is 0 (a padded batch of a
@@ -207,6 +209,8 @@ class Distillation(LeftOutOfCopies):
         #: The value of the last :meth:`loss` (detached), for logging; ``None`` before one.
         self.last_loss: Tensor | None = None
         self._handle: RemovableHandle | None = None
+        self._pre_handle: RemovableHandle | None = None
+        self._entered: list[int] = []  # the forwards seen when each call of the student began
         self._pending: tuple[Tensor, Tensor, Tensor | None] | None = None
         self._forwards = 0
         self._teacher_device: torch.device | None = None
@@ -239,6 +243,25 @@ class Distillation(LeftOutOfCopies):
         """
         return self._forwards > 0 and self._pending is None
 
+    @property
+    def forwards(self) -> int:
+        """The student's training forwards seen since :meth:`attach` (a framework adapter
+        compares it between two :meth:`loss` calls to tell a forward whose term was never
+        taken).
+
+        Example:
+            >>> import torch
+            >>> from torch import nn
+            >>> student = nn.Linear(2, 3)
+            >>> distill = Distillation().attach(student)
+            >>> _ = student(torch.ones(1, 2)), student(torch.ones(1, 2))
+            >>> with torch.no_grad():
+            ...     _ = student(torch.ones(1, 2))  # not a training forward
+            >>> distill.forwards
+            2
+        """
+        return self._forwards
+
     def attach(self, student: nn.Module) -> Distillation:
         """Hook ``student`` so that the teacher sees its training forwards; take the teacher
         (a frozen dense copy of ``student`` as it is now) if none was given.
@@ -261,11 +284,12 @@ class Distillation(LeftOutOfCopies):
             >>> from torch import nn
             >>> student = nn.Linear(2, 2)
             >>> distill = Distillation().attach(student)
-            >>> distill.teacher is not student, len(student._forward_hooks)
-            (True, 1)
+            >>> hooks = lambda: (len(student._forward_pre_hooks), len(student._forward_hooks))
+            >>> distill.teacher is not student, hooks()
+            (True, (1, 1))
             >>> distill.detach()
-            >>> len(student._forward_hooks)
-            0
+            >>> hooks()
+            (0, 0)
         """
         if not isinstance(student, nn.Module):
             raise TypeError(f"Expected `student` to be a torch.nn.Module, but got {student!r}.")
@@ -292,6 +316,8 @@ class Distillation(LeftOutOfCopies):
         self.student = student
         self._pending = None
         self._forwards = 0
+        self._entered = []
+        self._pre_handle = student.register_forward_pre_hook(self._before_forward)
         self._handle = student.register_forward_hook(self._after_forward, with_kwargs=True)
         return self
 
@@ -304,12 +330,14 @@ class Distillation(LeftOutOfCopies):
             >>> student = nn.Linear(2, 2)
             >>> distill = Distillation().attach(student)
             >>> distill.detach()
-            >>> distill.attached, len(student._forward_hooks)
-            (False, 0)
+            >>> distill.attached, len(student._forward_pre_hooks), len(student._forward_hooks)
+            (False, 0, 0)
         """
-        if self._handle is not None:
-            self._handle.remove()
-        self._handle = None
+        for handle in (self._handle, self._pre_handle):
+            if handle is not None:
+                handle.remove()
+        self._handle = self._pre_handle = None
+        self._entered = []
         self.student = None
         self._pending = None
 
@@ -359,10 +387,19 @@ class Distillation(LeftOutOfCopies):
         self.last_loss = loss.detach()
         return loss
 
+    def _before_forward(self, student: nn.Module, args: tuple[Any, ...]) -> None:
+        self._entered.append(self._forwards)
+
     def _after_forward(
         self, student: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
     ) -> None:
+        entered = self._entered.pop() if self._entered else self._forwards
         if not (student.training and torch.is_grad_enabled()):
+            return
+        if self._forwards > entered:
+            # A call of the student that wrapped a training forward of it: not a forward of
+            # its own (Lightning under DDP routes `training_step` through the module's call,
+            # and the user's `self(x)` inside it is the forward).
             return
         logits = _logits(output, "student")
         mask = self._positions(kwargs, logits)
