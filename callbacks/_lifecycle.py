@@ -74,6 +74,7 @@ __all__ = [
     "Option",
     "PruningRollbackWarning",
     "PruningSession",
+    "SessionOptions",
     "check_options",
     "plain_arguments",
     "split_arguments",
@@ -159,6 +160,40 @@ class Option:
     def __set__(self, callback: Any, value: Any) -> None:
         session = callback._session
         session.options = replace(session.options, **{self.name: value})
+
+
+class SessionOptions:
+    """What every adapter exposes of its session: the checked configuration, and each field of
+    :class:`AdapterOptions` as an attribute that reads and sets it (``callback.verbose = False``).
+    An adapter inherits it and sets ``self._session``; a new option is one line here.
+
+    Example:
+        >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
+        >>> class Adapter(SessionOptions):
+        ...     def __init__(self):
+        ...         config, options = split_arguments({"schedule": OneShotSchedule(0.5)})
+        ...         self._session = PruningSession(config, options, name="A", built_when="")
+        >>> adapter = Adapter()
+        >>> adapter.shrink_at_end = True
+        >>> adapter.shrink_at_end, adapter.config.scope
+        (True, 'global')
+    """
+
+    _session: PruningSession
+
+    @property
+    def config(self) -> PrunerConfig:
+        """The pruner's configuration, checked when the callback was made."""
+        return self._session.config
+
+    log_per_tensor = Option()
+    make_permanent = Option()
+    reset_optimizer_state = Option()
+    verbose = Option()
+    shrink_at_end = Option()
+    distill_weight = Option()
+    distill_temperature = Option()
+    teacher = Option()
 
 
 _CONFIG_FIELDS = tuple(field.name for field in fields(PrunerConfig))

@@ -23,7 +23,6 @@ from typing_extensions import override
 from tensorplay.ao.pruning.config import (
     AccumulatorDtype,
     Masking,
-    PrunerConfig,
     Rewind,
     Scope,
     Structure,
@@ -33,7 +32,7 @@ from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.structure.shrink_report import ShrinkReport
 from tensorplay.ao.pruning.targets import KeepDense
 
-from ._lifecycle import Option, PruningSession, split_arguments
+from ._lifecycle import PruningSession, SessionOptions, split_arguments
 from ._loading import SHRUNK_KEY
 from ._state import state_key_fields
 from ._strategies import check_disjoint, check_shrinkable, check_strategy
@@ -64,7 +63,7 @@ def _scaled_like_loss(trainer: pl.Trainer, term: torch.Tensor) -> torch.Tensor:
     return scaled
 
 
-class GradualPruning(Callback):
+class GradualPruning(SessionOptions, Callback):
     """Prune a model on a sparsity schedule while it trains, and log its sparsity.
 
     The pruning arguments are the fields of :class:`~tensorplay.ao.pruning.config.PrunerConfig`
@@ -188,21 +187,6 @@ class GradualPruning(Callback):
             inform=rank_zero_info,
             rollback_hint=ROLLBACK_HINT,
         )
-
-    @property
-    def config(self) -> PrunerConfig:
-        """The pruner's configuration, checked when the callback was made."""
-        return self._session.config
-
-    # The adapter's options, read and set on the session (``callback.verbose = False``).
-    log_per_tensor = Option()
-    make_permanent = Option()
-    reset_optimizer_state = Option()
-    verbose = Option()
-    shrink_at_end = Option()
-    distill_weight = Option()
-    distill_temperature = Option()
-    teacher = Option()
 
     @property
     @override

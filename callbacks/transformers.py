@@ -52,7 +52,13 @@ from tensorplay.ao.pruning.targets import KeepDense
 
 from ._distilling import Distilling
 from ._json_state import find_entry, find_saved, saved_entry
-from ._lifecycle import Option, PruningSession, on_rank_zero, plain_arguments, split_arguments
+from ._lifecycle import (
+    PruningSession,
+    SessionOptions,
+    on_rank_zero,
+    plain_arguments,
+    split_arguments,
+)
 from ._state import state_key_fields
 
 __all__ = ["GradualPruningCallback"]
@@ -62,7 +68,7 @@ __all__ = ["GradualPruningCallback"]
 logger = logging.get_logger(f"transformers.{__name__}")
 
 
-class GradualPruningCallback(TrainerCallback, ExportableState):
+class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
     """Prune a model on a sparsity schedule while a Hugging Face ``Trainer`` trains it.
 
     The arguments are those of the Lightning callback
@@ -200,21 +206,6 @@ class GradualPruningCallback(TrainerCallback, ExportableState):
         self._loss_hook: RemovableHandle | None = None
         self._args: TrainingArguments | None = None
         self._teacher_ids: tuple[object, str] = (None, "")
-
-    @property
-    def config(self) -> PrunerConfig:
-        """The pruner's configuration, checked when the callback was made."""
-        return self._session.config
-
-    # The adapter's options, read and set on the session (``callback.verbose = False``).
-    log_per_tensor = Option()
-    make_permanent = Option()
-    reset_optimizer_state = Option()
-    verbose = Option()
-    shrink_at_end = Option()
-    distill_weight = Option()
-    distill_temperature = Option()
-    teacher = Option()
 
     @property
     def state_key(self) -> str:
