@@ -137,7 +137,7 @@ def build(params: int, width: int, dtype_name: str) -> Any:
     from torch import nn
 
     dtype = getattr(torch, dtype_name)
-    layers = max(1, round(params / (width * width)))
+    layers = _layers(params, width)
     with torch.device("meta"):
         model = nn.Sequential(
             *[nn.Linear(width, width, bias=False, dtype=dtype) for _ in range(layers)]
@@ -232,10 +232,10 @@ def measure(way: str, params: int, width: int, dtype: str) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     torch_reference = measure("torch", args.torch_params, args.width, args.dtype)
-    _progress(_label(args.torch_params), "torch", torch_reference)
+    _progress(_label(_held(args.torch_params, args.width)), "torch", torch_reference)
     rows: list[dict[str, Any]] = []
     for size in args.sizes:
-        row: dict[str, Any] = {"size": _label(size)}
+        row: dict[str, Any] = {"size": _label(_held(size, args.width))}
         for way in ("lean", "reparametrize"):
             if way == "reparametrize" and size > args.reparametrize_max:
                 continue
@@ -257,7 +257,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "dtype": args.dtype,
         "width": args.width,
         "sparsity": SPARSITY,
-        "torch_reference": {"size": _label(args.torch_params), **torch_reference},
+        "torch_reference": {
+            "size": _label(_held(args.torch_params, args.width)),
+            **torch_reference,
+        },
         "rows": rows,
     }
 
@@ -275,6 +278,16 @@ def _progress(size: str, way: str, result: dict[str, Any]) -> None:
 def _size(text: str) -> int:
     scale = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9}
     return int(float(text[:-1]) * scale[text[-1].upper()]) if text[-1].isalpha() else int(text)
+
+
+def _layers(params: int, width: int) -> int:
+    """The whole ``width x width`` layers closest to ``params`` parameters (one at least)."""
+    return max(1, round(params / (width * width)))
+
+
+def _held(params: int, width: int) -> int:
+    """The parameters the model built for ``params`` holds: whole layers."""
+    return _layers(params, width) * width * width
 
 
 def _label(params: int) -> str:

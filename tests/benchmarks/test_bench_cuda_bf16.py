@@ -19,7 +19,10 @@ def test_the_cpu_dry_run_checks_masks_and_times_every_way(tmp_path: Path) -> Non
         *("--device", "cpu", "--check-params", "600K", "--sizes", "300K"),
         *("--width", "128", "--repeats", "1", "--out", str(tmp_path)),
     )
-    assert out.count("masks equal the CPU's: True") == 2
+    checks = [line for line in out.splitlines() if line.startswith("check at ")]
+    assert checks, out  # printed when checked and again above the table
+    for line in checks:
+        assert line.count("masks equal the CPU's: True") == 2 and "False" not in line, line
     results = json.loads((tmp_path / "cuda_bf16.json").read_text())
     for way in ("lean", "global_unstructured"):
         check = results["check"][way]
