@@ -530,6 +530,7 @@ def _sharded_worker(rank: int, out: Path) -> None:
     (out / f"rank{rank}").write_text("ok")
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 def test_dense_copy_refuses_a_sharded_model(tmp_path):
     from tests.core.gloo import spawn_gloo

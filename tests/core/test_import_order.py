@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import tensorplay
 
 CORE = Path(tensorplay.__file__).parent
@@ -32,6 +34,7 @@ def core_modules() -> list[str]:
     return names
 
 
+@pytest.mark.slow
 def test_every_core_module_imports_first() -> None:
     modules = core_modules()
     assert "tensorplay.ao.pruning.masking.lean" in modules and len(modules) > 40

@@ -75,6 +75,8 @@ def test_the_pages_show_every_result_they_include_as_a_table() -> None:
         "benchmarks/results/trainer_checkpoint_size.md",
         "benchmarks/results/training_overhead.md",
         "docs/results/distillation.md",
+        "docs/results/distillation_channel.md",
+        "docs/results/distillation_trainer.md",
         "docs/results/structured.md",
     ]
 

@@ -79,6 +79,7 @@ def _sharded(rank: int, out: Path) -> None:
     (out / "keys.txt").write_text(" ".join(sorted(model.state_dict())))
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 def test_fsdp2_parameters_are_refused_before_any_change(tmp_path: Path) -> None:
     spawn_gloo(_sharded, 1, tmp_path)

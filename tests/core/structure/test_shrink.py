@@ -118,7 +118,11 @@ def test_the_shrunk_model_computes_what_the_masked_one_did(family: str, mode: Mo
         torch.testing.assert_close(got, expected, atol=2e-6, rtol=1e-5)
 
 
-@pytest.mark.parametrize("family", list(DECODERS))
+@pytest.mark.parametrize(
+    "family",
+    # One family in the quick tier; every family in the slow one.
+    [name if name == "llama" else pytest.param(name, marks=pytest.mark.slow) for name in DECODERS],
+)
 def test_greedy_generation_with_the_kv_cache_is_unchanged(family: str) -> None:
     masked, shrunk = masked_and_shrunk(DECODERS[family], "reparametrize")
     tokens = inputs_for(masked)["input_ids"][:1]
@@ -429,6 +433,7 @@ def _shrink_a_sharded_model(rank: int, out: Path) -> None:
     (out / "shape.txt").write_text(str(tuple(model[2].weight.shape)))
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 def test_a_sharded_parameter_is_refused(tmp_path: Path) -> None:
     spawn_gloo(_shrink_a_sharded_model, 1, tmp_path)
