@@ -424,9 +424,11 @@ class Pruner(OptimizerLinks):
 
     def report(self) -> SparsityReport:
         """Per-target (with a structure of units: per-group) and global sparsity against the
-        current target.
+        current target; the first column says which (``tensor``, ``channel group``, ``head
+        group``, ``layer group``), and a group's numbers count its units.
 
         Example:
+            >>> import torch
             >>> from torch import nn
             >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
             >>> pruner = Pruner(nn.Linear(4, 2), OneShotSchedule(0.25))
@@ -435,8 +437,17 @@ class Pruner(OptimizerLinks):
             tensor  shape   numel  pruned  sparsity
             weight  (2, 4)      8       2    25.00%
             total               8       2    25.00%  (target 25.00%)
+            >>> mlp = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+            >>> channels = Pruner(mlp, OneShotSchedule(0.25), structure="channel",
+            ...                   example_inputs=torch.randn(2, 4))
+            >>> _ = channels.step()
+            >>> print(channels.report())  # the hidden channels of mlp[0], as one group
+            channel group  shape  numel  pruned  sparsity
+            0              (8,)       8       2    25.00%
+            total                     8       2    25.00%  (target 25.00%)
         """
-        return SparsityReport(tuple(self._rows("report()")), self.target_sparsity())
+        rows = tuple(self._rows("report()"))
+        return SparsityReport(rows, self.target_sparsity(), self._structure.row_label)
 
     def _rows(self, method: str) -> list[TensorSparsity]:
         """Per group of units, its size and pruned units as the weights hold them (once
