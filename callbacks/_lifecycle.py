@@ -395,6 +395,7 @@ class PruningSession:
         self._report: SparsityReport | None = None  # the last counts, re-read when they change
         self._optimizers: list[Optimizer] = []
         self._shrunk: tuple[ShrinkReport, ShrunkShapes] | None = None
+        self._state_when_shrunk: dict[str, Any] = {}  # the spent pruner's last state
         #: The distillation from the teacher (``distill_weight > 0``).
         self.distilling = Distilling(name)
 
@@ -510,8 +511,8 @@ class PruningSession:
 
     def metrics(self, *, fresh: bool = False) -> dict[str, float]:
         """The stable metrics (``pruning/sparsity`` ...) of the last counts read (``fresh``:
-        read now)."""
-        if fresh or self._report is None:
+        read now; once the model is shrunk, those read just before)."""
+        if self._report is None or (fresh and self._shrunk is None):
             self._report = self.pruner.report()
         return pruning_metrics(self.pruner, self._report, self.options.log_per_tensor)
 
@@ -522,7 +523,7 @@ class PruningSession:
         if self._pruner is None:
             return
         self.detach()
-        if self.options.verbose:
+        if self.options.verbose and self._shrunk is None:
             self._inform(f"{self.name}: final sparsity\n{self._pruner.report()}")
         if self.options.shrink_at_end and self._shrunk is None:
             self._shrink()
@@ -550,11 +551,14 @@ class PruningSession:
         groups = shrink_groups(pruner)
         if not pruner.permanent:
             pruner.make_permanent()
+        # Shrinking spends the pruner: its last counts stay the metrics, its last state the
+        # checkpoints' (SpentPrunerError for anything read from it afterwards).
+        self._report = pruner.report()
+        self._state_when_shrunk = pruner.state_dict()
         report = shrink(pruner.model, groups=groups)
         self._shrunk = (report, ShrunkShapes.of(pruner.model, report, layers))
         for optimizer in self._optimizers:
             refuse_steps(optimizer, self.name)
-        # The pruner's units are those of the model before: its last counts stay the metrics.
         if self.options.verbose:
             self._inform(f"{self.name}: shrunk the model\n{report}")
 
@@ -582,7 +586,9 @@ class PruningSession:
 
     def state_dict(self) -> dict[str, Any]:
         """The pruner's :meth:`~tensorplay.ao.pruning.pruner.Pruner.state_dict` (``{}`` before
-        it exists)."""
+        it exists; once the model is shrunk, the state the pruner had then)."""
+        if self._shrunk is not None:
+            return dict(self._state_when_shrunk)
         return {} if self._pruner is None else self._pruner.state_dict()
 
     def kept_zeros(self) -> dict[str, Tensor]:

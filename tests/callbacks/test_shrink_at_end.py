@@ -15,8 +15,10 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.strategies import ModelParallelStrategy
 
+from tensorplay.ao.pruning import SpentPrunerError
 from tensorplay.ao.pruning.schedules import LinearSchedule
 from tensorplay.callbacks import GradualPruning
+from tensorplay.callbacks._lifecycle import PruningSession, split_arguments
 from tensorplay.callbacks._strategies import check_shrinkable
 from tensorplay.callbacks.transformers import GradualPruningCallback
 from tests.callbacks.hf_trainer_helpers import Tokens, make_trainer, training_args, transformers
@@ -212,3 +214,37 @@ def test_the_best_checkpoint_is_the_one_shrunk(tmp_path: Path) -> None:
     saved = transformers.AutoModelForCausalLM.from_pretrained(best)
     assert model.config.intermediate_size == 24
     torch.testing.assert_close(logits_of(model), logits_of(saved), atol=1e-5, rtol=1e-4)
+
+
+def test_the_session_keeps_its_counts_and_state_from_before_shrinking() -> None:
+    """After shrink_at_end the pruner is spent; what the adapters still read (the metrics, the
+    state their checkpoints save) is what the pruner had when the model was shrunk."""
+    config, options = split_arguments(
+        {"schedule": SCHEDULE, "structure": "channel", "scope": "layerwise",
+         "shrink_at_end": True, "verbose": True}
+    )  # fmt: skip
+    messages: list[str] = []
+    session = PruningSession(config, options, name="A", built_when="", inform=messages.append)
+    model = tiny_llama().train()
+    session.build(model)
+    session.start([])
+    for step in range(5):
+        session.step(step)
+    metrics, state = session.metrics(fresh=True), session.state_dict()
+    session.finish()
+    assert model.config.intermediate_size == 24
+    with pytest.raises(SpentPrunerError):
+        session.pruner.report()
+    assert session.metrics(fresh=True) == metrics
+    after = session.state_dict()
+    assert after.keys() == state.keys()
+    assert {key: after[key] for key in after if key != "permanent"} == {
+        key: state[key] for key in state if key != "permanent"
+    }
+    assert after["permanent"] and not state["permanent"]
+    assert [message.split("\n")[0] for message in messages[-2:]] == [
+        "A: final sparsity",
+        "A: shrunk the model",
+    ]
+    session.finish()  # a second end (a second fit) reads nothing from the spent pruner
+    assert len(messages) == 4  # two pruning steps, then the messages above, once each

@@ -91,6 +91,7 @@ def test_report_table() -> None:
 def test_report_to_dict() -> None:
     report = SparsityReport((TensorSparsity("a", (2, 2), 4, 1), TensorSparsity("b", (4,), 4, 3)))
     assert report.to_dict() == {
+        "row_label": "tensor",
         "rows": [
             {"name": "a", "shape": [2, 2], "numel": 4, "pruned": 1, "sparsity": 0.25},
             {"name": "b", "shape": [4], "numel": 4, "pruned": 3, "sparsity": 0.75},

@@ -51,6 +51,7 @@ from tensorplay.ao.pruning.schedules import (
 )
 from tensorplay.ao.pruning.serialization import permanent_state_dict
 from tensorplay.ao.pruning.sparse_export import load_sparse, save_sparse
+from tensorplay.ao.pruning.spent import SpentPrunerError
 from tensorplay.ao.pruning.stats import (
     SparsityReport,
     TensorSparsity,
@@ -95,6 +96,7 @@ __all__ = [
     "CallableSchedule",
     "schedule_from_dict",
     "Pruner",
+    "SpentPrunerError",
     "prune_one_shot",
     "calibrate",
     "select_parameters",

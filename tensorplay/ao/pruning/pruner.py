@@ -58,6 +58,7 @@ from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.scopes import make_scope
 from tensorplay.ao.pruning.scores import ImportanceFn, target_scores
 from tensorplay.ao.pruning.seeding import cuda_devices, seeded
+from tensorplay.ao.pruning.spent import ShrinkWatch, SpentPrunerError
 from tensorplay.ao.pruning.stats import SparsityReport, TensorSparsity
 from tensorplay.ao.pruning.structures import PruningStructure, make_structure
 from tensorplay.ao.pruning.targets import KeepDense, ModuleType
@@ -72,6 +73,14 @@ class Pruner(OptimizerLinks):
     Call :meth:`step` once per optimizer step (after ``optimizer.step()``); on the schedule's
     pruning steps it prunes the units still due, chosen by ``method`` across all targets or
     within each (``scope``). A tied parameter is one target (:attr:`aliases`), with one mask.
+
+    Once :func:`~tensorplay.ao.pruning.shrink` has removed units from the model (or made the
+    masks of any target permanent), the pruner is spent: its units, masks and counts are those
+    of the model before. Every method that reads or changes the model through its targets then
+    raises :class:`~tensorplay.ao.pruning.SpentPrunerError` (its record stays readable:
+    :attr:`history`, :attr:`last_step`, :attr:`targets`, :meth:`target_sparsity`). Read
+    :meth:`report` and save :meth:`state_dict` before shrinking; to prune or count the shrunk
+    model, build a new pruner on it.
 
     Every argument but ``model``, ``importance_fn`` and ``optimizers`` is a field of
     :class:`~tensorplay.ao.pruning.config.PrunerConfig`, documented there (the Lightning
@@ -164,6 +173,7 @@ class Pruner(OptimizerLinks):
         )
         self._targets = self._structure.targets
         self._scored_targets = self._structure.scored
+        self._shrink_watch = ShrinkWatch(pair for target in self._targets for pair in target.pairs)
         self._mode = masking_mode(config.masking)
         self._mode.check_targets(self._targets)
         self._importance = make_importance(config.importance, config.accumulator_dtype)
@@ -299,6 +309,7 @@ class Pruner(OptimizerLinks):
             >>> int((model.weight == 0).sum())
             8
         """
+        self._check_not_spent("apply_masks()")
         self._mode.apply_masks(self._targets)
 
     def step(self, step: int | None = None) -> int:
@@ -319,6 +330,8 @@ class Pruner(OptimizerLinks):
 
         Raises:
             RuntimeError: After :meth:`make_permanent`, or a rewind snapshot due and missing.
+            SpentPrunerError: After :func:`~tensorplay.ao.pruning.shrink` changed a target
+                (as every method that reads the targets; see the class).
             TypeError: ``step`` is not an int.
             ValueError: A negative ``step``, or scores the method rejects.
 
@@ -332,6 +345,7 @@ class Pruner(OptimizerLinks):
             >>> [every_other.step(s) for s in (0, 2, 4, 6, 8)], every_other.history
             ([0, 0, 0, 50, 0], [(6, 0.5, 50)])
         """
+        self._check_not_spent("step()")
         self._check_not_permanent("the reparametrization is gone, so nothing more can be pruned")
         step = self.last_step + 1 if step is None else check_int("step", step, 0)
         pruning = self._progress.pruning_due(self.schedule, step)
@@ -397,21 +411,24 @@ class Pruner(OptimizerLinks):
             >>> pruner.pruned_count(), pruner.total_count(), pruner.sparsity()
             (2, 8, 0.25)
         """
-        return sum(row.pruned for row in self._rows())
+        return sum(row.pruned for row in self._rows("pruned_count()"))
 
     def total_count(self) -> int:
         """Units over all targets (see :meth:`pruned_count`)."""
-        return sum(row.numel for row in self._rows())
+        return sum(row.numel for row in self._rows("total_count()"))
 
     def sparsity(self) -> float:
         """``pruned_count() / total_count()`` (see :meth:`pruned_count`)."""
-        return self.pruned_count() / self.total_count()
+        rows = self._rows("sparsity()")
+        return sum(row.pruned for row in rows) / sum(row.numel for row in rows)
 
     def report(self) -> SparsityReport:
         """Per-target (with a structure of units: per-group) and global sparsity against the
-        current target.
+        current target; the first column says which (``tensor``, ``channel group``, ``head
+        group``, ``layer group``), and a group's numbers count its units.
 
         Example:
+            >>> import torch
             >>> from torch import nn
             >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
             >>> pruner = Pruner(nn.Linear(4, 2), OneShotSchedule(0.25))
@@ -420,12 +437,22 @@ class Pruner(OptimizerLinks):
             tensor  shape   numel  pruned  sparsity
             weight  (2, 4)      8       2    25.00%
             total               8       2    25.00%  (target 25.00%)
+            >>> mlp = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+            >>> channels = Pruner(mlp, OneShotSchedule(0.25), structure="channel",
+            ...                   example_inputs=torch.randn(2, 4))
+            >>> _ = channels.step()
+            >>> print(channels.report())  # the hidden channels of mlp[0], as one group
+            channel group  shape  numel  pruned  sparsity
+            0              (8,)       8       2    25.00%
+            total                     8       2    25.00%  (target 25.00%)
         """
-        return SparsityReport(tuple(self._rows()), self.target_sparsity())
+        rows = tuple(self._rows("report()"))
+        return SparsityReport(rows, self.target_sparsity(), self._structure.row_label)
 
-    def _rows(self) -> list[TensorSparsity]:
+    def _rows(self, method: str) -> list[TensorSparsity]:
         """Per group of units, its size and pruned units as the weights hold them (once
-        permanent, the zeros of the tensors themselves), read now."""
+        permanent, the zeros of the tensors themselves), read now (for ``method``)."""
+        self._check_not_spent(method)
         return self._structure.rows(self._mode, permanent=self.permanent)
 
     def reparametrize(self) -> None:
@@ -444,6 +471,7 @@ class Pruner(OptimizerLinks):
             >>> sorted(lean.state_dict()), lean.weight_mask.dtype
             (['bias', 'weight', 'weight_mask'], torch.bool)
         """
+        self._check_not_spent("reparametrize()")
         self._mode.ensure_masks(self._targets)
 
     def make_permanent(self) -> None:
@@ -460,6 +488,7 @@ class Pruner(OptimizerLinks):
             >>> sorted(model.state_dict()), int((model.weight == 0).sum())
             (['bias', 'weight'], 2)
         """
+        self._check_not_spent("make_permanent()")
         self._optimizers.remove_hooks()
         self._importance.close()
         self._mode.make_permanent(self._targets)
@@ -473,6 +502,21 @@ class Pruner(OptimizerLinks):
                 f"called: {why}."
             )
 
+    def _check_not_spent(self, method: str) -> None:
+        """Refuse ``method`` once shrinking has spanned a target (:mod:`~tensorplay.ao.pruning.
+        spent`): the units, masks and shapes the pruner holds are those of the model before."""
+        spanned = self._shrink_watch.spanned()
+        if spanned is None:
+            return
+        target = next(target for target in self._targets if spanned in target.pairs)
+        raise SpentPrunerError(
+            f"Expected a pruner whose targets are as they were when it was made, but shrink() "
+            f"has changed {target.label} ({target.name!r}) since: the pruner is spent, and "
+            f"{method} would use the units, masks and counts of the model before shrinking. "
+            "Read pruner.report() and save pruner.state_dict() before shrinking; to prune or "
+            "count the shrunk model, build a new Pruner on it."
+        )
+
     def snapshot(self) -> dict[str, Tensor]:
         """Clones of the targets' unpruned values, by target name (one per tied parameter).
 
@@ -483,6 +527,7 @@ class Pruner(OptimizerLinks):
             >>> Pruner(model, OneShotSchedule(0.5)).snapshot()["weight"].equal(model.weight)
             True
         """
+        self._check_not_spent("snapshot()")
         return snapshot_of(self._targets)
 
     def take_snapshot(self) -> None:
@@ -503,6 +548,7 @@ class Pruner(OptimizerLinks):
             >>> model.weight_orig.unique().tolist()
             [1.0]
         """
+        self._check_not_spent("take_snapshot()")
         self._progress.snapshot = self.snapshot()
 
     def rewind(self, state: Mapping[str, Tensor]) -> None:
@@ -528,6 +574,7 @@ class Pruner(OptimizerLinks):
             >>> model.weight.equal(initial["weight"] * model.weight_mask)
             True
         """
+        self._check_not_spent("rewind()")
         self._check_not_permanent("there are no `_orig` parameters left to rewind")
         copy_back(self._targets, state, self._mode)
 
@@ -543,6 +590,7 @@ class Pruner(OptimizerLinks):
             >>> state["version"], state["targets"], state["method"], state["seed"]
             (5, ['weight'], 'l1_unstructured', 3)
         """
+        self._check_not_spent("state_dict()")
         return state_dict(self._progress, self.config, self._targets, self._importance.state_dict())
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -564,6 +612,7 @@ class Pruner(OptimizerLinks):
             >>> second.last_step, second.last_pruned_step
             (0, 0)
         """
+        self._check_not_spent("load_state_dict()")
         progress = load_progress(state, self.config, self._targets, self.seed)
         self._importance.load_state_dict(progress.importance, self._targets)
         progress.importance = {}  # the score holds it now

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from torch import Tensor
 from torch.optim import Optimizer
 
 from tensorplay.ao.pruning.attached_optimizers import AttachedOptimizers, held_targets
@@ -48,6 +49,9 @@ class OptimizerLinks:
     _optimizers: AttachedOptimizers
 
     def _check_not_permanent(self, why: str) -> None:
+        raise NotImplementedError
+
+    def _check_not_spent(self, method: str) -> None:
         raise NotImplementedError
 
     @property
@@ -105,6 +109,7 @@ class OptimizerLinks:
             >>> int((model.weight == 0).sum())
             32
         """
+        self._check_not_spent("attach()")
         gradients = bool(accumulate) and self._importance.needs_gradients
         if not gradients:
             self._mode.check_attach()
@@ -112,7 +117,7 @@ class OptimizerLinks:
 
         def held(optimizer: Optimizer) -> Any:
             mine = held_targets(optimizer, self._targets)
-            return (lambda: self._mode.masked(mine)) if mine else None
+            return (lambda: self._held_masks(mine)) if mine else None
 
         def make(
             optimizer: Optimizer, reader: Any, mask_gradients: bool, generation: Any
@@ -145,6 +150,7 @@ class OptimizerLinks:
             >>> pruner.held_by(torch.optim.SGD(model[1].parameters(), lr=0.1))
             ['1.weight']
         """
+        self._check_not_spent("held_by()")
         return [target.name for target in held_targets(optimizer, self._targets)]
 
     def accumulate(self, optimizer: Optimizer | None = None) -> int:
@@ -182,6 +188,7 @@ class OptimizerLinks:
             >>> pruner.step(0), pruner.step(1)
             (0, 4)
         """
+        self._check_not_spent("accumulate()")
         self._check_not_permanent("pruning has ended")
         scored = self._scored_targets
         targets = scored if optimizer is None else held_targets(optimizer, scored)
@@ -204,5 +211,12 @@ class OptimizerLinks:
             >>> bool((model.weight.grad[~model.weight_mask] == 0).all())
             True
         """
+        self._check_not_spent("mask_gradients()")
         self._mode.mask_gradients(self._targets)
         self._optimizers.gradients_masked += 1
+
+    def _held_masks(self, targets: Sequence[Target]) -> tuple[list[Tensor], list[Tensor]]:
+        """The parameters and masks of ``targets`` for an attached optimizer's hooks, read
+        now."""
+        self._check_not_spent("the step of an attached optimizer")
+        return self._mode.masked(targets)

@@ -134,13 +134,18 @@ class TensorSparsity:
 
 @dataclass(frozen=True)
 class SparsityReport:
-    """Sparsity per tensor and over all of them, optionally against a target.
+    """Sparsity per tensor (or per group of structured units) and over all of them, optionally
+    against a target.
 
-    ``str(report)`` is an aligned table, one row per tensor and a total row.
+    ``str(report)`` is an aligned table, one row per tensor and a total row; its first column is
+    headed by what a row is (:attr:`row_label`).
 
     Args:
-        rows: One :class:`TensorSparsity` per tensor.
+        rows: One :class:`TensorSparsity` per tensor, or per group of units.
         target: The target sparsity the numbers are compared with, if any.
+        row_label: What a row is: ``"tensor"``, or with a pruner's ``structure`` of channels,
+            heads or layers ``"channel group"``, ``"head group"`` or ``"layer group"`` (a
+            row's numbers then count units of that kind).
 
     Example:
         >>> report = SparsityReport((TensorSparsity("fc.weight", (2, 5), 10, 4),), target=0.5)
@@ -148,10 +153,15 @@ class SparsityReport:
         tensor     shape   numel  pruned  sparsity
         fc.weight  (2, 5)     10       4    40.00%
         total                 10       4    40.00%  (target 50.00%)
+        >>> print(SparsityReport((TensorSparsity("mlp", (8,), 8, 2),), row_label="channel group"))
+        channel group  shape  numel  pruned  sparsity
+        mlp            (8,)       8       2    25.00%
+        total                     8       2    25.00%
     """
 
     rows: tuple[TensorSparsity, ...]
     target: float | None = None
+    row_label: str = "tensor"
 
     @property
     def total(self) -> int:
@@ -176,6 +186,7 @@ class SparsityReport:
             0.5
         """
         return {
+            "row_label": self.row_label,
             "rows": [row.to_dict() for row in self.rows],
             "total": self.total,
             "pruned": self.pruned,
@@ -184,7 +195,7 @@ class SparsityReport:
         }
 
     def __str__(self) -> str:
-        header = ("tensor", "shape", "numel", "pruned", "sparsity")
+        header = (self.row_label, "shape", "numel", "pruned", "sparsity")
         lines = [
             (row.name, str(row.shape), str(row.numel), str(row.pruned), _percent(row.sparsity))
             for row in self.rows

@@ -119,3 +119,25 @@ def test_heads_under_grouped_query_attention_are_key_value_groups() -> None:
         kept_kv = (mask_of(attention.k_proj, "weight") != 0).any(dim=1).view(2, 8).any(dim=1)
         kept_q = (mask_of(attention.q_proj, "weight") != 0).any(dim=1).view(2, 2, 8).any(dim=(1, 2))
         assert kept_kv.tolist() == kept_q.tolist() and int(kept_kv.sum()) == 1
+
+
+@pytest.mark.parametrize(
+    ("kind", "label", "rows"),
+    [
+        pytest.param("channel", "channel group", 3, id="channel"),
+        pytest.param("head", "head group", 3, id="head"),
+        pytest.param("layer", "layer group", 1, id="layer"),
+        pytest.param("element", "tensor", None, id="element"),  # a row per target
+    ],
+)
+def test_the_report_says_what_its_rows_are(kind: str, label: str, rows: int | None) -> None:
+    pruner = Pruner(tiny_llama(), OneShotSchedule(0.25), structure=kind)  # type: ignore[arg-type]
+    pruner.step()
+    rows = len(pruner.targets) if rows is None else rows
+    report = pruner.report()
+    assert (report.row_label, len(report.rows)) == (label, rows)
+    lines = str(report).splitlines()
+    assert len(lines) == rows + 2
+    assert lines[0].split("  ")[0] == label
+    assert lines[0].split()[-4:] == ["shape", "numel", "pruned", "sparsity"]
+    assert lines[1].startswith(report.rows[0].name)

@@ -9,7 +9,9 @@ and a :class:`~tensorplay.ao.pruning.schedules.OneShotSchedule` after a calibrat
 (:func:`~tensorplay.ao.pruning.one_shot.prune_one_shot`).
 
 The norms come from forward hooks on every module that holds a target, installed when the pruner
-is made and removed by ``make_permanent``; every forward adds to them (in ``float32``), in train
+is made and removed by ``make_permanent`` (and silent once
+:func:`~tensorplay.ao.pruning.shrink` has changed their target: the pruner is spent); every
+forward adds to them (in ``float32``), in train
 or eval mode, with or without gradients. They are **reset after each pruning step**, so a
 gradual schedule ranks by the activations of the model as pruned so far. Under DDP (ranks that
 see different data) the sums are all-reduced at the pruning step, so every rank ranks by the
@@ -43,6 +45,7 @@ from tensorplay.ao.pruning.dtensor_targets import local_rows, placed_like
 from tensorplay.ao.pruning.importance.input_features import FeatureLayout, feature_layout
 from tensorplay.ao.pruning.importance.score import Importance
 from tensorplay.ao.pruning.selection import local_part
+from tensorplay.ao.pruning.spent import ShrinkWatch
 from tensorplay.ao.pruning.tied_targets import Target
 
 __all__ = ["Wanda"]
@@ -67,7 +70,7 @@ class Wanda(Importance):
             ValueError: A target held by no ``Linear``/``Conv1D``/``Conv1d``/``Conv2d`` as its
                 ``weight``, or by holders of different layouts.
         """
-        plans: list[tuple[str, list[nn.Module]]] = []
+        plans: list[tuple[Target, list[nn.Module]]] = []
         layouts: dict[str, FeatureLayout] = {}
         for target in targets:
             found = [
@@ -87,17 +90,20 @@ class Wanda(Importance):
                     "input features for importance='wanda', but their layouts differ."
                 )
             layouts[target.name] = known[0][1]
-            plans.append((target.name, [module for module, _ in known]))
+            plans.append((target, [module for module, _ in known]))
         self._layouts = layouts
-        self._batches = {name: 0 for name, _ in plans}
-        for name, modules in plans:
+        self._batches = {target.name: 0 for target, _ in plans}
+        for target, modules in plans:
+            observe = self._observer(target.name, ShrinkWatch(target.pairs))
             for module in modules:
-                self._handles.append(module.register_forward_hook(self._observer(name)))
+                self._handles.append(module.register_forward_hook(observe))
 
-    def _observer(self, name: str) -> Any:
+    def _observer(self, name: str, shrunk: ShrinkWatch) -> Any:
         layout = self._layouts[name]
 
         def observe(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+            if shrunk.spanned() is not None:
+                return  # the pruner is spent: the shrunk layer's inputs feed no score
             with torch.no_grad():
                 squares = layout.squares(args[0])
                 total = self._sums.get(name)

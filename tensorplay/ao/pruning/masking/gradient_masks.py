@@ -7,9 +7,23 @@ backward and the optimizer step: gradient clipping (the Hugging Face ``Trainer``
 logged gradient norm. :class:`GradientMasks` puts a post-accumulate-grad hook
 (:meth:`torch.Tensor.register_post_accumulate_grad_hook`) on each lean target's parameter that
 multiplies its ``.grad`` by the mask right after each accumulation, so whatever reads the
-gradients after the backward sees the pruned entries as zero. The optimizer hooks still mask the
-gradients before each step (:mod:`~tensorplay.ao.pruning.masking.optimizer_hooks`): that keeps
-the weights zero whatever changed a gradient in between.
+gradients after the backward sees the pruned entries as zero.
+
+The optimizer hooks mask the gradients again before each step
+(:mod:`~tensorplay.ao.pruning.masking.optimizer_hooks`), so the weights stay zero whatever
+changed a gradient in between, but only the gradients the hook has not provably masked
+(:meth:`GradientMasks.unmasked`): a gradient is skipped when it is the very tensor the hook
+last masked, unchanged since (its version counter, which every in-place write through torch
+bumps: accumulation, clipping, unscaling, ``zero_()``), under the very mask the hook read,
+unchanged since (a pruning step between the backward and the step changes it). Everything
+else is masked again: a gradient set by hand (``p.grad = g`` fires no hook), one written in
+place after the backward, one that no hook masked (a sharded parameter, a parameter the last
+backward did not reach). Under ``torch.distributed`` with more than one rank nothing is
+skipped: DDP writes the all-reduced gradients from its buckets outside autograd (a collective
+writing into a gradient that is a view of its bucket need not bump the version counter), and a
+communication hook may not keep the zeros. Writes
+that bypass the version counter in one process (``p.grad.data.add_(...)``) are not seen: write
+to ``p.grad`` itself.
 
 Under DDP the hook runs before the gradient is copied into its all-reduce bucket, on every rank
 with the same mask: the all-reduced sum of zeros is zero, so the gradients DDP writes back hold
@@ -35,10 +49,12 @@ Example:
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
@@ -51,11 +67,32 @@ if TYPE_CHECKING:
 __all__ = ["GradientMasks"]
 
 
+class _Masked(NamedTuple):
+    """What the hook left: the gradient and the mask it multiplied, with their versions."""
+
+    grad: weakref.ref[Tensor]
+    grad_version: int
+    mask: weakref.ref[Tensor]
+    mask_version: int
+
+    def holds(self, grad: Tensor | None, mask: Tensor) -> bool:
+        """Whether ``grad`` is still that gradient, masked by ``mask``: both the same tensors,
+        neither written since."""
+        return (
+            grad is not None
+            and self.grad() is grad
+            and grad._version == self.grad_version
+            and self.mask() is mask
+            and mask._version == self.mask_version
+        )
+
+
 class GradientMasks:
     """One post-accumulate-grad hook per lean target's parameter (see the module)."""
 
     def __init__(self) -> None:
         self._handles: dict[int, RemovableHandle] = {}
+        self._masked: dict[int, _Masked] = {}
 
     def install(self, targets: Sequence[Target]) -> None:
         """Hook each target's parameter once (again after :meth:`remove`); sharded
@@ -66,25 +103,73 @@ class GradientMasks:
             if id(param) in self._handles or is_sharded(param) or not param.requires_grad:
                 continue
             register = param.register_post_accumulate_grad_hook
-            self._handles[id(param)] = register(_zero_pruned_gradient(*target.pair))  # type: ignore[no-untyped-call]
+            hook = _zero_pruned_gradient(*target.pair, self._masked)
+            self._handles[id(param)] = register(hook)  # type: ignore[no-untyped-call]
+
+    def unmasked(
+        self, params: Sequence[Tensor], masks: Sequence[Tensor]
+    ) -> tuple[list[Tensor], list[Tensor]]:
+        """The ``params`` (with their ``masks``) whose gradient the hooks have not provably
+        masked, read now: all of them under ``torch.distributed`` with several ranks (see the
+        module).
+
+        Example:
+            >>> import torch
+            >>> from torch import nn
+            >>> from tensorplay.ao.pruning.masking.lean_masks import install_mask, lean_mask
+            >>> from tensorplay.ao.pruning.tied_targets import Target
+            >>> layer = nn.Linear(2, 1, bias=False)
+            >>> install_mask([(layer, "weight")], torch.tensor([[True, False]]))
+            >>> hooks = GradientMasks()
+            >>> hooks.install([Target(("weight",), ((layer, "weight"),))])
+            >>> layer(torch.ones(3, 2)).sum().backward()
+            >>> mask = lean_mask(layer, "weight")
+            >>> len(hooks.unmasked([layer.weight], [mask])[0])  # masked by the hook
+            0
+            >>> layer.weight.grad = torch.ones(1, 2)  # set by hand: no hook ran
+            >>> len(hooks.unmasked([layer.weight], [mask])[0])
+            1
+        """
+        if _several_ranks():
+            return list(params), list(masks)
+        left = [
+            (param, mask)
+            for param, mask in zip(params, masks, strict=True)
+            if not ((done := self._masked.get(id(param))) and done.holds(param.grad, mask))
+        ]
+        return [param for param, _ in left], [mask for _, mask in left]
 
     def remove(self) -> None:
         """Take every hook off."""
         for handle in self._handles.values():
             handle.remove()
         self._handles.clear()
+        self._masked.clear()
 
     def __len__(self) -> int:
         return len(self._handles)
 
 
-def _zero_pruned_gradient(module: nn.Module, name: str) -> Callable[[Tensor], None]:
-    """The hook of ``module.<name>``: ``grad *= mask`` while it has a lean mask."""
+def _zero_pruned_gradient(
+    module: nn.Module, name: str, masked: dict[int, _Masked]
+) -> Callable[[Tensor], None]:
+    """The hook of ``module.<name>``: ``grad *= mask`` while it has a lean mask, recorded in
+    ``masked``."""
 
     def zero_pruned(param: Tensor) -> None:
         mask = lean_mask(module, name)
-        if mask is not None and param.grad is not None:
-            with torch.no_grad():
-                param.grad.mul_(mask)
+        grad = param.grad
+        if mask is None or grad is None:
+            masked.pop(id(param), None)
+            return
+        with torch.no_grad():
+            grad.mul_(mask)
+        masked[id(param)] = _Masked(
+            weakref.ref(grad), grad._version, weakref.ref(mask), mask._version
+        )
 
     return zero_pruned
+
+
+def _several_ranks() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1

@@ -259,8 +259,10 @@ class LeanMasks:
         self._settled.clear()
 
     def mask_gradients(self, targets: Sequence[Target]) -> None:
-        """Zero the pruned entries of the targets' gradients (one fused pass)."""
-        mask_gradients(*self.masked(targets))
+        """Zero the pruned entries of the targets' gradients (one fused pass), but for those the
+        gradient hooks provably masked already (:meth:`~tensorplay.ao.pruning.masking.
+        gradient_masks.GradientMasks.unmasked`)."""
+        mask_gradients(*self._gradient_masks.unmasked(*self.masked(targets)))
 
     def apply_masks(self, targets: Sequence[Target]) -> None:
         """Zero the pruned entries of the targets' weights (one fused pass)."""
@@ -313,7 +315,7 @@ class LeanMasks:
         generation: Callable[[], int],
     ) -> OptimizerHooks:
         """The gradient, weight and state hooks of one optimizer."""
-        return OptimizerHooks(optimizer, targets, mask_gradients, generation)
+        return OptimizerHooks(optimizer, targets, mask_gradients, generation, self._gradient_masks)
 
     def masked(self, targets: Sequence[Target]) -> tuple[list[Tensor], list[Tensor]]:
         """The parameters and lean masks of the targets that have one, read now."""

@@ -16,6 +16,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 from torch.utils.hooks import RemovableHandle
 
+from tensorplay.ao.pruning.masking.gradient_masks import GradientMasks
 from tensorplay.ao.pruning.masking.lean_masks import apply_masks, mask_gradients, zero_state
 
 __all__ = ["OptimizerAttachment", "OptimizerHooks", "keeps_zeros"]
@@ -65,7 +66,9 @@ class OptimizerHooks:
 
     Before each step, unless the gradients were masked since the last step (a call of the
     owner's ``mask_gradients`` before clipping), the gradients of the targets the optimizer
-    holds are masked (``mask_gradients=True``). After the step, the pruned weights are zeroed
+    holds are masked (``mask_gradients=True``), those that ``gradient_masks``' hooks provably
+    masked already excepted (:meth:`~tensorplay.ao.pruning.masking.gradient_masks.
+    GradientMasks.unmasked`). After the step, the pruned weights are zeroed
     again unless :func:`keeps_zeros` proves the step kept them zero; a step that ran on
     unmasked gradients also gets its state entries zeroed, so the next steps need no weight
     pass again. After ``optimizer.load_state_dict`` the pruned entries of the loaded state are
@@ -77,6 +80,7 @@ class OptimizerHooks:
             each call (masks may be replaced, e.g. by ``model.to()``).
         mask_gradients: Whether the pre-step hook masks the gradients.
         generation: ``() -> int`` that changes each time the owner masked all gradients.
+        gradient_masks: The post-accumulate-grad hooks on the targets' parameters, if any.
 
     Example:
         >>> import torch
@@ -97,8 +101,10 @@ class OptimizerHooks:
         targets: Callable[[], tuple[list[Tensor], list[Tensor]]],
         mask_gradients: bool,
         generation: Callable[[], int],
+        gradient_masks: GradientMasks | None = None,
     ) -> None:
         self.optimizer = optimizer
+        self._gradient_masks = gradient_masks
         self._targets = targets
         self._mask_gradients = mask_gradients
         self._generation = generation
@@ -121,7 +127,10 @@ class OptimizerHooks:
         if masked_already:
             self._unmasked = False
         elif self._mask_gradients:
-            mask_gradients(*self.held())
+            held = self.held()
+            if self._gradient_masks is not None:
+                held = self._gradient_masks.unmasked(*held)
+            mask_gradients(*held)
             self._unmasked = False
         else:
             self._unmasked = True

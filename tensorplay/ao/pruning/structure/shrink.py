@@ -30,6 +30,17 @@ an optimizer built before shrinking holds the old tensors and their state and mu
 with the shrunk model. Build a new optimizer (and a new pruner) after shrinking. Gradients of the
 sliced parameters are dropped.
 
+**Pruners.** A :class:`~tensorplay.ao.pruning.Pruner` made before shrinking, any of whose targets
+the groups span, is spent: its units, masks and counts are those of the model before. Its
+methods that read or change the model through its targets (``step``, ``report``, ``sparsity``
+and the counts, ``state_dict``, ``load_state_dict``, ``apply_masks``, ``reparametrize``,
+``make_permanent``, ``snapshot``, ``take_snapshot``, ``rewind``, ``attach``, ``held_by``,
+``accumulate``, ``mask_gradients``, and the steps of the optimizers attached to it) raise
+:class:`~tensorplay.ao.pruning.SpentPrunerError`; its record (``history``, ``last_step``,
+``targets``, ``target_sparsity``, the configuration) stays readable. Read ``pruner.report()``
+and save ``pruner.state_dict()`` before shrinking; build a new pruner on the shrunk model to
+prune or count it further.
+
 Example:
     >>> import torch
     >>> import transformers
@@ -67,6 +78,7 @@ from tensorplay.ao.pruning.masking.lean_masks import apply_masks, lean_mask, rem
 from tensorplay.ao.pruning.masking.readers import masked_values
 from tensorplay.ao.pruning.reparametrization import pruned_parts
 from tensorplay.ao.pruning.selection.sharding import is_dtensor
+from tensorplay.ao.pruning.spent import record_shrink
 from tensorplay.ao.pruning.structure.blocks import FoundBlocks, find_blocks
 from tensorplay.ao.pruning.structure.graph import DependencyGraph
 from tensorplay.ao.pruning.structure.hf_config import check_config, update_config
@@ -84,6 +96,11 @@ def shrink(
     example_inputs: Tensor | tuple[Any, ...] | None = None,
 ) -> ShrinkReport:
     """Remove the pruned units of ``model`` physically, in place (see the module docstring).
+
+    A :class:`~tensorplay.ao.pruning.Pruner` made before, any of whose targets the groups span,
+    is spent afterwards: read its ``report()`` and save its ``state_dict()`` before shrinking,
+    and build a new pruner on the shrunk model to prune or count it (its other methods raise
+    :class:`~tensorplay.ao.pruning.SpentPrunerError`; see the module docstring).
 
     Args:
         model: A model whose units are masked or zero: a Hugging Face model of a known family
@@ -116,6 +133,8 @@ def shrink(
         check_groups(chosen, shapes_of(model))
     plan = _plan(model, chosen, found)
     before = _count(model)
+    aliases = alias_map(model)
+    record_shrink(pair for name in plan.tensors for pair in aliases[name].pairs)
     _make_permanent(model, plan.tensors)
     apply_cuts(plan.cuts)
     config: ConfigUpdate = "none"

@@ -64,6 +64,7 @@ class ElementStructure:
 
     name: ClassVar[str] = "element"
     one_shot_scope: ClassVar[str] = "row"
+    row_label: ClassVar[str] = "tensor"
 
     def __init__(
         self,

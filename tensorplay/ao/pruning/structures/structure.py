@@ -46,10 +46,12 @@ class PruningStructure(Protocol):
             when none is given.
         targets: Every tensor the pruner masks, each parameter once.
         scored: The targets the importance observes and scores (a subset of :attr:`targets`).
+        row_label: What one of :meth:`rows` is, heading the report's first column.
     """
 
     name: ClassVar[str]
     one_shot_scope: ClassVar[str]
+    row_label: ClassVar[str]
     targets: list[Target]
     scored: list[Target]
 

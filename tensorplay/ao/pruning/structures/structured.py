@@ -189,18 +189,21 @@ class ChannelStructure(UnitStructure):
     """``structure="channel"``: see the module."""
 
     name: ClassVar[str] = "channel"
+    row_label: ClassVar[str] = "channel group"
 
 
 class HeadStructure(UnitStructure):
     """``structure="head"``: see the module."""
 
     name: ClassVar[str] = "head"
+    row_label: ClassVar[str] = "head group"
 
 
 class LayerStructure(UnitStructure):
     """``structure="layer"``: see the module."""
 
     name: ClassVar[str] = "layer"
+    row_label: ClassVar[str] = "layer group"
     ranks_together: ClassVar[bool] = True
 
 
