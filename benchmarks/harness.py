@@ -8,7 +8,8 @@ plumbing that is the same in all of them, beside ``plotting.py`` (their figures)
 * :func:`proc_kib`, :class:`PeakMemory`, :func:`cpu_seconds`: the resident memory (and its peak
   during a block) and the CPU time of this process;
 * :func:`run_python`, :func:`worker_json`: a measurement in a fresh interpreter, its JSON back;
-* :func:`in_turns`, :func:`median_ratios`: ways timed round-robin, each against a reference;
+* :func:`seconds_per_call`, :func:`in_turns`, :func:`median_ratios`: ways timed round-robin,
+  each against a reference;
 * :func:`parse_size`, :func:`size_label`: ``"200M"`` and back.
 """
 
@@ -38,6 +39,7 @@ __all__ = [
     "parse_size",
     "proc_kib",
     "run_python",
+    "seconds_per_call",
     "size_label",
     "worker_json",
     "write_results",
@@ -240,6 +242,21 @@ def worker_json(*args: str, timeout: float | None = None) -> Any:
     return json.loads(run_python(*args, timeout=timeout).strip().splitlines()[-1])
 
 
+def seconds_per_call(
+    call: Callable[[], object], steps: int, clock: Callable[[], float] = time.perf_counter
+) -> float:
+    """The mean seconds of ``steps`` calls of ``call`` in a row, read on ``clock``.
+
+    Example:
+        >>> seconds_per_call(lambda: sum(range(1000)), steps=3) > 0
+        True
+    """
+    start = clock()
+    for _ in range(steps):
+        call()
+    return (clock() - start) / steps
+
+
 def in_turns(
     calls: Mapping[str, Callable[[], object]],
     rounds: int,
@@ -266,10 +283,7 @@ def in_turns(
     for index in range(rounds):
         shift = index % len(order)
         for name in order[shift:] + order[:shift]:
-            start = clock()
-            for _ in range(steps):
-                calls[name]()
-            times[name].append((clock() - start) / steps)
+            times[name].append(seconds_per_call(calls[name], steps, clock))
     return times
 
 
