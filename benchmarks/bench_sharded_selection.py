@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import socket
 import statistics
 import sys
@@ -41,6 +40,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import machine, parse_size, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ROWS_PER_BLOCK = 64
@@ -222,12 +225,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 flush=True,
             )
     return {
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-        },
+        "machine": machine("cpus", "platform", "python", "torch"),
         "sources": args.sources,
         "repeats": args.repeats,
         "rows": rows,
@@ -264,11 +262,6 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _size(text: str) -> int:
-    scale = {"K": 1e3, "M": 1e6, "B": 1e9}
-    return int(float(text[:-1]) * scale[text[-1].upper()]) if text[-1].isalpha() else int(text)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", default="20M", help="units in all, e.g. 20M")
@@ -280,13 +273,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if args.quick:
         args.size, args.processes = "200K", "1,2"
-    args.size = _size(args.size)
+    args.size = parse_size(args.size)
     args.processes = sorted({int(p) for p in args.processes.split(",")} | {1})
     results = run(args)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "sharded_selection.json").write_text(json.dumps(results, indent=2) + "\n")
     table = markdown(results)
-    (args.out / "sharded_selection.md").write_text(table)
+    write_results(args.out, "sharded_selection", results, table)
     print(table)
 
 
