@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -33,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import machine, worker_json, write_results
+from harness import machine, median_of_runs, worker_json, write_results
 from plotting import add_plot_option, plot_saved
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -142,12 +141,7 @@ def worker(variant: str, width: int) -> dict[str, Any]:
 
 def measure(variant: str, width: int, repeats: int) -> dict[str, Any]:
     runs = [worker_json(__file__, "--worker", variant, str(width)) for _ in range(repeats)]
-    return {
-        "seconds": statistics.median(r["seconds"] for r in runs),
-        "seconds_all": [r["seconds"] for r in runs],
-        "sparsity": runs[0]["sparsity"],
-        "params": runs[0]["params"],
-    }
+    return median_of_runs(runs, firsts=("sparsity", "params"))
 
 
 def markdown(results: dict[str, Any]) -> str:

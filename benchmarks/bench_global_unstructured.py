@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -44,6 +43,7 @@ from harness import (
     WorkerError,
     cpu_seconds,
     machine,
+    median_of_runs,
     parse_size,
     proc_kib,
     worker_json,
@@ -161,17 +161,9 @@ def measure(library: str, params: int, call: str, layout: str, repeats: int) -> 
             return {"error": error.last_lines}
     if any(r["pruned"] != r["expected_pruned"] for r in runs):
         return {"error": [f"wrong count: {runs}"]}
-    return {
-        "seconds": statistics.median(r["seconds"] for r in runs),
-        "seconds_all": [r["seconds"] for r in runs],
-        "cpu_seconds": statistics.median(r["cpu_seconds"] for r in runs),
-        "extra_bytes_per_param": statistics.median(r["extra_bytes_per_param"] for r in runs),
-        "read_pass_seconds": statistics.median(r["read_pass_seconds"] for r in runs),
-        "params": runs[0]["params"],
-        "tensors": runs[0]["tensors"],
-        "threads": runs[0]["threads"],
-        "repeats": repeats,
-    }
+    medians = ("cpu_seconds", "extra_bytes_per_param", "read_pass_seconds")
+    firsts = ("params", "tensors", "threads")
+    return {**median_of_runs(runs, medians, firsts), "repeats": repeats}
 
 
 def _label(params: int) -> str:

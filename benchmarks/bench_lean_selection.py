@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -50,6 +49,7 @@ from harness import (
     WorkerError,
     cpu_seconds,
     machine,
+    median_of_runs,
     parse_size,
     worker_json,
     write_results,
@@ -164,16 +164,8 @@ def measure(mode: str, params: int, call: str, repeats: int, dtype: str) -> dict
     # torch rounds its relative amount once per call; the pruners' counts are exact.
     if any(abs(r["pruned"] - r["expected_pruned"]) > (mode == "torch") for r in runs):
         return {"error": [f"wrong count: {runs}"]}
-    return {
-        "seconds": statistics.median(r["seconds"] for r in runs),
-        "seconds_all": [r["seconds"] for r in runs],
-        "cpu_seconds": statistics.median(r["cpu_seconds"] for r in runs),
-        "peak_bytes_per_param": statistics.median(r["peak_bytes_per_param"] for r in runs),
-        "held_bytes_per_param": statistics.median(r["held_bytes_per_param"] for r in runs),
-        "params": runs[0]["params"],
-        "threads": runs[0]["threads"],
-        "repeats": repeats,
-    }
+    medians = ("cpu_seconds", "peak_bytes_per_param", "held_bytes_per_param")
+    return {**median_of_runs(runs, medians, firsts=("params", "threads")), "repeats": repeats}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

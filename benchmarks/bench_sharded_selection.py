@@ -32,7 +32,6 @@ import argparse
 import json
 import os
 import socket
-import statistics
 import sys
 import tempfile
 import time
@@ -43,7 +42,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import machine, parse_size, write_results
+from harness import machine, median_of_runs, parse_size, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ROWS_PER_BLOCK = 64
@@ -196,17 +195,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         calls = []
         for index, call in enumerate(("first", "second")):
             runs = [report["calls"][index] for report in reports]
-            calls.append(
-                {
-                    "call": call,
-                    "seconds": statistics.median(r["seconds"] for r in runs),
-                    "seconds_all": [r["seconds"] for r in runs],
-                    "bytes_communicated": runs[0]["bytes_communicated"],
-                    "collectives": runs[0]["collectives"],
-                    "passes": runs[0]["passes"],
-                    "signature": runs[0]["signature"],
-                }
-            )
+            firsts = ("bytes_communicated", "collectives", "passes", "signature")
+            calls.append({"call": call, **median_of_runs(runs, firsts=firsts)})
         signatures = [call["signature"] for call in calls]
         if reference is None:
             reference = signatures

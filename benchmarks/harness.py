@@ -7,7 +7,8 @@ plumbing that is the same in all of them, beside ``plotting.py`` (their figures)
 * :func:`write_results`: ``<name>.json`` and ``<name>.md`` in the ``--out`` folder;
 * :func:`proc_kib`, :class:`PeakMemory`, :func:`cpu_seconds`: the resident memory (and its peak
   during a block) and the CPU time of this process;
-* :func:`run_python`, :func:`worker_json`: a measurement in a fresh interpreter, its JSON back;
+* :func:`run_python`, :func:`worker_json`, :func:`median_of_runs`: a measurement in a fresh
+  interpreter, its JSON back, and several runs' median;
 * :func:`seconds_per_call`, :func:`in_turns`, :func:`median_ratios`: ways timed round-robin,
   each against a reference;
 * :func:`parse_size`, :func:`size_label`: ``"200M"`` and back.
@@ -25,7 +26,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ __all__ = [
     "cpu_seconds",
     "in_turns",
     "machine",
+    "median_of_runs",
     "median_ratios",
     "parse_size",
     "proc_kib",
@@ -240,6 +242,26 @@ def worker_json(*args: str, timeout: float | None = None) -> Any:
         {'seconds': 1.5}
     """
     return json.loads(run_python(*args, timeout=timeout).strip().splitlines()[-1])
+
+
+def median_of_runs(
+    runs: Sequence[Mapping[str, Any]], medians: Sequence[str] = (), firsts: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The runs of one measurement (fresh processes, say) as one: ``seconds``, their median, and
+    ``seconds_all``; then the median of each field of ``medians`` and the first run's value of
+    each field of ``firsts`` (what every run has alike: the parameters, the threads).
+
+    Example:
+        >>> runs = [{"seconds": 3.0, "params": 8}, {"seconds": 1.0, "params": 8}]
+        >>> median_of_runs(runs, firsts=["params"])
+        {'seconds': 2.0, 'seconds_all': [3.0, 1.0], 'params': 8}
+    """
+    return {
+        "seconds": statistics.median(run["seconds"] for run in runs),
+        "seconds_all": [run["seconds"] for run in runs],
+        **{field: statistics.median(run[field] for run in runs) for field in medians},
+        **{field: runs[0][field] for field in firsts},
+    }
 
 
 def seconds_per_call(
