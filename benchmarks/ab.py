@@ -22,7 +22,6 @@ time) and ``peak_bytes_per_param`` (or ``extra_bytes_per_param``), a table of ea
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import os
 import shutil
@@ -35,6 +34,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import machine
 
 REPO = Path(__file__).resolve().parents[1]
 SIDES = ("old", "new")
@@ -200,10 +203,11 @@ def report(
     if memory:
         lines += ["Peak memory during the call, above what was resident before it:", ""]
         lines += [*table(memory, unit="B/param"), ""]
+    record = machine("cpus", "torch", "python")
     lines.append(
-        f"Machine: {os.cpu_count()} CPUs ({len(os.sched_getaffinity(0))} usable), load average "
-        f"(1, 5, 15 min) {start} at start and {end} at end, torch "
-        f"{importlib.metadata.version('torch')}, Python {sys.version.split()[0]}."
+        f"Machine: {record['cpus']} CPUs ({len(os.sched_getaffinity(0))} usable), load average "
+        f"(1, 5, 15 min) {start} at start and {end} at end, torch {record['torch']}, Python "
+        f"{record['python']}."
     )
     return "\n".join(lines) + "\n"
 

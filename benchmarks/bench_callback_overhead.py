@@ -25,10 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -36,6 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from harness import machine, median_of_runs, worker_json, write_results
 from plotting import add_plot_option, plot_saved
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -143,19 +140,8 @@ def worker(variant: str, width: int) -> dict[str, Any]:
 
 
 def measure(variant: str, width: int, repeats: int) -> dict[str, Any]:
-    runs = []
-    for _ in range(repeats):
-        command = [sys.executable, __file__, "--worker", variant, str(width)]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"{variant} failed:\n{done.stderr[-2000:]}")
-        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    return {
-        "seconds": statistics.median(r["seconds"] for r in runs),
-        "seconds_all": [r["seconds"] for r in runs],
-        "sparsity": runs[0]["sparsity"],
-        "params": runs[0]["params"],
-    }
+    runs = [worker_json(__file__, "--worker", variant, str(width)) for _ in range(repeats)]
+    return median_of_runs(runs, firsts=("sparsity", "params"))
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -246,25 +232,15 @@ def main(argv: list[str] | None = None) -> None:
     for variant in VARIANTS:
         variants[variant] = measure(variant, args.width, args.repeats)
         print(f"  {variant:<10} {variants[variant]['seconds']:.2f}s", flush=True)
-    import lightning
-    import torch
-
     results = {
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "torch": torch.__version__,
-            "lightning": lightning.__version__,
-        },
+        "machine": machine("cpus", "platform", "torch", "lightning"),
         "width": args.width,
         "repeats": args.repeats,
         "params": variants["dense"]["params"],
         "variants": variants,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "callback_overhead.json").write_text(json.dumps(results, indent=2) + "\n")
     table = markdown(results)
-    (args.out / "callback_overhead.md").write_text(table)
+    write_results(args.out, "callback_overhead", results, table)
     print(table)
 
 

@@ -58,6 +58,10 @@ from typing import Any
 import torch
 from torch import nn
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import parse_size, size_label, write_results
+
 RESULTS = Path(__file__).resolve().parent / "results"
 NAME = "cuda_bf16"
 SPARSITY = 0.5
@@ -185,21 +189,10 @@ def timings(way: str, params: int, width: int, device: str, repeats: int) -> dic
     }
 
 
-def _size(text: str) -> int:
-    scale = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9}
-    return int(float(text[:-1]) * scale[text[-1].upper()]) if text[-1].isalpha() else int(text)
-
-
-def _label(params: int) -> str:
-    if params >= 1e9:
-        return f"{params / 1e9:.3g}B"
-    return f"{params / 1e6:.3g}M" if params >= 1e6 else f"{params / 1e3:.3g}K"
-
-
 def check_line(found: dict[str, Any], device: str) -> str:
     lean, reparametrized = found["lean"], found["global_unstructured"]
     return (
-        f"check at {_label(lean['params'])} bf16 parameters on {device}: lean masks equal the "
+        f"check at {size_label(lean['params'])} bf16 parameters on {device}: lean masks equal the "
         f"CPU's: {lean['equal']}; global_unstructured masks equal the CPU's: "
         f"{reparametrized['equal']}; pruned {lean['pruned']:,} of {lean['params']:,} "
         f"({'exact' if lean['exact'] and reparametrized['exact'] else 'WRONG COUNT'})"
@@ -226,7 +219,7 @@ def markdown(results: dict[str, Any]) -> str:
             peak = result["peak_bytes_per_param"]
             shown = "—" if peak is None else f"{peak:.2f}"
             lines.append(
-                f"| {_label(result['params'])} | {way} | {result['seconds']:.3f} | {ratio} "
+                f"| {size_label(result['params'])} | {way} | {result['seconds']:.3f} | {ratio} "
                 f"| {shown} |"
             )
     lines += ["", f"{results['device_name']}, torch {results['torch']}, bf16, amount 0.5."]
@@ -245,12 +238,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("No CUDA device: nothing to measure (run this on a machine with a GPU).")
         return 0
-    found = check(_size(args.check_params), args.width, args.device)
+    found = check(parse_size(args.check_params), args.width, args.device)
     print(check_line(found, args.device), flush=True)
     rows = []
     for text in args.sizes.split(","):
-        params = _size(text)
-        row: dict[str, Any] = {"size": _label(params)}
+        params = parse_size(text)
+        row: dict[str, Any] = {"size": size_label(params)}
         for way in WAYS:
             row[way] = timings(way, params, args.width, args.device, args.repeats)
             print(f"  {row['size']} {way}: {json.dumps(row[way])}", flush=True)
@@ -263,10 +256,8 @@ def main(argv: list[str] | None = None) -> int:
         "check": found,
         "rows": rows,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{NAME}.json").write_text(json.dumps(results, indent=2) + "\n")
     table = markdown(results)
-    (args.out / f"{NAME}.md").write_text(table)
+    write_results(args.out, NAME, results, table)
     print(table)
     good = all(way["equal"] and way["exact"] for way in found.values())
     return 0 if good else 1

@@ -23,13 +23,17 @@ Each row checks that what it wrote reads back to the model's weights. Results go
 from __future__ import annotations
 
 import argparse
-import json
 import platform
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import write_results
 
 RESULTS = Path(__file__).resolve().parent / "results"
 AMOUNT = 0.9
@@ -136,9 +140,7 @@ def main(argv: list[str] | None = None) -> None:
     results = measure(args.tiny)
     rendered = table(results)
     print(rendered, end="")
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "export_size.json").write_text(json.dumps(results, indent=2) + "\n")
-    (args.out / "export_size.md").write_text(rendered)
+    write_results(args.out, "export_size", results, rendered)
 
 
 if __name__ == "__main__":

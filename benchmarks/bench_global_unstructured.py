@@ -31,11 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import resource
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -43,6 +38,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from harness import (
+    PeakMemory,
+    WorkerError,
+    cpu_seconds,
+    machine,
+    median_of_runs,
+    parse_size,
+    proc_kib,
+    worker_json,
+    write_results,
+)
 from plotting import add_plot_option, plot_saved
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -64,20 +70,6 @@ def _shapes(params: int, layout: str) -> list[tuple[int, int]]:
     return [(rows, max(1, round(params / count / rows)))] * count
 
 
-def _memory_kib(field: str, path: str = "/proc/self/status") -> int:
-    for line in Path(path).read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no {field} in {path}")
-
-
-def _cpu_seconds() -> float:
-    """The CPU time of this process so far, every thread's, user and system: unlike the wall
-    time, it does not grow while other processes hold the CPUs (a shared machine's noise)."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 def _warm_memory(params: int) -> None:
     """Touch and free the memory the call may use, the same amount for both libraries.
 
@@ -90,7 +82,7 @@ def _warm_memory(params: int) -> None:
     """
     import torch
 
-    available = _memory_kib("MemAvailable", "/proc/meminfo") * 1024
+    available = proc_kib("MemAvailable", "/proc/meminfo") * 1024
     size = min(WARM_BYTES_PER_PARAM * params, available - (2 << 30))
     if size > 0:
         buffer = torch.empty(size // 4, dtype=torch.float32)
@@ -137,19 +129,17 @@ def worker(library: str, params: int, call: str, layout: str) -> dict[str, Any]:
         for layer in layers:
             layer.weight.sum()
         reads.append(time.perf_counter() - start)
-    Path("/proc/self/clear_refs").write_text("5")
-    before = _memory_kib("VmRSS")
-    start, cpu_start = time.perf_counter(), _cpu_seconds()
-    prune_once()
-    seconds, cpu_seconds = time.perf_counter() - start, _cpu_seconds() - cpu_start
-    peak = _memory_kib("VmHWM")
+    with PeakMemory() as memory:
+        start, cpu_start = time.perf_counter(), cpu_seconds()
+        prune_once()
+        seconds, cpu = time.perf_counter() - start, cpu_seconds() - cpu_start
     pruned = sum(int((layer.weight_mask == 0).sum()) for layer in layers)
     first = round(0.5 * total)
     expected = first if call == "first" else first + round(0.5 * (total - first))
     return {
         "seconds": seconds,
-        "cpu_seconds": cpu_seconds,
-        "extra_bytes_per_param": (peak - before) * 1024 / total,
+        "cpu_seconds": cpu,
+        "extra_bytes_per_param": (memory.peak - memory.before) / total,
         "read_pass_seconds": min(reads),
         "params": total,
         "tensors": len(layers),
@@ -165,29 +155,15 @@ def worker(library: str, params: int, call: str, layout: str) -> dict[str, Any]:
 def measure(library: str, params: int, call: str, layout: str, repeats: int) -> dict[str, Any]:
     runs = []
     for _ in range(repeats):
-        command = [sys.executable, __file__, "--worker", library, str(params), call, layout]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            return {"error": (done.stderr or done.stdout).strip().splitlines()[-1:]}
-        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        try:
+            runs.append(worker_json(__file__, "--worker", library, str(params), call, layout))
+        except WorkerError as error:
+            return {"error": error.last_lines}
     if any(r["pruned"] != r["expected_pruned"] for r in runs):
         return {"error": [f"wrong count: {runs}"]}
-    return {
-        "seconds": statistics.median(r["seconds"] for r in runs),
-        "seconds_all": [r["seconds"] for r in runs],
-        "cpu_seconds": statistics.median(r["cpu_seconds"] for r in runs),
-        "extra_bytes_per_param": statistics.median(r["extra_bytes_per_param"] for r in runs),
-        "read_pass_seconds": statistics.median(r["read_pass_seconds"] for r in runs),
-        "params": runs[0]["params"],
-        "tensors": runs[0]["tensors"],
-        "threads": runs[0]["threads"],
-        "repeats": repeats,
-    }
-
-
-def _size(text: str) -> int:
-    scale = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9}
-    return int(float(text[:-1]) * scale[text[-1].upper()]) if text[-1].isalpha() else int(text)
+    medians = ("cpu_seconds", "extra_bytes_per_param", "read_pass_seconds")
+    firsts = ("params", "tensors", "threads")
+    return {**median_of_runs(runs, medians, firsts), "repeats": repeats}
 
 
 def _label(params: int) -> str:
@@ -223,12 +199,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             _progress(row, "tensorplay")
             layouts.append(row)
     return {
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "torch": __import__("torch").__version__,
-        },
+        "machine": machine("cpus", "platform", "python", "torch"),
         "rows": rows,
         "layouts": layouts,
     }
@@ -361,13 +332,11 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.quick:
         args.sizes, args.repeats, args.torch_repeats_large, args.billion = "2M,10M", 1, 1, False
-    args.sizes = [_size(s) for s in args.sizes.split(",")]
+    args.sizes = [parse_size(s) for s in args.sizes.split(",")]
     results = run(args)
     results["repeats"] = args.repeats
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "global_unstructured.json").write_text(json.dumps(results, indent=2) + "\n")
     table = markdown(results)
-    (args.out / "global_unstructured.md").write_text(table)
+    write_results(args.out, "global_unstructured", results, table)
     print(table)
 
 

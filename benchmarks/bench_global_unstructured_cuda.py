@@ -18,12 +18,17 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import parse_size, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -89,8 +94,7 @@ def main() -> None:
     free, _ = torch.cuda.mem_get_info()
     rows = []
     for text in args.sizes.split(","):
-        scale = {"M": 1e6, "B": 1e9}[text[-1].upper()]
-        params = int(float(text[:-1]) * scale)
+        params = parse_size(text)
         for call in ("first", "second"):
             row: dict[str, Any] = {"size": text, "call": call}
             row["tensorplay"] = measure("tensorplay", params, call, args.repeats)
@@ -116,9 +120,7 @@ def main() -> None:
             f"| {t_mem} | {ours['extra_bytes_per_param']:.2f} | {ours['read_pass_seconds']:.4f} |"
         )
     table = "\n".join(lines) + "\n"
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "global_unstructured_cuda.json").write_text(json.dumps(rows, indent=2) + "\n")
-    (args.out / "global_unstructured_cuda.md").write_text(table)
+    write_results(args.out, "global_unstructured_cuda", rows, table)
     print(table)
 
 

@@ -26,10 +26,8 @@ the final sparsity. Results go to ``benchmarks/results/hf_trainer_overhead.json`
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
+import sys
 import tempfile
 import time
 import warnings
@@ -38,6 +36,10 @@ from typing import Any
 
 import torch
 from torch.utils.data import Dataset
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import machine, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results"
 VARIANTS = ("dense", "reparametrize", "inplace")
@@ -213,17 +215,12 @@ def main(argv: list[str] | None = None) -> None:
     import transformers
 
     transformers.logging.set_verbosity_error()
-    load = os.getloadavg()[0]  # the machine's other jobs: wall times are theirs too
+    # At the start: its load average is the machine's other jobs, and wall times are theirs too.
+    record = machine("cpus", "load", "platform", "torch", "transformers")
     variants = measure(args.width, args.layers, args.steps, args.repeats)
     params = sum(p.numel() for p in gpt2(args.width, args.layers).parameters())
     results = {
-        "machine": {
-            "cpus": os.cpu_count(),
-            "load": load,
-            "platform": platform.platform(),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-        },
+        "machine": record,
         "width": args.width,
         "layers": args.layers,
         "steps": args.steps,
@@ -231,10 +228,8 @@ def main(argv: list[str] | None = None) -> None:
         "params": params,
         "variants": variants,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "hf_trainer_overhead.json").write_text(json.dumps(results, indent=2) + "\n")
     table = markdown(results)
-    (args.out / "hf_trainer_overhead.md").write_text(table)
+    write_results(args.out, "hf_trainer_overhead", results, table)
     print(table)
 
 

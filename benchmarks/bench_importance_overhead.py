@@ -28,11 +28,10 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import platform
 import statistics
+import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +41,14 @@ from torch import Tensor, nn
 from tensorplay.ao.pruning import Pruner, calibrate
 from tensorplay.ao.pruning.schedules import OneShotSchedule
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import in_turns, median_ratios, seconds_per_call, write_results
+
 RESULTS = Path(__file__).resolve().parent / "results"
+# CPU time of this thread: with one torch thread every kernel runs here, and time spent
+# waiting for a core that other processes hold (a shared machine) is not counted.
+CLOCK = time.thread_time
 WAYS: dict[str, dict[str, Any]] = {
     "magnitude": {},
     "movement": {"importance": "movement"},
@@ -78,15 +84,6 @@ class _Run:
         self.optimizer.step()
 
 
-def _time(call: Callable[[], None], steps: int) -> float:
-    # CPU time of this thread: with one torch thread every kernel runs here, and time spent
-    # waiting for a core that other processes hold (a shared machine) is not counted.
-    started = time.thread_time()
-    for _ in range(steps):
-        call()
-    return (time.thread_time() - started) / steps
-
-
 def _bytes_per_parameter(pruner: Pruner) -> float:
     sums = pruner.importance.state_dict().get("sums", {})
     return sum(t.numel() * t.element_size() for t in sums.values()) / pruner.total_count()
@@ -100,19 +97,14 @@ def measure(
     generator = torch.Generator().manual_seed(1)
     batch = (torch.randn(batch_size, width, generator=generator),) * 2
     runs = {name: _Run(options, base, batch) for name, options in WAYS.items()}
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    ratios: dict[str, list[float]] = {name: [] for name in runs}
     names = list(runs)
-    for index in range(rounds):
-        order = names[index % len(names) :] + names[: index % len(names)]
-        this = {name: _time(runs[name].step, steps) for name in order}
-        for name in names:
-            times[name].append(this[name])
-            ratios[name].append(this[name] / this["magnitude"])
+    steps_by_name = {name: run.step for name, run in runs.items()}
+    times = in_turns(steps_by_name, rounds, steps, clock=CLOCK)
+    ratios = median_ratios(times, "magnitude")
     ways = {
         name: {
             "median_step_ms": 1e3 * statistics.median(times[name]),
-            "ratio_to_magnitude": statistics.median(ratios[name]),
+            "ratio_to_magnitude": ratios[name],
             "accumulator_bytes_per_parameter": _bytes_per_parameter(runs[name].pruner),
         }
         for name in names
@@ -130,9 +122,11 @@ def _calibration(base: nn.Sequential, x: Tensor, batches: int) -> dict[str, Any]
                 model(x)
 
     plain()  # warm-up
-    bare = min(_time(plain, 1) for _ in range(5))
+    bare = min(seconds_per_call(plain, 1, CLOCK) for _ in range(5))
     pruner = Pruner(model, OneShotSchedule(0.5), importance="wanda", scope="row")
-    hooked = min(_time(lambda: calibrate(pruner, [x] * batches), 1) for _ in range(5))
+    hooked = min(
+        seconds_per_call(lambda: calibrate(pruner, [x] * batches), 1, CLOCK) for _ in range(5)
+    )
     return {
         "batches": batches,
         "plain_forwards_ms": 1e3 * bare,
@@ -199,9 +193,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     table = markdown(results)
     print(table)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "importance_overhead.json").write_text(json.dumps(results, indent=1))
-    (args.out / "importance_overhead.md").write_text(table + "\n")
+    write_results(args.out, "importance_overhead", results, table + "\n")
 
 
 if __name__ == "__main__":

@@ -41,24 +41,30 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from harness import (
+    GIB,
+    PeakMemory,
+    WorkerError,
+    machine,
+    parse_size,
+    proc_kib,
+    size_label,
+    worker_json,
+    write_results,
+)
 from plotting import add_plot_option, plot_saved
 
 RESULTS = Path(__file__).resolve().parent / "results"
 NAME = "large_model"
 WAYS = ("lean", "reparametrize", "torch")
 SPARSITY = 0.5
-GIB = 1 << 30
 # What each way needs above the weights, in bytes per parameter, to decide what fits: the lean
 # masks and the selection (~1.2), the reparametrization's mask and masked weight in bf16 (4)
 # plus its selection, torch's concatenations (measured ~28 in bf16; with room).
@@ -66,68 +72,6 @@ NEED_ABOVE_WEIGHTS = {"lean": 2.0, "reparametrize": 5.5, "torch": 40.0}
 
 
 # --- the worker: one measurement in this process ----------------------------------------------
-
-
-def _status_kib(field: str, path: str = "/proc/self/status") -> int:
-    for line in Path(path).read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no {field} in {path}")
-
-
-class PeakMemory:
-    """The resident memory before a block, its peak during it, and after it (bytes).
-
-    On Linux the kernel's own peak (``VmHWM``, reset through ``/proc/self/clear_refs``): exact,
-    whatever the block allocates and frees between two looks. Elsewhere a thread samples the
-    resident memory (``psutil``) every millisecond.
-
-    Example:
-        >>> with PeakMemory() as memory:
-        ...     block = bytearray(1 << 24)
-        >>> memory.peak - memory.before >= 1 << 24
-        True
-    """
-
-    CLEAR_REFS = Path("/proc/self/clear_refs")
-
-    def __init__(self) -> None:
-        self.before = self.peak = self.after = 0
-        self._kernel = self.CLEAR_REFS.exists() and os.access(self.CLEAR_REFS, os.W_OK)
-        self._sampling = False
-        self._thread: threading.Thread | None = None
-
-    def _resident(self) -> int:
-        if self._kernel:
-            return _status_kib("VmRSS") * 1024
-        import psutil
-
-        return int(psutil.Process().memory_info().rss)
-
-    def _sample(self) -> None:
-        while self._sampling:
-            self.peak = max(self.peak, self._resident())
-            time.sleep(0.001)
-
-    def __enter__(self) -> PeakMemory:
-        if self._kernel:
-            self.CLEAR_REFS.write_text("5")
-        self.before = self.peak = self._resident()
-        if not self._kernel:
-            self._sampling = True
-            self._thread = threading.Thread(target=self._sample, daemon=True)
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.after = self._resident()
-        if self._kernel:
-            self.peak = _status_kib("VmHWM") * 1024
-        else:
-            self._sampling = False
-            assert self._thread is not None
-            self._thread.join()
-        self.peak = max(self.peak, self.after)
 
 
 def build(params: int, width: int, dtype_name: str) -> Any:
@@ -198,7 +142,7 @@ def worker(way: str, params: int, width: int, dtype: str) -> dict[str, Any]:
         "pruned": _pruned(way, model),
         "expected_pruned": round(SPARSITY * total),
         "threads": torch.get_num_threads(),
-        "peak_measured_by": "VmHWM" if memory._kernel else "sampling",
+        "peak_measured_by": memory.measured_by,
     }
 
 
@@ -207,7 +151,7 @@ def worker(way: str, params: int, width: int, dtype: str) -> dict[str, Any]:
 
 def _available_bytes() -> int | None:
     try:
-        return _status_kib("MemAvailable", "/proc/meminfo") * 1024
+        return proc_kib("MemAvailable", "/proc/meminfo") * 1024
     except (OSError, RuntimeError):
         return None
 
@@ -219,11 +163,12 @@ def measure(way: str, params: int, width: int, dtype: str) -> dict[str, Any]:
     available = _available_bytes()
     if available is not None and need > available:
         return {"skipped": f"needs ~{need / GIB:.1f} GiB, {available / GIB:.1f} GiB available"}
-    command = [sys.executable, __file__, "--worker", way, str(params), str(width), dtype]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        return {"error": (done.stderr or done.stdout).strip().splitlines()[-1:]}
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    try:
+        result: dict[str, Any] = worker_json(
+            __file__, "--worker", way, str(params), str(width), dtype
+        )
+    except WorkerError as error:
+        return {"error": error.last_lines}
     # torch rounds its amount once per call like us; any other count is a wrong result.
     if result["pruned"] != result["expected_pruned"]:
         return {"error": [f"pruned {result['pruned']}, expected {result['expected_pruned']}"]}
@@ -232,10 +177,10 @@ def measure(way: str, params: int, width: int, dtype: str) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     torch_reference = measure("torch", args.torch_params, args.width, args.dtype)
-    _progress(_label(_held(args.torch_params, args.width)), "torch", torch_reference)
+    _progress(size_label(_held(args.torch_params, args.width)), "torch", torch_reference)
     rows: list[dict[str, Any]] = []
     for size in args.sizes:
-        row: dict[str, Any] = {"size": _label(_held(size, args.width))}
+        row: dict[str, Any] = {"size": size_label(_held(size, args.width))}
         for way in ("lean", "reparametrize"):
             if way == "reparametrize" and size > args.reparametrize_max:
                 continue
@@ -244,21 +189,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if size == args.torch_params:
             row["torch"] = torch_reference
         rows.append(row)
-    import torch
-
     return {
-        "machine": {
-            "cpus": os.cpu_count(),
-            "memory_gib": round((_status_kib("MemTotal", "/proc/meminfo") * 1024) / GIB, 1),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-        },
+        "machine": machine("cpus", "memory_gib", "platform", "python", "torch"),
         "dtype": args.dtype,
         "width": args.width,
         "sparsity": SPARSITY,
         "torch_reference": {
-            "size": _label(_held(args.torch_params, args.width)),
+            "size": size_label(_held(args.torch_params, args.width)),
             **torch_reference,
         },
         "rows": rows,
@@ -275,11 +212,6 @@ def _progress(size: str, way: str, result: dict[str, Any]) -> None:
     print(f"  {size:>6} {way:<13} {shown}", flush=True)
 
 
-def _size(text: str) -> int:
-    scale = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9}
-    return int(float(text[:-1]) * scale[text[-1].upper()]) if text[-1].isalpha() else int(text)
-
-
 def _layers(params: int, width: int) -> int:
     """The whole ``width x width`` layers closest to ``params`` parameters (one at least)."""
     return max(1, round(params / (width * width)))
@@ -288,13 +220,6 @@ def _layers(params: int, width: int) -> int:
 def _held(params: int, width: int) -> int:
     """The parameters the model built for ``params`` holds: whole layers."""
     return _layers(params, width) * width * width
-
-
-def _label(params: int) -> str:
-    """Three significant digits: ``3.02B``, ``134M``, ``983K``."""
-    if params >= 1e9:
-        return f"{params / 1e9:.3g}B"
-    return f"{params / 1e6:.3g}M" if params >= 1e6 else f"{params / 1e3:.3g}K"
 
 
 def _measured(result: dict[str, Any] | None) -> bool:
@@ -326,7 +251,8 @@ def markdown(results: dict[str, Any]) -> str:
             else:
                 ratio = "—" if theirs is None else f"{theirs / peak:.0f}x"
             lines.append(
-                f"| {_label(params)} ({params:,}) | {result['weights_bytes'] / GIB:.2f} | {way} "
+                f"| {size_label(params)} ({params:,}) | {result['weights_bytes'] / GIB:.2f} "
+                f"| {way} "
                 f"| {result['seconds']:.2f} | {peak:.2f} ({peak * params / GIB:.2f}) "
                 f"| {result['held_bytes_per_param']:.2f} | {need} | {ratio} |"
             )
@@ -403,7 +329,7 @@ def plot(results: dict[str, Any], folder: Path) -> list[Path]:
     left.set_ylim(0, top * 1.2)  # room for the labels
     left.set_xticks(range(len(bars)), [way for way, _, _ in bars])
     left.set_ylabel("GiB: weights (grey) + peak above them")
-    left.set_title(f"pruning {_label(params)} {results['dtype']} parameters", fontsize=10)
+    left.set_title(f"pruning {size_label(params)} {results['dtype']} parameters", fontsize=10)
     left.grid(True, axis="y", alpha=0.3)
 
     for way in WAYS:
@@ -420,7 +346,7 @@ def plot(results: dict[str, Any], folder: Path) -> list[Path]:
     right.set_xscale("log")
     right.set_yscale("log")
     sizes = sorted({p for way in WAYS for p in right_sizes(results, way)} | {params})
-    right.set_xticks(sizes, [_label(p) for p in sizes])
+    right.set_xticks(sizes, [size_label(p) for p in sizes])
     right.xaxis.set_minor_locator(NullLocator())
     right.set_xlim(sizes[0] / 1.6, sizes[-1] * 1.6)
     right.set_yticks([1, 2, 4, 8, 16, 32], ["1", "2", "4", "8", "16", "32"])
@@ -467,14 +393,12 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.quick:
         args.sizes, args.width, args.torch_params = "20M", 1024, "20M"
-    args.sizes = [_size(s) for s in args.sizes.split(",")]
-    args.torch_params = _size(args.torch_params)
-    args.reparametrize_max = _size(args.reparametrize_max)
+    args.sizes = [parse_size(s) for s in args.sizes.split(",")]
+    args.torch_params = parse_size(args.torch_params)
+    args.reparametrize_max = parse_size(args.reparametrize_max)
     results = run(args)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{NAME}.json").write_text(json.dumps(results, indent=2) + "\n")
     table = markdown(results)
-    (args.out / f"{NAME}.md").write_text(table)
+    write_results(args.out, NAME, results, table)
     print(table)
 
 

@@ -36,10 +36,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -47,13 +43,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_global_unstructured import (
-    _cpu_seconds,
-    _label,
-    _memory_kib,
-    _shapes,
-    _size,
-    _warm_memory,
+from bench_global_unstructured import _label, _shapes, _warm_memory
+from harness import (
+    PeakMemory,
+    WorkerError,
+    cpu_seconds,
+    machine,
+    median_of_runs,
+    parse_size,
+    worker_json,
+    write_results,
 )
 from plotting import add_plot_option, plot_saved
 
@@ -131,13 +130,10 @@ def worker(mode: str, params: int, call: str, dtype: str = "float32") -> dict[st
     if call == "second":
         prune_once()
     _warm_memory(total)
-    Path("/proc/self/clear_refs").write_text("5")
-    before = _memory_kib("VmRSS")
-    start, cpu_start = time.perf_counter(), _cpu_seconds()
-    prune_once()
-    seconds, cpu_seconds = time.perf_counter() - start, _cpu_seconds() - cpu_start
-    peak = _memory_kib("VmHWM")
-    after = _memory_kib("VmRSS")
+    with PeakMemory() as memory:
+        start, cpu_start = time.perf_counter(), cpu_seconds()
+        prune_once()
+        seconds, cpu = time.perf_counter() - start, cpu_seconds() - cpu_start
     expected = round((FIRST if call == "first" else SECOND) * total)
     if mode == "lean":
         zeros = sum(int((layer.weight == 0).sum()) for layer in model)
@@ -145,9 +141,9 @@ def worker(mode: str, params: int, call: str, dtype: str = "float32") -> dict[st
             raise RuntimeError(f"lean: {zeros} zero weights, expected at least {expected}")
     return {
         "seconds": seconds,
-        "cpu_seconds": cpu_seconds,
-        "peak_bytes_per_param": (peak - before) * 1024 / total,
-        "held_bytes_per_param": (after - before) * 1024 / total,
+        "cpu_seconds": cpu,
+        "peak_bytes_per_param": (memory.peak - memory.before) / total,
+        "held_bytes_per_param": (memory.after - memory.before) / total,
         "params": total,
         "pruned": _pruned(model),
         "expected_pruned": expected,
@@ -161,24 +157,15 @@ def worker(mode: str, params: int, call: str, dtype: str = "float32") -> dict[st
 def measure(mode: str, params: int, call: str, repeats: int, dtype: str) -> dict[str, Any]:
     runs = []
     for _ in range(repeats):
-        command = [sys.executable, __file__, "--worker", mode, str(params), call, dtype]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            return {"error": (done.stderr or done.stdout).strip().splitlines()[-1:]}
-        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        try:
+            runs.append(worker_json(__file__, "--worker", mode, str(params), call, dtype))
+        except WorkerError as error:
+            return {"error": error.last_lines}
     # torch rounds its relative amount once per call; the pruners' counts are exact.
     if any(abs(r["pruned"] - r["expected_pruned"]) > (mode == "torch") for r in runs):
         return {"error": [f"wrong count: {runs}"]}
-    return {
-        "seconds": statistics.median(r["seconds"] for r in runs),
-        "seconds_all": [r["seconds"] for r in runs],
-        "cpu_seconds": statistics.median(r["cpu_seconds"] for r in runs),
-        "peak_bytes_per_param": statistics.median(r["peak_bytes_per_param"] for r in runs),
-        "held_bytes_per_param": statistics.median(r["held_bytes_per_param"] for r in runs),
-        "params": runs[0]["params"],
-        "threads": runs[0]["threads"],
-        "repeats": repeats,
-    }
+    medians = ("cpu_seconds", "peak_bytes_per_param", "held_bytes_per_param")
+    return {**median_of_runs(runs, medians, firsts=("params", "threads")), "repeats": repeats}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -193,12 +180,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 _progress(row, mode)
             rows.append(row)
     return {
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "torch": __import__("torch").__version__,
-        },
+        "machine": machine("cpus", "platform", "python", "torch"),
         "repeats": args.repeats,
         "dtype": args.dtype,
         "rows": rows,
@@ -345,13 +327,11 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.quick:
         args.sizes, args.repeats = "2M", 1
-    args.sizes = [_size(s) for s in args.sizes.split(",")]
-    args.torch_max = _size(args.torch_max)
+    args.sizes = [parse_size(s) for s in args.sizes.split(",")]
+    args.torch_max = parse_size(args.torch_max)
     results = run(args)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "lean_selection.json").write_text(json.dumps(results, indent=2) + "\n")
     table = markdown(results)
-    (args.out / "lean_selection.md").write_text(table)
+    write_results(args.out, "lean_selection", results, table)
     print(table)
 
 

@@ -31,9 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import socket
-import statistics
 import sys
 import tempfile
 import time
@@ -41,6 +39,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import machine, median_of_runs, parse_size, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ROWS_PER_BLOCK = 64
@@ -193,17 +195,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         calls = []
         for index, call in enumerate(("first", "second")):
             runs = [report["calls"][index] for report in reports]
-            calls.append(
-                {
-                    "call": call,
-                    "seconds": statistics.median(r["seconds"] for r in runs),
-                    "seconds_all": [r["seconds"] for r in runs],
-                    "bytes_communicated": runs[0]["bytes_communicated"],
-                    "collectives": runs[0]["collectives"],
-                    "passes": runs[0]["passes"],
-                    "signature": runs[0]["signature"],
-                }
-            )
+            firsts = ("bytes_communicated", "collectives", "passes", "signature")
+            calls.append({"call": call, **median_of_runs(runs, firsts=firsts)})
         signatures = [call["signature"] for call in calls]
         if reference is None:
             reference = signatures
@@ -222,12 +215,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 flush=True,
             )
     return {
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-        },
+        "machine": machine("cpus", "platform", "python", "torch"),
         "sources": args.sources,
         "repeats": args.repeats,
         "rows": rows,
@@ -264,11 +252,6 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _size(text: str) -> int:
-    scale = {"K": 1e3, "M": 1e6, "B": 1e9}
-    return int(float(text[:-1]) * scale[text[-1].upper()]) if text[-1].isalpha() else int(text)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", default="20M", help="units in all, e.g. 20M")
@@ -280,13 +263,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if args.quick:
         args.size, args.processes = "200K", "1,2"
-    args.size = _size(args.size)
+    args.size = parse_size(args.size)
     args.processes = sorted({int(p) for p in args.processes.split(",")} | {1})
     results = run(args)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "sharded_selection.json").write_text(json.dumps(results, indent=2) + "\n")
     table = markdown(results)
-    (args.out / "sharded_selection.md").write_text(table)
+    write_results(args.out, "sharded_selection", results, table)
     print(table)
 
 

@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import machine, worker_json, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -149,17 +151,6 @@ def measure(tiny: bool, repeats: int) -> dict[str, Any]:
     }
 
 
-def _first_call_in_a_fresh_process(tiny: bool) -> dict[str, float]:
-    done = subprocess.run(
-        [sys.executable, __file__, "--first-call", *(["--tiny"] if tiny else [])],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    first: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
-    return first
-
-
 def table(results: dict[str, Any]) -> str:
     seconds, forward = results["seconds"], results["seconds"]["forward"]
     rows = ["| measured | seconds | x one forward |", "|---|---|---|"]
@@ -181,12 +172,12 @@ def main() -> None:
         print(json.dumps(first_call(args.tiny)))
         return
     results = measure(args.tiny, args.repeats)
-    results["first_call"] = _first_call_in_a_fresh_process(args.tiny)
-    results["machine"] = {"platform": platform.platform(), "python": platform.python_version()}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "structure_tracing.json").write_text(json.dumps(results, indent=2) + "\n")
+    results["first_call"] = worker_json(
+        __file__, "--first-call", *(["--tiny"] if args.tiny else [])
+    )
+    results["machine"] = machine("platform", "python")
     markdown = table(results)
-    (args.out / "structure_tracing.md").write_text(markdown)
+    write_results(args.out, "structure_tracing", results, markdown)
     print(
         f"{results['parameters'] / 1e6:.1f}M parameters: {results['groups']} channel groups, "
         f"{results['units']} units"

@@ -32,12 +32,11 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import platform
 import statistics
+import sys
 import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +46,14 @@ from torch import Tensor, nn
 from tensorplay.ao.pruning import Pruner
 from tensorplay.ao.pruning.schedules import OneShotSchedule
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import in_turns, median_ratios, write_results
+
 RESULTS = Path(__file__).resolve().parent / "results"
+# CPU time of this thread: with one torch thread every kernel runs here, and time spent
+# waiting for a core that other processes hold (a shared machine) is not counted.
+CLOCK = time.thread_time
 WAYS: dict[str, dict[str, Any] | None] = {
     "dense": None,
     "element-reparametrize": {"masking": "reparametrize"},
@@ -97,15 +103,6 @@ class _Run:
         return 0.0 if self.pruner is None else self.pruner.sparsity()
 
 
-def _time(call: Callable[[], None], steps: int) -> float:
-    # CPU time of this thread: with one torch thread every kernel runs here, and time spent
-    # waiting for a core that other processes hold (a shared machine) is not counted.
-    started = time.thread_time()
-    for _ in range(steps):
-        call()
-    return (time.thread_time() - started) / steps
-
-
 def measure(
     sizes: dict[str, int], batch: int, length: int, rounds: int, steps: int
 ) -> dict[str, Any]:
@@ -116,20 +113,15 @@ def measure(
     runs = {name: _Run(options, base, tokens) for name, options in WAYS.items()}
     for run in runs.values():
         run.step()  # warm-up
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    ratios: dict[str, list[float]] = {name: [] for name in runs}
     names = list(runs)
-    for index in range(rounds):
-        order = names[index % len(names) :] + names[: index % len(names)]
-        this = {name: _time(runs[name].step, steps) for name in order}
-        for name in names:
-            times[name].append(this[name])
-            ratios[name].append(this[name] / this["dense"])
+    steps_by_name = {name: run.step for name, run in runs.items()}
+    times = in_turns(steps_by_name, rounds, steps, clock=CLOCK)
+    ratios = median_ratios(times, "dense")
     return {
         "ways": {
             name: {
                 "median_step_ms": 1e3 * statistics.median(times[name]),
-                "ratio_to_dense": statistics.median(ratios[name]),
+                "ratio_to_dense": ratios[name],
                 "sparsity": runs[name].sparsity(),
                 "masked_tensors": 0
                 if runs[name].pruner is None
@@ -201,9 +193,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     table = markdown(results)
     print(table)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "structured_overhead.json").write_text(json.dumps(results, indent=1))
-    (args.out / "structured_overhead.md").write_text(table + "\n")
+    write_results(args.out, "structured_overhead", results, table + "\n")
 
 
 if __name__ == "__main__":

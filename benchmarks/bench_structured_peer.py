@@ -54,10 +54,8 @@ import copy
 import importlib.util
 import json
 import os
-import platform
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -73,6 +71,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_structure_tracing import resnet18
 from bench_structured_speed import FULL, TINY, Size, build_llama, parameters, prune_by_magnitude
+from harness import in_turns, machine, worker_json, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results"
 NAME = "structured_peer"
@@ -97,13 +96,7 @@ def _in_turns(calls: dict[str, Callable[[], Any]], repeats: int) -> dict[str, li
     """Seconds of each call, the order rotating each round, after one warm-up of each."""
     for call in calls.values():
         call()
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    order = list(calls)
-    for round_index in range(repeats):
-        shift = round_index % len(order)
-        for name in order[shift:] + order[:shift]:
-            times[name].append(_seconds(calls[name])[0])
-    return times
+    return in_turns(calls, repeats, steps=1)
 
 
 def _speed_ups(times: dict[str, list[float]]) -> dict[str, float]:
@@ -443,16 +436,11 @@ def llama_in_fresh_process(
     recipe: str, tiny: bool, timeout: int, repeats: int, peer: bool
 ) -> dict[str, Any]:
     """``llama_recipe`` in a new process (Torch-Pruning's state cannot leak into the next)."""
-    command = [sys.executable, __file__, "--llama-worker", recipe, "--timeout", str(timeout)]
+    command = [__file__, "--llama-worker", recipe, "--timeout", str(timeout)]
     command += ["--repeats", str(repeats), "--threads", str(torch.get_num_threads())]
     command += [*(["--tiny"] if tiny else []), *([] if peer else ["--no-peer"])]
     # The worker stops Torch-Pruning itself; this limit only guards against a hang in C code.
-    done = subprocess.run(
-        command, capture_output=True, text=True, check=False, timeout=timeout + 1800
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"The Llama worker for {recipe!r} failed:\n{done.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = worker_json(*command, timeout=timeout + 1800)
     return result
 
 
@@ -585,17 +573,9 @@ def main(argv: list[str] | None = None) -> None:
             worker = llama_recipe(recipe, size, args.timeout, args.repeats, peer)
         results["llama"].append(worker)
         print(f"  {recipe} done", flush=True)
-    results["machine"] = {
-        "cpus": os.cpu_count(),
-        "threads": torch.get_num_threads(),
-        "platform": platform.platform(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-    }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{NAME}.json").write_text(json.dumps(results, indent=2) + "\n")
+    results["machine"] = machine("cpus", "threads", "platform", "torch", "transformers")
     table = markdown(results)
-    (args.out / f"{NAME}.md").write_text(table)
+    write_results(args.out, NAME, results, table)
     print(table)
 
 

@@ -58,11 +58,8 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -75,6 +72,7 @@ from torch import Tensor, nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from harness import machine, run_python, write_results
 from plotting import add_plot_option, plot_saved
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -237,22 +235,14 @@ def load_in_fresh_process(
     """Each folder's logits on ``probe`` after plain ``from_pretrained`` in a new process, or
     the text of the error it raised."""
     torch.save(probe, work / "probe.pt")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            _LOADER,
-            str(torch.get_num_threads()),
-            str(work / "probe.pt"),
-            str(work / "logits.pt"),
-            *map(str, folders),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
+    run_python(
+        "-c",
+        _LOADER,
+        str(torch.get_num_threads()),
+        str(work / "probe.pt"),
+        str(work / "logits.pt"),
+        *map(str, folders),
     )
-    if done.returncode != 0:
-        raise RuntimeError(f"The loading process failed:\n{done.stderr[-3000:]}")
     loaded: dict[str, Tensor | str] = torch.load(work / "logits.pt")
     return loaded
 
@@ -577,17 +567,9 @@ def main(argv: list[str] | None = None) -> None:
     size = TINY if args.tiny else FULL
     repeats = args.repeats or (1 if args.tiny else 3)
     results = measure(size, repeats)
-    results["machine"] = {
-        "cpus": os.cpu_count(),
-        "threads": torch.get_num_threads(),
-        "platform": platform.platform(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-    }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{NAME}.json").write_text(json.dumps(results, indent=2) + "\n")
+    results["machine"] = machine("cpus", "threads", "platform", "torch", "transformers")
     table = markdown(results)
-    (args.out / f"{NAME}.md").write_text(table)
+    write_results(args.out, NAME, results, table)
     print(table)
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -33,6 +34,10 @@ from typing import Any
 
 import torch
 from torch.utils.data import Dataset
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import write_results
 
 RESULTS = Path(__file__).resolve().parent / "results"
 WAYS = ("dense", "reparametrize", "inplace")
@@ -188,10 +193,8 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     width, layers, kept = (32, 1, [10, 100]) if options.tiny else (256, 4, [1000, 100000])
     results = measure(width, layers, kept)
-    options.out.mkdir(parents=True, exist_ok=True)
-    (options.out / "trainer_checkpoint_size.json").write_text(json.dumps(results, indent=2) + "\n")
     table = markdown(results)
-    (options.out / "trainer_checkpoint_size.md").write_text(table)
+    write_results(options.out, "trainer_checkpoint_size", results, table)
     print(table)
 
 

@@ -35,12 +35,8 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
-import os
-import platform
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -50,6 +46,7 @@ from torch import Tensor, nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from harness import in_turns, machine, median_ratios, write_results
 from plotting import add_plot_option, plot_saved
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -109,13 +106,6 @@ def _floor(base: nn.Sequential) -> Callable[[], None]:
     return run
 
 
-def _time(call: Callable[[], None], steps: int) -> float:
-    start = time.perf_counter()
-    for _ in range(steps):
-        call()
-    return (time.perf_counter() - start) / steps
-
-
 def measure(width: int, batch_size: int, rounds: int, steps: int, warmup: int) -> dict[str, Any]:
     """Median seconds per step of each way and of the floor, taking turns."""
     base = _mlp(width)
@@ -127,21 +117,14 @@ def measure(width: int, batch_size: int, rounds: int, steps: int, warmup: int) -
     runs = {mode: _Run(mode, base, batch) for mode in MODES}
     calls: dict[str, Callable[[], None]] = {mode: run.step for mode, run in runs.items()}
     calls["floor"] = _floor(base)
-    for call in calls.values():
-        _time(call, warmup)
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    order = list(calls)
-    for round_index in range(rounds):
-        shift = round_index % len(order)
-        for name in order[shift:] + order[:shift]:
-            times[name].append(_time(calls[name], steps))
+    for call in calls.values():  # warm-up
+        for _ in range(warmup):
+            call()
+    times = in_turns(calls, rounds, steps)
     seconds = {name: statistics.median(values) for name, values in times.items()}
     # Against the dense turn of the same round (the load of a busy machine drifts between
     # rounds far more than the overheads measured): the median of the per-round ratios.
-    ratio = {
-        name: statistics.median(t / d for t, d in zip(times[name], times["dense"], strict=True))
-        for name in ("lean", "reparametrize", "floor")
-    }
+    ratio = median_ratios(times, "dense")
     return {
         "batch": batch_size,
         "seconds": seconds,
@@ -267,21 +250,14 @@ def main(argv: list[str] | None = None) -> None:
             flush=True,
         )
     results = {
-        "machine": {
-            "cpus": os.cpu_count(),
-            "threads": torch.get_num_threads(),
-            "platform": platform.platform(),
-            "torch": torch.__version__,
-        },
+        "machine": machine("cpus", "threads", "platform", "torch"),
         "width": args.width,
         "rounds": args.rounds,
         "steps": args.steps,
         "rows": rows,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "training_overhead.json").write_text(json.dumps(results, indent=2) + "\n")
     table = markdown(results)
-    (args.out / "training_overhead.md").write_text(table)
+    write_results(args.out, "training_overhead", results, table)
     print(table)
 
 

@@ -33,12 +33,11 @@ after its recovery.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +48,9 @@ from transformers import GPT2LMHeadModel
 # `python examples/lm/distill.py` puts examples/lm/ on sys.path; tests import us by path.
 sys.path.append(str(Path(__file__).resolve().parent))
 
-from byte_text import VAL_FRACTION, Windows, load_bytes
-from gpt_bytes import gpt_config, nll, perplexity
+from byte_text import Windows, load_bytes, shuffled_batches, split_windows, val_batches
+from gpt_bytes import copy_of, gpt_config, nll, perplexity, train
+from reporting import mean_std, write_results
 
 from tensorplay.ao.pruning import Distillation, Pruner, dense_copy, shrink
 from tensorplay.ao.pruning.schedules import CubicSchedule, OneShotSchedule, Schedule
@@ -93,56 +93,10 @@ RUNS = {
 
 def split() -> tuple[Windows, Windows]:
     """The training and validation windows of the help text (the last 10% held out)."""
-    data = load_bytes()
-    cut = round(len(data) * (1 - VAL_FRACTION))
-    return Windows(data[:cut], MODEL["context"]), Windows(data[cut:], MODEL["context"])
-
-
-def batches(windows: Windows, seed: int) -> Iterator[torch.Tensor]:
-    """Shuffled batches of ``BATCH`` windows, epoch after epoch, from ``seed``."""
-    generator = torch.Generator().manual_seed(seed)
-    while True:
-        order = torch.randperm(len(windows), generator=generator)
-        for first in range(0, len(order) - BATCH + 1, BATCH):
-            yield torch.stack([windows[int(i)] for i in order[first : first + BATCH]])
-
-
-def val_batches(windows: Windows, limit: int | None = None) -> list[torch.Tensor]:
-    """The validation windows (the first ``limit`` of them), in batches of 64."""
-    count = len(windows) if limit is None else min(len(windows), limit)
-    return [
-        torch.stack([windows[i] for i in range(first, min(first + 64, count))])
-        for first in range(0, count, 64)
-    ]
+    return split_windows(load_bytes(), MODEL["context"])
 
 
 # -- training ----------------------------------------------------------------------------------
-
-
-def train(
-    net: GPT2LMHeadModel,
-    data: Iterator[torch.Tensor],
-    steps: int,
-    pruner: Pruner | None = None,
-    distill: Distillation | None = None,
-) -> None:
-    """``steps`` AdamW steps on the next-byte loss, plus the KD term if ``distill`` is given;
-    ``pruner.step(step)`` after each optimizer step."""
-    optimizer = torch.optim.AdamW(net.parameters(), lr=LR, betas=(0.9, 0.99))
-    if pruner is not None:
-        pruner.attach(optimizer)  # lean masks: the pruned weights stay zero through the steps
-    net.train()
-    for step in range(steps):
-        batch = next(data)
-        loss = nll(net, batch) / batch[:, 1:].numel()
-        if distill is not None:
-            loss = loss + distill.loss()  # the teacher saw the same forward
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if pruner is not None:
-            pruner.step(step)
 
 
 def pretrain(seed: int, steps: int, train_windows: Windows, cache: Path = CACHE) -> GPT2LMHeadModel:
@@ -153,16 +107,10 @@ def pretrain(seed: int, steps: int, train_windows: Windows, cache: Path = CACHE)
     if path.is_file():
         net.load_state_dict(torch.load(path, weights_only=True))
         return net
-    train(net, batches(train_windows, seed), steps)
+    train(net, shuffled_batches(train_windows, BATCH, seed), steps, lr=LR)
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(net.state_dict(), path)
     return net
-
-
-def copy_of(net: GPT2LMHeadModel) -> GPT2LMHeadModel:
-    fresh = GPT2LMHeadModel(net.config)
-    fresh.load_state_dict(net.state_dict())
-    return fresh
 
 
 def pruner_of(net: GPT2LMHeadModel, schedule: Schedule, structure: str) -> Pruner:
@@ -203,7 +151,7 @@ def recover(
         schedule = CubicSchedule(args.sparsity, end_step=end, frequency=max(1, steps // 30))
         pruner = pruner_of(net, schedule, args.structure)
     torch.manual_seed(seed)
-    train(net, batches(train_windows, 1000 + seed), steps, pruner, distill)
+    train(net, shuffled_batches(train_windows, BATCH, 1000 + seed), steps, pruner, distill, LR)
     if distill is not None:
         distill.detach()
     if abs(pruner.sparsity() - args.sparsity) > 1e-3:
@@ -324,11 +272,6 @@ def measure_cost(rounds: int, steps: int) -> dict[str, Any]:
 # -- report ------------------------------------------------------------------------------------
 
 
-def _cell(values: Sequence[float]) -> str:
-    std = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.fmean(values):.2f} ± {std:.2f}"
-
-
 def tables(result: dict[str, Any]) -> str:
     """The recovery and cost tables, in Markdown, with their captions."""
     cells, cost, seeds = result["cells"], result["cost"], len(result["seeds"])
@@ -343,12 +286,14 @@ def tables(result: dict[str, Any]) -> str:
     for run, label in RUNS.items():
         plain, distilled = cells[f"{run}/plain"], cells[f"{run}/distilled"]
         wins = sum(d < p for p, d in zip(plain, distilled, strict=True))
-        lines.append(f"| {label} | {_cell(plain)} | {_cell(distilled)} | {wins} of {seeds} seeds |")
+        lines.append(
+            f"| {label} | {mean_std(plain)} | {mean_std(distilled)} | {wins} of {seeds} seeds |"
+        )
     lines += [
         "",
         f"Validation perplexity per byte, mean ± std over {seeds} seeds (lower is better): the "
-        f"dense model (the teacher) {_cell(cells['dense'])}, one-shot pruned before any "
-        f"recovery {_cell(cells['pruned'])}.",
+        f"dense model (the teacher) {mean_std(cells['dense'])}, one-shot pruned before any "
+        f"recovery {mean_std(cells['pruned'])}.",
         "",
         "| one training step | fine-tuning | distillation | ratio |",
         "|---|---:|---:|---:|",
@@ -413,9 +358,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     result["seconds"] = round(time.perf_counter() - started, 1)
     text = tables(result)
     print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    args.out.with_suffix(".md").write_text(text)
+    write_results(args.out, result, text)
     if not all(math.isfinite(v) for values in cells.values() for v in values):
         raise RuntimeError(f"A perplexity is not finite: {cells}")
     return result

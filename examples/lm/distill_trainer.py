@@ -21,8 +21,6 @@ The results go to ``docs/results/distillation_trainer.json`` and ``.md`` (``--ou
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -36,7 +34,7 @@ from transformers import GPT2LMHeadModel, Trainer, TrainingArguments
 # `python examples/lm/distill_trainer.py` puts examples/lm/ on sys.path; tests import us by path.
 sys.path.append(str(Path(__file__).resolve().parent))
 
-from byte_text import Windows
+from byte_text import Windows, val_batches
 from distill import (
     BATCH,
     CACHE,
@@ -46,12 +44,11 @@ from distill import (
     RECOVERY_STEPS,
     SEEDS,
     SPARSITY,
-    copy_of,
     pretrain,
     split,
-    val_batches,
 )
-from gpt_bytes import perplexity
+from gpt_bytes import copy_of, perplexity
+from reporting import mean_std, write_results
 
 from tensorplay.ao.pruning.schedules import OneShotSchedule
 from tensorplay.callbacks.transformers import GradualPruningCallback
@@ -99,11 +96,6 @@ def recover_with_trainer(
     return net
 
 
-def _cell(values: Sequence[float]) -> str:
-    spread = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.mean(values):.2f} ± {spread:.2f}"
-
-
 def table(cells: dict[str, list[float]]) -> str:
     """The markdown table of the results."""
     plain, distilled = cells["plain"], cells["distilled"]
@@ -112,10 +104,10 @@ def table(cells: dict[str, list[float]]) -> str:
         f"| pruned to {SPARSITY:.0%} by the callback, {cells['steps'][0]:.0f} steps | "
         "distill_weight=0 | distill_weight=1.0 | distillation lower in |\n"
         "|---|---:|---:|---:|\n"
-        f"| one-shot at step 0, then the Trainer | {_cell(plain)} | {_cell(distilled)} | "
+        f"| one-shot at step 0, then the Trainer | {mean_std(plain)} | {mean_std(distilled)} | "
         f"{lower} of {len(plain)} seeds |\n\n"
         f"Validation perplexity per byte, mean ± std over {len(plain)} seeds (lower is better): "
-        f"the dense model (the teacher) {_cell(cells['dense'])}.\n"
+        f"the dense model (the teacher) {mean_std(cells['dense'])}.\n"
     )
 
 
@@ -143,9 +135,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             net = recover_with_trainer(base, data, weight, steps, seed)
             cells.setdefault(name, []).append(perplexity(net, val))
             print(f"seed {seed} {name}: {cells[name][-1]:.3f}", flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(cells, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(table(cells))
+    write_results(args.out, cells, table(cells))
     print(table(cells))
     return cells
 

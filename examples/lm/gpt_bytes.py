@@ -4,19 +4,23 @@ The network is ``transformers.GPT2LMHeadModel`` built from a ``GPT2Config`` (ran
 is downloaded). Its attention and MLP projections are HF ``Conv1D`` modules (a ``Linear`` with a
 transposed weight); its output head ``lm_head`` shares its weight with the token embedding
 ``transformer.wte``. ``tiny_gpt.TinyGPT`` trains it with Lightning, ``train_trainer.py`` with
-the HF ``Trainer``.
+the HF ``Trainer``, and :func:`train` in a plain loop (``distill.py``, ``importance.py``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from transformers import GPT2Config, GPT2LMHeadModel
 
-__all__ = ["VOCAB", "gpt_config", "nll", "perplexity"]
+if TYPE_CHECKING:
+    from tensorplay.ao.pruning import Distillation, Pruner
+
+__all__ = ["VOCAB", "copy_of", "gpt_config", "nll", "perplexity", "train"]
 
 VOCAB = 256  # byte tokens
 
@@ -74,3 +78,52 @@ def perplexity(net: GPT2LMHeadModel, batches: Iterable[torch.Tensor]) -> float:
         count += batch[:, 1:].numel()
     net.train(training)
     return math.exp(total / count)
+
+
+def copy_of(net: GPT2LMHeadModel) -> GPT2LMHeadModel:
+    """A new network of ``net``'s config holding a copy of its weights.
+
+    Example:
+        >>> net = GPT2LMHeadModel(gpt_config(context=8, n_layer=1, n_embd=8, n_head=2))
+        >>> twin = copy_of(net)
+        >>> twin is not net and torch.equal(twin.lm_head.weight, net.lm_head.weight)
+        True
+    """
+    fresh = GPT2LMHeadModel(net.config)
+    fresh.load_state_dict(net.state_dict())
+    return fresh
+
+
+def train(
+    net: GPT2LMHeadModel,
+    batches: Iterator[torch.Tensor],
+    steps: int,
+    pruner: Pruner | None = None,
+    distill: Distillation | None = None,
+    lr: float = 1e-3,
+) -> None:
+    """``steps`` AdamW steps on the next-byte loss, plus the distillation term if ``distill`` is
+    given; ``pruner.step(step)`` after each optimizer step.
+
+    The pruner is attached to the optimizer first: lean masks keep the pruned weights at zero
+    through the steps, and gradient-based scores accumulate at each step.
+
+    Example:
+        >>> net = GPT2LMHeadModel(gpt_config(context=8, n_layer=1, n_embd=8, n_head=2))
+        >>> train(net, iter([torch.randint(0, 256, (2, 9))] * 2), steps=2)
+    """
+    optimizer = torch.optim.AdamW(net.parameters(), lr=lr, betas=(0.9, 0.99))
+    if pruner is not None:
+        pruner.attach(optimizer)
+    net.train()
+    for step in range(steps):
+        batch = next(batches)
+        loss = nll(net, batch) / batch[:, 1:].numel()
+        if distill is not None:
+            loss = loss + distill.loss()  # the teacher saw the same forward
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if pruner is not None:
+            pruner.step(step)

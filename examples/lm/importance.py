@@ -25,13 +25,11 @@ every step count (the test runs each for a few steps). The pretrained models are
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import statistics
 import sys
 import sysconfig
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +39,9 @@ from transformers import GPT2LMHeadModel
 # `python examples/lm/importance.py` puts examples/lm/ on sys.path; tests import us by path.
 sys.path.append(str(Path(__file__).resolve().parent))
 
-from pydoc_text import VAL_FRACTION, Windows, load_bytes
-from tiny_gpt import TinyGPT, nll, perplexity
+from byte_text import Windows, load_bytes, shuffled_batches, split_windows, val_batches
+from gpt_bytes import copy_of, gpt_config, perplexity, train
+from reporting import mean_std, write_results
 
 from tensorplay.ao.pruning import Pruner, calibrate
 from tensorplay.ao.pruning.schedules import CubicSchedule, OneShotSchedule
@@ -95,69 +94,19 @@ def stdlib_bytes() -> torch.Tensor:
     return torch.tensor(list(b"\n".join(parts)), dtype=torch.long)
 
 
-def _split(data: torch.Tensor) -> tuple[Windows, Windows]:
-    cut = round(len(data) * (1 - VAL_FRACTION))
-    return Windows(data[:cut], MODEL["context"]), Windows(data[cut:], MODEL["context"])
-
-
-def _batches(windows: Windows, seed: int) -> Iterator[torch.Tensor]:
-    """Shuffled batches of ``BATCH`` windows, epoch after epoch, from ``seed``."""
-    generator = torch.Generator().manual_seed(seed)
-    while True:
-        order = torch.randperm(len(windows), generator=generator)
-        for first in range(0, len(order) - BATCH + 1, BATCH):
-            yield torch.stack([windows[int(i)] for i in order[first : first + BATCH]])
-
-
-def _val_batches(windows: Windows, limit: int) -> list[torch.Tensor]:
-    count = min(len(windows), limit)
-    return [
-        torch.stack([windows[i] for i in range(first, min(first + 64, count))])
-        for first in range(0, count, 64)
-    ]
-
-
-def _train(
-    net: GPT2LMHeadModel,
-    batches: Iterator[torch.Tensor],
-    steps: int,
-    pruner: Pruner | None = None,
-    lr: float = LR,
-) -> None:
-    optimizer = torch.optim.AdamW(net.parameters(), lr=lr, betas=(0.9, 0.99))
-    if pruner is not None:
-        pruner.attach(optimizer)  # lean masks kept zero; gradient scores accumulated per step
-    net.train()
-    for step in range(steps):
-        batch = next(batches)
-        loss = nll(net, batch) / batch[:, 1:].numel()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        if pruner is not None:
-            pruner.step(step)
-
-
 def pretrain(seed: int, steps: int, cache: Path = CACHE) -> GPT2LMHeadModel:
     """The pretrained model of ``seed`` (trained on pydoc, cached in ``cache``)."""
     path = cache / f"pretrained-seed{seed}-steps{steps}.pt"
     torch.manual_seed(seed)
-    net = GPT2LMHeadModel(TinyGPT.config(**MODEL))
+    net = GPT2LMHeadModel(gpt_config(**MODEL))
     if path.is_file():
         net.load_state_dict(torch.load(path, weights_only=True))
         return net
-    train, _ = _split(load_bytes())
-    _train(net, _batches(train, seed), steps)
+    train_windows, _ = split_windows(load_bytes(), MODEL["context"])
+    train(net, shuffled_batches(train_windows, BATCH, seed), steps, lr=LR)
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(net.state_dict(), path)
     return net
-
-
-def _copy(net: GPT2LMHeadModel) -> GPT2LMHeadModel:
-    fresh = GPT2LMHeadModel(net.config)
-    fresh.load_state_dict(net.state_dict())
-    return fresh
 
 
 def transfer(
@@ -172,19 +121,19 @@ def transfer(
     # Dense for the first 10% of fine-tuning, the cubic ramp until 70%, then 30% at the target.
     start, end = round(0.1 * steps), max(round(0.1 * steps) + 1, round(0.7 * steps))
     frequency = max(1, steps // 30)
-    train, val = _split(stdlib_bytes())
-    val_batches = _val_batches(val, windows)
+    train_windows, val_windows = split_windows(stdlib_bytes(), MODEL["context"])
+    val = val_batches(val_windows, windows)
     cells: dict[str, list[float]] = {}
     for seed in seeds:
         base = pretrain(seed, max(4, round(PRETRAIN_STEPS * scale)), cache)
-        cells.setdefault("dense", []).append(_finetune(base, None, train, val_batches, steps, seed))
+        cells.setdefault("dense", []).append(_finetune(base, None, train_windows, val, steps, seed))
         for sparsity in sparsities:
             for importance in ("magnitude", "movement", "taylor"):
                 schedule = CubicSchedule(
                     sparsity, start_step=start, end_step=end, frequency=frequency
                 )
                 options = {"importance": importance, "schedule": schedule}
-                ppl = _finetune(base, options, train, val_batches, steps, seed)
+                ppl = _finetune(base, options, train_windows, val, steps, seed)
                 cells.setdefault(f"{importance}@{sparsity}", []).append(ppl)
     return {"steps": steps, "cells": cells}
 
@@ -192,12 +141,12 @@ def transfer(
 def _finetune(
     base: GPT2LMHeadModel,
     options: dict[str, Any] | None,
-    train: Windows,
+    train_windows: Windows,
     val: list[torch.Tensor],
     steps: int,
     seed: int,
 ) -> float:
-    net = _copy(base)
+    net = copy_of(base)
     pruner = None
     if options is not None:
         schedule = options.pop("schedule")
@@ -205,7 +154,7 @@ def _finetune(
         # in which units of a matrix they keep (their scales differ between layers).
         pruner = Pruner(net, schedule, scope="layerwise", masking="inplace", **PRUNED, **options)
     torch.manual_seed(seed)
-    _train(net, _batches(train, 1000 + seed), steps, pruner, lr=5e-4)
+    train(net, shuffled_batches(train_windows, BATCH, 1000 + seed), steps, pruner, lr=5e-4)
     return perplexity(net, val)
 
 
@@ -225,28 +174,22 @@ def oneshot(
     cache: Path = CACHE,
 ) -> dict[str, Any]:
     """Prune each pretrained model once, no weight update (the module docstring)."""
-    train, val = _split(load_bytes())
-    val_batches = _val_batches(val, windows)
+    train_windows, val_windows = split_windows(load_bytes(), MODEL["context"])
+    val = val_batches(val_windows, windows)
     cells: dict[str, list[float]] = {}
     for seed in seeds:
         base = pretrain(seed, max(4, round(PRETRAIN_STEPS * scale)), cache)
-        cells.setdefault("dense", []).append(perplexity(base, val_batches))
-        calibration = _batches(train, 2000 + seed)
+        cells.setdefault("dense", []).append(perplexity(base, val))
+        calibration = shuffled_batches(train_windows, BATCH, 2000 + seed)
         batches = [next(calibration) for _ in range(8)]
         for sparsity in sparsities:
             for name, options in ONE_SHOT.items():
-                net = _copy(base)
+                net = copy_of(base)
                 pruner = Pruner(net, OneShotSchedule(sparsity), **PRUNED, **options)
                 calibrate(pruner, [batch[:, :-1] for batch in batches])
                 pruner.step()
-                cells.setdefault(f"{name}@{sparsity}", []).append(perplexity(net, val_batches))
+                cells.setdefault(f"{name}@{sparsity}", []).append(perplexity(net, val))
     return {"cells": cells}
-
-
-def _cell(values: list[float]) -> str:
-    mean = statistics.fmean(values)
-    std = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{mean:.2f} ± {std:.2f}"
 
 
 def table(cells: dict[str, list[float]], rows: Sequence[str], columns: Sequence[float]) -> str:
@@ -254,11 +197,11 @@ def table(cells: dict[str, list[float]], rows: Sequence[str], columns: Sequence[
     header = "| score | " + " | ".join(f"{c:.0%}" for c in columns) + " |"
     lines = [header, "|" + "---|" * (len(columns) + 1)]
     for row in rows:
-        values = [_cell(cells[f"{row}@{c}"]) for c in columns]
+        values = [mean_std(cells[f"{row}@{c}"]) for c in columns]
         lines.append(f"| {row} | " + " | ".join(values) + " |")
     dense = cells.get("dense")
     if dense:
-        lines.append(f"| dense | {_cell(dense)} |" + " |" * (len(columns) - 1))
+        lines.append(f"| dense | {mean_std(dense)} |" + " |" * (len(columns) - 1))
     return "\n".join(lines)
 
 
@@ -295,8 +238,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print(result["table"])
     print(f"({result['seconds']} s, {len(args.seeds)} seeds, validation perplexity per byte)")
     out = args.out or args.cache / f"{args.experiment}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
+    write_results(out, result)
     if not all(math.isfinite(v) for values in result["cells"].values() for v in values):
         raise RuntimeError(f"A perplexity is not finite: {result['cells']}")
     return result

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import lightning.pytorch as pl
 import torch
-from byte_text import VAL_FRACTION, Windows, load_bytes
+from byte_text import VAL_FRACTION, Windows, load_bytes, split_windows
 from torch.utils.data import DataLoader
 
 __all__ = ["VAL_FRACTION", "PydocText", "Windows", "load_bytes"]
@@ -34,10 +34,7 @@ class PydocText(pl.LightningDataModule):
         self.save_hyperparameters()
 
     def setup(self, stage: str) -> None:
-        data = load_bytes()
-        split = round(len(data) * (1 - VAL_FRACTION))
-        self.train_set = Windows(data[:split], self.context)
-        self.val_set = Windows(data[split:], self.context)
+        self.train_set, self.val_set = split_windows(load_bytes(), self.context)
 
     def train_dataloader(self) -> DataLoader[torch.Tensor]:
         # Shuffled windows from the seed that seed_everything sets: the dense and pruned runs of

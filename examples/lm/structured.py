@@ -34,7 +34,6 @@ The results go to ``docs/results/structured.json`` and ``structured.md`` (``--ou
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 import sys
@@ -49,8 +48,10 @@ from transformers import GPT2LMHeadModel
 # `python examples/lm/structured.py` puts examples/lm/ on sys.path; tests import us by path.
 sys.path.append(str(Path(__file__).resolve().parent))
 
-from distill import CACHE, MODEL, batches, copy_of, pretrain, split, train, val_batches
-from gpt_bytes import perplexity
+from byte_text import shuffled_batches, val_batches
+from distill import BATCH, CACHE, LR, MODEL, pretrain, split
+from gpt_bytes import copy_of, perplexity, train
+from reporting import mean_std, write_results
 
 from tensorplay.ao.pruning import Pruner, shrink
 from tensorplay.ao.pruning.schedules import CubicSchedule, OneShotSchedule
@@ -98,7 +99,7 @@ def recover(base: GPT2LMHeadModel, run: str, steps: int, seed: int, args: Any) -
         pruner.step(0)  # type: ignore[union-attr]  # fine-tuning starts from the pruned model
     train_windows, _ = split()
     torch.manual_seed(seed)
-    train(net, batches(train_windows, 1000 + seed), steps, pruner)
+    train(net, shuffled_batches(train_windows, BATCH, 1000 + seed), steps, pruner, lr=LR)
     if pruner is not None and abs(pruner.sparsity() - args.sparsity) > 1e-3:
         raise RuntimeError(f"Expected {args.sparsity:.0%} of the channels, got {pruner.sparsity()}")
     return net, pruner
@@ -187,11 +188,6 @@ def measure_speed(dense: GPT2LMHeadModel, shrunk: GPT2LMHeadModel, rounds: int) 
 # -- report ------------------------------------------------------------------------------------
 
 
-def _cell(values: Sequence[float]) -> str:
-    std = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.fmean(values):.3f} ± {std:.3f}"
-
-
 def tables(result: dict[str, Any]) -> str:
     """The recovery and size/speed tables, in Markdown, with their captions."""
     cells, seeds = result["cells"], len(result["seeds"])
@@ -201,13 +197,15 @@ def tables(result: dict[str, Any]) -> str:
         f"| {sparsity} of the FFN channels, {result['recovery_steps']} steps | bits per byte | "
         "perplexity per byte |",
         "|---|---:|---:|",
-        f"| dense, before these steps | {_cell(cells['dense'])} | "
+        f"| dense, before these steps | {mean_std(cells['dense'], 3)} | "
         f"{2 ** statistics.fmean(cells['dense']):.2f} |",
-        f"| one-shot, before fine-tuning | {_cell(cells['pruned'])} | "
+        f"| one-shot, before fine-tuning | {mean_std(cells['pruned'], 3)} | "
         f"{2 ** statistics.fmean(cells['pruned']):.2f} |",
     ]
     for run, label in RUNS.items():
-        lines.append(f"| {label} | {_cell(cells[run])} | {2 ** statistics.fmean(cells[run]):.2f} |")
+        lines.append(
+            f"| {label} | {mean_std(cells[run], 3)} | {2 ** statistics.fmean(cells[run]):.2f} |"
+        )
     lines += [
         "",
         f"Validation bits per byte, mean ± std over {seeds} seeds (lower is better; the "
@@ -270,9 +268,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     result["seconds"] = round(time.perf_counter() - started, 1)
     text = tables(result)
     print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    args.out.with_suffix(".md").write_text(text)
+    write_results(args.out, result, text)
     if shrunk["largest_logit_difference"] > 1e-3:
         raise RuntimeError(f"The shrunk model computes other logits: {shrunk}")
     return result

@@ -32,7 +32,7 @@ from transformers import GPT2LMHeadModel, Trainer, TrainingArguments
 # `python examples/lm/train_trainer.py` puts examples/lm/ on sys.path; this lets tests import us.
 sys.path.append(str(Path(__file__).resolve().parent))
 
-from byte_text import VAL_FRACTION, Windows, load_bytes
+from byte_text import Windows, load_bytes, split_windows
 from gpt_bytes import gpt_config, perplexity
 
 from tensorplay.ao.pruning import CubicSchedule
@@ -82,9 +82,8 @@ def train(
     options: argparse.Namespace, out_dir: Path, prune: bool
 ) -> tuple[GPT2LMHeadModel, Trainer, GradualPruningCallback | None]:
     """Train one network (pruned if ``prune``) and return it with its trainer and callback."""
-    data = load_bytes()
-    split = round(len(data) * (1 - VAL_FRACTION))
-    train_set = LMWindows(Windows(data[:split], options.context))
+    train_windows, _ = split_windows(load_bytes(), options.context)
+    train_set = LMWindows(train_windows)
     torch.manual_seed(0)  # the same initial weights for both runs
     # context + 1 positions: each window's first `context` bytes predict the next.
     config = gpt_config(options.context + 1, options.n_layer, options.n_embd, options.n_head)
@@ -142,8 +141,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     # One thread: on a 2-core machine shared with other jobs, a second thread made steps slower.
     torch.set_num_threads(1)
 
-    data = load_bytes()
-    val = Windows(data[round(len(data) * (1 - VAL_FRACTION)) :], options.context)
+    _, val = split_windows(load_bytes(), options.context)
     batches = list(DataLoader(val, batch_size=64))[: options.val_batches]
 
     dense, _, _ = train(options, options.out / "dense", prune=False)

@@ -1,10 +1,12 @@
-"""Running a benchmark script end to end, as a user would, in a fresh process."""
+"""Running a benchmark script end to end, as a user would, in a fresh process; or loading it."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
@@ -24,3 +26,12 @@ def run_script(script: str, *args: str) -> str:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
+
+
+def load_script(name: str) -> ModuleType:
+    """``benchmarks/<name>.py`` imported as a module (its functions, without running it)."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

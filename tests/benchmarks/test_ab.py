@@ -2,23 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import tempfile
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-from tests.benchmarks.scripts import BENCHMARKS, run_script
-
-
-def _ab() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("ab", BENCHMARKS / "ab.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.benchmarks.scripts import BENCHMARKS, load_script, run_script
 
 
 def test_measurements_are_keyed_by_the_rows_fields_and_the_mode() -> None:
@@ -42,7 +32,7 @@ def test_measurements_are_keyed_by_the_rows_fields_and_the_mode() -> None:
             "layouts": [{"size": "5M", "layout": "tensors64", "tensorplay": {"seconds": 2.0}}],
         }
     }
-    assert _ab().measurements(results) == {
+    assert load_script("ab").measurements(results) == {
         ("global_unstructured", "1M", "transformer", "first", "tensorplay"): 0.5,
         ("global_unstructured", "1M", "transformer", "second", "torch"): None,
         ("global_unstructured", "layouts", "5M", "tensors64", "tensorplay"): 2.0,
@@ -63,7 +53,7 @@ def test_a_rows_seconds_by_way_are_measurements_too() -> None:
             ],
         }
     }
-    assert _ab().measurements(results) == {
+    assert load_script("ab").measurements(results) == {
         ("training_overhead", "64", "dense"): 0.1,
         ("training_overhead", "64", "lean"): 0.12,
     }
@@ -84,22 +74,22 @@ def test_memory_and_cpu_time_are_keyed_like_the_times_where_a_measurement_has_th
             ],
         }
     }
-    assert _ab().measurements(results, "memory") == {
+    assert load_script("ab").measurements(results, "memory") == {
         ("lean_selection", "1M", "first", "lean"): 1.25,
         ("lean_selection", "1M", "first", "reparametrize"): None,
     }
-    assert _ab().measurements(results, "cpu_seconds") == {
+    assert load_script("ab").measurements(results, "cpu_seconds") == {
         ("lean_selection", "1M", "first", "reparametrize"): None
     }
     samples = {("lean_selection", "1M", "first", "lean"): {"old": [3.0, 3.5], "new": [1.0, 1.5]}}
-    text = _ab().report({}, {"script": "x"}, ((1.0,), (1.0,)), samples, samples)
+    text = load_script("ab").report({}, {"script": "x"}, ((1.0,), (1.0,)), samples, samples)
     assert "| measurement | old median (B/param) | new median (B/param) |" in text
     assert "| measurement | old median (CPU s) | new median (CPU s) |" in text
     assert "| 1M / first / lean | 3.250 | 1.250 | 0.385 | 3.000-3.500 | 1.000-1.500 |" in text
 
 
 def test_rounds_alternate_which_side_goes_first() -> None:
-    assert list(_ab().alternate(3)) == [
+    assert list(load_script("ab").alternate(3)) == [
         (0, "old"),
         (0, "new"),
         (1, "new"),
@@ -115,7 +105,7 @@ def test_a_run_refuses_tensorplay_from_another_tree(tmp_path: Path) -> None:
     elsewhere.mkdir()  # no tensorplay here: the import falls through to the installed one
     script = BENCHMARKS / "bench_global_unstructured.py"
     with pytest.raises(RuntimeError, match="not from"):
-        _ab().run_once(elsewhere, script, ["--sizes", "1M"], tmp_path / "out")
+        load_script("ab").run_once(elsewhere, script, ["--sizes", "1M"], tmp_path / "out")
 
 
 @pytest.mark.slow

@@ -2,24 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-from tests.benchmarks.scripts import BENCHMARKS, run_script
-
-
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "bench_large_model", BENCHMARKS / "bench_large_model.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.benchmarks.scripts import load_script, run_script
 
 
 @pytest.mark.slow
@@ -48,7 +36,7 @@ def test_a_tiny_model_is_pruned_exactly_by_each_way_beside_torch(tmp_path: Path)
 
 
 def test_a_size_that_does_not_fit_is_skipped_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
-    script = _script()
+    script = load_script("bench_large_model")
     monkeypatch.setattr(script, "_available_bytes", lambda: 1 << 30)
     result = script.measure("lean", 3 * 10**9, 8192, "bfloat16")
     assert result == {"skipped": "needs ~11.2 GiB, 1.0 GiB available"}
@@ -56,7 +44,7 @@ def test_a_size_that_does_not_fit_is_skipped_and_says_why(monkeypatch: pytest.Mo
 
 @pytest.mark.parametrize("kernel", [True, False], ids=["VmHWM", "sampling"])
 def test_peak_memory_sees_a_block_allocated_and_freed_inside(kernel: bool) -> None:
-    script = _script()
+    script = load_script("bench_large_model")
     if kernel and not script.PeakMemory.CLEAR_REFS.exists():
         pytest.skip("needs Linux /proc/self/clear_refs")
     if not kernel:

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import time
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from torch import nn
 
-from tests.benchmarks.scripts import BENCHMARKS, run_script
+from tests.benchmarks.scripts import load_script, run_script
 
 pytest.importorskip("transformers")
 pytest.importorskip("safetensors")
@@ -56,16 +54,8 @@ def test_speed_benchmark_shrinks_saves_loads_and_times_every_configuration(
     assert table in out and "| layers 25% | 0.1M | 20.5% |" in table
 
 
-def _script(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _resnet18(widths: tuple[int, ...], classes: int) -> nn.Module:
-    module: nn.Module = _script("bench_structure_tracing").resnet18(widths, classes)
+    module: nn.Module = load_script("bench_structure_tracing").resnet18(widths, classes)
     return module
 
 
@@ -100,7 +90,7 @@ def test_peer_benchmark_runs_tensorplay_alone_without_the_peer(tmp_path: Path) -
 @pytest.mark.slow
 def test_torch_pruning_removing_tensorplays_channels_gives_the_masked_model() -> None:
     pytest.importorskip("torch_pruning")
-    peer = _script("bench_structured_peer")
+    peer = load_script("bench_structured_peer")
     rows = peer.cnn(tiny=True, repeats=1, peer=True)["rows"]
     same = rows["Torch-Pruning, tensorplay's channels"]
     assert same["parameters"] == rows["tensorplay"]["parameters"]
@@ -111,7 +101,7 @@ def test_torch_pruning_removing_tensorplays_channels_gives_the_masked_model() ->
 @pytest.mark.slow
 def test_torch_pruning_on_the_llama_finishes_or_is_stopped_at_the_time_limit() -> None:
     pytest.importorskip("torch_pruning")
-    peer = _script("bench_structured_peer")
+    peer = load_script("bench_structured_peer")
     result = peer.llama_recipe("FFN 50%", peer.TINY, timeout=60, repeats=1, peer=True)
     assert result["tensorplay"]["parameters"] == TINY_PARAMETERS["FFN 50%"]
     theirs = result["Torch-Pruning"]

@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import struct
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-from tests.benchmarks.scripts import BENCHMARKS, run_script
+from tests.benchmarks.scripts import load_script, run_script
 
 pytest.importorskip("matplotlib")
-
-
-def _script(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _png_size(path: Path) -> tuple[int, int]:
@@ -195,7 +185,7 @@ CASES = [
 def test_plot_writes_each_figure_at_its_size(
     tmp_path: Path, script: str, results: dict[str, Any], expected: dict[str, tuple[int, int]]
 ) -> None:
-    written = _script(script).plot(results, tmp_path / "figures")
+    written = load_script(script).plot(results, tmp_path / "figures")
     assert [path.name for path in written] == list(expected)
     for path in written:
         assert path.parent == tmp_path / "figures"
@@ -216,10 +206,10 @@ def test_plot_option_draws_from_the_saved_json_and_measures_nothing(tmp_path: Pa
 
 
 def test_plot_option_without_results_names_the_missing_file(tmp_path: Path) -> None:
-    plotting = _script("plotting")
+    plotting = load_script("plotting")
     with pytest.raises(FileNotFoundError, match=r"No results to plot at .*lean_selection\.json"):
         plotting.plot_saved(
-            _script("bench_lean_selection").plot, tmp_path / "lean_selection.json", tmp_path
+            load_script("bench_lean_selection").plot, tmp_path / "lean_selection.json", tmp_path
         )
     assert list(tmp_path.iterdir()) == []
 
@@ -229,7 +219,7 @@ def test_redraw_all_draws_every_figure_of_the_results_folder(tmp_path: Path) -> 
     results.mkdir()
     for _, name, content, _ in CASES:
         (results / name).write_text(json.dumps(content))
-    written = _script("plotting").redraw_all(results, tmp_path / "figures")
+    written = load_script("plotting").redraw_all(results, tmp_path / "figures")
     expected = [figure for *_, figures in CASES for figure in figures]
     assert [path.name for path in written] == expected
     assert sorted(p.name for p in (tmp_path / "figures").iterdir()) == sorted(expected)
@@ -239,7 +229,7 @@ def test_speed_up_labels_are_the_reference_time_over_each_way() -> None:
     from matplotlib.figure import Figure
 
     axes = Figure().add_subplot()
-    _script("plotting").time_vs_size(
+    load_script("plotting").time_vs_size(
         axes,
         [10**6, 10**7, 10**8],
         ["1M", "10M", "100M"],

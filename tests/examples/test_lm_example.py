@@ -137,12 +137,13 @@ def test_config_trains_reports_saves_and_reloads(
 
 
 def test_docstring_examples_run() -> None:
-    """The ``>>>`` examples of the five files (the examples are not part of pytest's doctests)."""
+    """The ``>>>`` examples of the shared files (the examples are not part of pytest's doctests)."""
     finder = doctest.DocTestFinder()
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
-    # train.py imported its neighbours under their own names.
+    # train.py imported its neighbours under their own names; the experiments' report is apart.
     names = ("pydoc_text", "tiny_gpt", "byte_text", "gpt_bytes")
-    modules = [lm_train, *(sys.modules[name] for name in names)]
+    reporting = load_script("reporting", LM / "reporting.py")
+    modules = [lm_train, reporting, *(sys.modules[name] for name in names)]
     attempted = 0
     for module in modules:
         for test in finder.find(module):
