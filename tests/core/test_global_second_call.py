@@ -21,7 +21,7 @@ from torch import Tensor, nn
 import tensorplay.ao.pruning.global_pruning as global_pruning
 import tensorplay.ao.pruning.selection.masks as selection_masks
 from tensorplay.ao.pruning import L1Unstructured, RandomUnstructured, global_unstructured
-from tensorplay.ao.pruning.selection import AbsKeys, clear, clear_lowest, cut, scans, tuning
+from tensorplay.ao.pruning.selection import AbsKeys, clear_lowest, cut, scans, tuning
 
 
 def _layers(seed: int = 0, dtype: torch.dtype = torch.float32) -> list[nn.Linear]:
@@ -126,8 +126,7 @@ def test_a_mask_that_is_not_contiguous_is_updated_by_keep_factors() -> None:
 def test_second_call_on_spread_weights_runs_no_fallback_pass(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The band guess of a second call counts only eligible units, and the eligible units are
-    counted by the pass that counts below the band: two passes suffice."""
+    """The band guess of a second call counts only eligible units: its two passes suffice."""
     # Small tuning constants, so 40k units take the sampled band path of a large model.
     monkeypatch.setattr(tuning, "CPU_CHUNK", 1 << 12)
     monkeypatch.setattr(tuning, "MIN_BAND", 1 << 12)
@@ -135,29 +134,18 @@ def test_second_call_on_spread_weights_runs_no_fallback_pass(
     torch.manual_seed(0)
     layers = [nn.Linear(200, 100, bias=False), nn.Linear(100, 200, bias=False)]
     passes = {name: mock.Mock(wraps=getattr(scans, name)) for name in ("fused_pass", "write_band")}
-    counts = mock.Mock(wraps=clear.count_under_and_eligible)
-    others = {
-        "count_under": (scans, mock.Mock(wraps=scans.count_under)),
-        "_count_eligible": (clear, mock.Mock(wraps=clear._count_eligible)),
-        "count_eligible": (global_pruning, mock.Mock(wraps=global_pruning.count_eligible)),
-        "cut_between": (cut, mock.Mock(wraps=cut.cut_between)),
-    }
+    counts = mock.Mock(wraps=scans.count_under)
+    refines = mock.Mock(wraps=cut.cut_between)
     for name, wrapped in passes.items():
         monkeypatch.setattr(scans, name, wrapped)
-    monkeypatch.setattr(clear, "count_under_and_eligible", counts)
-    for name, (module, wrapped) in others.items():
-        monkeypatch.setattr(module, name, wrapped)
+    monkeypatch.setattr(scans, "count_under", counts)
+    monkeypatch.setattr(cut, "cut_between", refines)
     for call in range(3):
         global_unstructured(_pairs(layers), L1Unstructured, amount=0.5)
         # The first call: one fused pass; each later one: a count and a clearing pass.
         assert passes["fused_pass"].call_count == 1
         assert counts.call_count == passes["write_band"].call_count == call
-        # No pass of its own counts the eligible units (a first call's masks are all None).
-        if call:
-            assert {name: w.call_count for name, (_, w) in others.items()} == dict.fromkeys(
-                others, 0
-            )
-        others["count_eligible"][1].reset_mock()
+        assert refines.call_count == 0
     total = sum(layer.weight.numel() for layer in layers)
     pruned = sum(int((layer.weight_mask == 0).sum()) for layer in layers)
     assert pruned == total - 5000  # 40000 -> 20000 -> 10000 -> 5000 kept

@@ -335,26 +335,24 @@ class _Masks:
                 keep.to(t.param.dtype) if t.mask is None else keep
                 for t, keep in zip(targets, keeps, strict=True)
             ], True
+        n_eligible = count_eligible(
+            [None if e is None else e.reshape(-1) for e in eligible], [s.numel() for s in scores]
+        )
+        count = _count(self.method, n_eligible)
         if any(e is not None for e in eligible) and all(
             e is None or e.is_contiguous() for e in eligible
         ):
             # Pruned before: the masks are cleared in place, as the lean masks are (no keep
             # factor, no pass multiplying it in); a tensor pruned now for the first time
-            # starts from all ones. The amount's count follows from the eligible units, which
-            # the selection counts in its first pass over the scores.
+            # starts from all ones.
             masks = [
                 torch.ones_like(t.param, memory_format=torch.contiguous_format).detach()
                 if t.mask is None
                 else t.mask
                 for t in targets
             ]
-            method = self.method
-            clear_lowest(scores, masks, lambda n: _count(method, n), keys, labels=labels)
+            clear_lowest(scores, masks, count, keys, labels=labels, n_eligible=n_eligible)
             return masks, False
-        n_eligible = count_eligible(
-            [None if e is None else e.reshape(-1) for e in eligible], [s.numel() for s in scores]
-        )
-        count = _count(self.method, n_eligible)
         # A tensor pruned before gets a bool keep factor: a float compare is written to bool
         # vectorised (about 6x faster than to uint8), and it is read back as bytes (_apply).
         out_dtypes = [t.param.dtype if t.mask is None else torch.bool for t in targets]

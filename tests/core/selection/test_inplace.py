@@ -4,7 +4,6 @@ on the same inputs: the bits they clear in the bool masks are exactly the units 
 from __future__ import annotations
 
 import math
-from unittest import mock
 
 import pytest
 import torch
@@ -18,7 +17,6 @@ from tensorplay.ao.pruning.selection import (
     ShardLayout,
     UniformKeys,
     capped_keep_masks,
-    clear,
     clear_lowest,
     clear_lowest_capped,
     keep_masks,
@@ -80,55 +78,6 @@ def test_clear_lowest_equals_keep_masks(keys: KeySpec, problem: Problem) -> None
     scores, keep, k, _ = problem
     with small_constants():
         assert_same(cleared(scores, keep, k, keys), expected(scores, keep, k, keys))
-
-
-@pytest.mark.parametrize("keys", [AbsKeys(), UniformKeys(seed=5)], ids=["l1", "random"])
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(problem=problems(), fraction=st.sampled_from([0.0, 0.3, 0.5, 0.97, 1.0]))
-def test_k_of_the_eligible_units_equals_k_counted_first(
-    keys: KeySpec, problem: Problem, fraction: float
-) -> None:
-    """``k`` given as a function of the eligible units (counted by the pass below the band)
-    clears exactly what that ``k``, counted first, clears; the function sees the exact count."""
-    scores, keep, _, _ = problem
-    available = sum(int(m.sum()) for m in keep)
-    seen: list[int] = []
-
-    def count(n: int) -> int:
-        seen.append(n)
-        return round(fraction * n)
-
-    masks = [m.clone() for m in keep]
-    with small_constants(sample=1024):  # enough eligible units sampled to place the band
-        clear_lowest(scores, masks, count, keys)
-        want = expected(scores, keep, round(fraction * available), keys)
-    assert_same(masks, want)
-    assert seen[-1] == available
-
-
-def test_k_of_the_eligible_units_refused_raises_and_changes_nothing() -> None:
-    """What the count function raises for the exact number is raised before any write, also
-    where the sample's estimate was accepted (so the band pass had been planned)."""
-    generator = torch.Generator().manual_seed(0)
-    scores = [torch.randn(4000, generator=generator)]
-    keep = [torch.rand(4000, generator=generator) < 0.5]
-    before = [m.clone() for m in keep]
-    available = int(keep[0].sum())
-
-    def count(n: int) -> int:
-        if n == available:
-            raise ValueError(f"refused {n}")
-        return n // 2
-
-    counted = mock.Mock(wraps=clear.count_under_and_eligible)
-    with (
-        small_constants(sample=512),
-        mock.patch.object(clear, "count_under_and_eligible", counted),
-        pytest.raises(ValueError, match=f"refused {available}"),
-    ):
-        clear_lowest(scores, keep, count, AbsKeys())
-    assert counted.call_count == 1  # raised after the pass that counted them, before any write
-    assert torch.equal(keep[0], before[0])
 
 
 @settings(max_examples=30, deadline=None)

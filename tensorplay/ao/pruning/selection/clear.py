@@ -11,7 +11,7 @@ each rank writes only its own pieces.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -22,7 +22,6 @@ from tensorplay.ao.pruning.selection.cut import find_cut, local_stops
 from tensorplay.ao.pruning.selection.keys import KeySpec
 from tensorplay.ao.pruning.selection.passes import check_pass
 from tensorplay.ao.pruning.selection.plan import Selection, chunk_size
-from tensorplay.ao.pruning.selection.sample import guess_band_uncounted
 from tensorplay.ao.pruning.selection.scans import Certain
 from tensorplay.ao.pruning.selection.sharding import (
     Collectives,
@@ -33,7 +32,6 @@ from tensorplay.ao.pruning.selection.sharding import (
     mesh_group,
     shard_layout,
 )
-from tensorplay.ao.pruning.selection.stream import count_under_and_eligible
 from tensorplay.ao.pruning.selection.threads import own_threads, run_on_own_thread
 from tensorplay.ao.pruning.selection.write import apply_cut, count_cut, write_cut
 
@@ -46,7 +44,7 @@ SourceCut = tuple[float, int]
 def clear_lowest(
     scores: Sequence[Tensor],
     keep: Sequence[Tensor],
-    k: int | Callable[[int], int],
+    k: int,
     keys: KeySpec,
     *,
     labels: Sequence[str] | None = None,
@@ -69,11 +67,7 @@ def clear_lowest(
         keep: per source, its keep mask of the scores' shape, contiguous, updated in place:
             bool (``True``: eligible), or floating (a ``torch.nn.utils.prune`` mask: eligible
             where ``1``; the units pruned become ``0``, any other value stays).
-        k: how many eligible units to clear, ``0 <= k <= eligible units`` (over all ranks);
-            or a function giving it from the number of eligible units (an ``amount``): then,
-            unless ``n_eligible`` is given, the masks are counted by the first pass over the
-            scores instead of a pass of their own, and what the function raises (a
-            ``ValueError`` for a count it refuses) is raised before anything changes.
+        k: how many eligible units to clear, ``0 <= k <= eligible units`` (over all ranks).
         keys: how keys follow from scores (:class:`~.keys.AbsKeys`, :class:`~.keys.UniformKeys`).
         labels: names of the sources for error messages (default: ``source <index>``).
         shards: where each local piece sits in its full source (default: from each score,
@@ -106,58 +100,19 @@ def clear_lowest(
     """
     selection = _selection(scores, keep, keys, labels, shards, group)
     targets, late = _zero_targets(selection, zero)
-    selection.threads = own_threads(selection.cpu_units)
-    flat = [e for e in selection.eligible if e is not None]
-    if callable(k) and n_eligible is None and selection.units > selection.cap:
-        count = k
-        run_on_own_thread(
-            selection.threads, lambda: _clear_counted(selection, count, flat, targets)
-        )
-        _zero_late(late, flat)
-        return _cost(selection)
     if n_eligible is None:
         n_eligible = _count_eligible(selection)
-    fixed = k(n_eligible) if callable(k) else k
-    _check_k(fixed, n_eligible)
-    if n_eligible == selection.units:  # every mask is all True: no need to read them
-        selection.eligible = [None] * len(flat)
-    every = n_eligible
-    run_on_own_thread(selection.threads, lambda: _clear(selection, fixed, every, flat, targets))
-    _zero_late(late, flat)
-    return _cost(selection)
-
-
-def _check_k(k: int, n_eligible: int) -> None:
     if not 0 <= k <= n_eligible:
         raise ValueError(
             f"Expected `k` to be between 0 and the {n_eligible} eligible units, but got {k}."
         )
-
-
-def _clear_counted(
-    selection: Selection,
-    count: Callable[[int], int],
-    flat: list[Tensor],
-    zero: list[Tensor | None],
-) -> None:
-    """:func:`_clear` of ``count(eligible units)`` units, the eligible units counted by the
-    pass that counts below the sampled band (estimated from the sample to place the band)."""
-    band = guess_band_uncounted(selection, count)
-    if band is None:  # the sample cannot tell: count the eligible units first
-        n_eligible = _count_eligible(selection)
-        k = count(n_eligible)
-        _check_k(k, n_eligible)
-        _clear(selection, k, n_eligible, flat, zero)
-        return
-    lo = band[0]
-    below, n_eligible = selection.comm.sum(list(count_under_and_eligible(selection, lo)))
-    k = count(n_eligible)
-    _check_k(k, n_eligible)
-    if k in (0, n_eligible) or n_eligible <= selection.cap:
-        _clear(selection, k, n_eligible, flat, zero)
-        return
-    cut = find_cut(selection, k, n_eligible, Certain(flat, zero, (lo, below)), band)
-    apply_cut(selection, cut, flat, zero)
+    selection.threads = own_threads(selection.cpu_units)
+    flat = [e for e in selection.eligible if e is not None]
+    if n_eligible == selection.units:  # every mask is all True: no need to read them
+        selection.eligible = [None] * len(flat)
+    run_on_own_thread(selection.threads, lambda: _clear(selection, k, n_eligible, flat, targets))
+    _zero_late(late, flat)
+    return _cost(selection)
 
 
 def _clear(

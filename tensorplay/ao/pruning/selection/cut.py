@@ -87,13 +87,7 @@ def orders(selection: Selection, band: Band) -> list[Tensor]:
     ]
 
 
-def find_cut(
-    selection: Selection,
-    k: int,
-    n_eligible: int,
-    scan: Scan | None = None,
-    band: tuple[float, float] | None = None,
-) -> Cut:
+def find_cut(selection: Selection, k: int, n_eligible: int, scan: Scan | None = None) -> Cut:
     """The cut of the ``k`` eligible units of lowest key (``0 < k < n_eligible``), checking on
     the way that every eligible score is finite.
 
@@ -102,8 +96,6 @@ def find_cut(
         k: how many eligible units to prune.
         n_eligible: the eligible units (over all ranks).
         scan: what the passes write on the way (default: nothing).
-        band: the sampled band ``(lo, hi)`` if the caller guessed it already (default: guessed
-            here from a sample).
 
     Returns:
         The cut, and the band left to clear if a pass wrote the masks.
@@ -120,17 +112,17 @@ def find_cut(
     if n_eligible <= selection.cap:
         lo, hi = -math.inf, largest(dtype)
     else:
-        lo, hi = band if band is not None else guess_band(selection, k, n_eligible)
+        lo, hi = guess_band(selection, k, n_eligible)
     if lo == hi:  # the sample says the k-th key is heavily tied: pin it down by counting
         return cut_between(selection, k, 0.0, math.inf, scan, check=True)
-    found = scan.band(selection, k, lo, hi)
-    if not found.overflow and found.below < k <= found.below + found.size:
-        value, order = resolve(selection, found, k - found.below, lo, next_up(hi, dtype))
-        return Cut(value, order, found if found.written else None)
-    low, high = bounds_after(found, k, lo, hi, dtype)
+    band = scan.band(selection, k, lo, hi)
+    if not band.overflow and band.below < k <= band.below + band.size:
+        value, order = resolve(selection, band, k - band.below, lo, next_up(hi, dtype))
+        return Cut(value, order, band if band.written else None)
+    low, high = bounds_after(band, k, lo, hi, dtype)
     # Units the band pass cleared for good are no longer eligible: the rest is chosen among
     # the units left.
-    return cut_between(selection, k - found.cleared, low, high, scan)
+    return cut_between(selection, k - band.cleared, low, high, scan)
 
 
 def cut_between(

@@ -89,19 +89,11 @@ class Certain(Scan):
     Args:
         outs: the flat bool keep masks, which are also the eligibility; updated in place.
         zero: per source, a flat tensor multiplied by its new keep mask in the same pass.
-        counted: ``(lo, count)`` if a pass has counted already the eligible units below
-            ``lo`` (over all ranks, every score checked): a band from ``lo`` skips that pass.
     """
 
-    def __init__(
-        self,
-        outs: list[Tensor],
-        zero: list[Tensor | None],
-        counted: tuple[float, int] | None = None,
-    ) -> None:
+    def __init__(self, outs: list[Tensor], zero: list[Tensor | None]) -> None:
         self.outs = outs
         self.zero = zero
-        self.counted = counted
 
     def band(self, selection: Selection, k: int, lo: float, hi: float) -> Band:
         """Count below ``lo``; if fewer than ``k``, clear them and gather ``[lo, hi]``.
@@ -111,10 +103,7 @@ class Certain(Scan):
         """
         if lo == -math.inf:  # every unit is in the band: nothing certain to clear
             return super().band(selection, k, lo, hi)
-        if self.counted is not None and self.counted[0] == lo:
-            below = self.counted[1]
-        else:
-            below = selection.comm.sum([count_under(selection, lo, check=True)])[0]
+        below = selection.comm.sum([count_under(selection, lo, check=True)])[0]
         if below >= k:  # the sample put lo too high: nothing written
             return Band(below=below)
         band = write_band(selection, lo, hi, self.outs, self.zero)

@@ -24,7 +24,7 @@ from tensorplay.ao.pruning.selection.passes import Band, check_sums, gather_band
 from tensorplay.ao.pruning.selection.plan import Chunk, Selection
 from tensorplay.ao.pruning.selection.threads import run_chunks
 
-__all__ = ["clear_candidates", "count_under", "count_under_and_eligible", "write_band"]
+__all__ = ["clear_candidates", "count_under", "write_band"]
 
 
 def _all_eligible(selection: Selection, chunk: Chunk) -> bool:
@@ -49,51 +49,22 @@ def count_under(selection: Selection, lo: float, *, check: bool) -> int:
         >>> count_under(selection, 2.0, check=True)
         2
     """
-    return _count_under(selection, lo, check=check, eligible=False)[0]
 
-
-def count_under_and_eligible(selection: Selection, lo: float) -> tuple[int, int]:
-    """:func:`count_under` (checking every eligible score is finite) and, in the same pass,
-    this rank's eligible units.
-
-    Example:
-        >>> from tensorplay.ao.pruning.selection.keys import AbsKeys
-        >>> scores, masks = torch.tensor([-1.0, 0.5, 3.0]), torch.tensor([1.0, 0.0, 1.0])
-        >>> count_under_and_eligible(Selection([scores], [masks], AbsKeys(), []), 2.0)
-        (1, 2)
-    """
-    return _count_under(selection, lo, check=True, eligible=True)
-
-
-def _count_under(
-    selection: Selection, lo: float, *, check: bool, eligible: bool
-) -> tuple[int, int]:
-    """The eligible units below ``lo`` and, if ``eligible``, every eligible unit (else 0)."""
-
-    def work(worker: Worker, chunks: list[Chunk]) -> tuple[Sums, Sums, Sums, int]:
-        below, sums, counted, whole = Sums(), Sums(), Sums(), 0
+    def work(worker: Worker, chunks: list[Chunk]) -> tuple[Sums, Sums]:
+        below, sums = Sums(), Sums()
         for chunk in chunks:
             key = worker.raw_keys(chunk, sums if check else None)
             flags = worker.flags(key.device)[: key.numel()]
             torch.lt(key, lo, out=flags)
-            if _all_eligible(selection, chunk):
-                below.add(flags.sum())
-                whole += key.numel()
-                continue
-            ok = worker.eligible_flags(chunk, worker.scratch(key.device)[: key.numel()])
-            below.add(torch.dot(flags, ok))  # exact: a chunk holds at most 2**24 units
-            if eligible:
-                counted.add(ok.sum())
-        return below, sums, counted, whole
+            if not _all_eligible(selection, chunk):
+                flags.mul_(worker.eligible_flags(chunk, worker.scratch(key.device)[: key.numel()]))
+            below.add(flags.sum())
+        return below, sums
 
     results = run_chunks(selection, work)
     if check:
-        check_sums(selection, [sums for _, sums, _, _ in results])
-    below = sum(round(total) for part, _, _, _ in results for total in part.items())
-    if not eligible:
-        return below, 0
-    counted = sum(round(total) for _, _, part, _ in results for total in part.items())
-    return below, counted + sum(whole for *_, whole in results)
+        check_sums(selection, [sums for _, sums in results])
+    return sum(round(total) for below, _ in results for total in below.items())
 
 
 def write_band(
