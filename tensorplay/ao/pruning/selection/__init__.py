@@ -46,14 +46,12 @@ read of every score when the band brackets the ``k``-th key.
 In place (``clear.py``, :func:`clear_lowest`): the caller's bool keep masks are the
 eligibility and the output, and the tensors given as ``zero`` (the weights) are multiplied by
 the new masks in the same passes (``stream.py``): two reads of the scores, one write of the
-masks and weights. Where ``k`` is a function of the eligible units (an ``amount``), they are
-counted by the first of those passes, the band placed from the sample's estimate of their
-number (``sample.guess_band_uncounted``). A sample that misses costs passes, never
-exactness: ``lo`` too high, and nothing is written before the cut is found by counting; a
-band too small or too big to gather, and the rest is selected among the units left. Masks
-known to be all ``True`` (``n_eligible`` equal to every unit, as counted eight bytes at a time
-when not given) are not read at all. No mask-sized temporary: memory beyond the masks is the
-chunk buffers and the candidates.
+masks and weights. A sample that misses costs passes, never exactness: ``lo`` too high, and
+nothing is written before the cut is found by counting; a band too small or too big to
+gather, and the rest is selected among the units left. Masks known to be all ``True``
+(``n_eligible`` equal to every unit, as counted eight bytes at a time when not given) are not
+read at all. No mask-sized temporary: memory beyond the masks is the chunk buffers and the
+candidates.
 
 Sharded (``sharding.py``, which also holds the one DTensor rule: :func:`is_dtensor`,
 :func:`check_placement`): with a process group each rank passes its local pieces (FSDP2
