@@ -1,7 +1,7 @@
 """Recovering what pruning costs, in miniature: fine-tuning or distilling from the dense model.
 
-One command, 3 seeds, 34 minutes of wall time on 2 busy shared CPU cores but 4.3 minutes of
-CPU time (needs ``pip install -c constraints.txt -e ".[examples,transformers]"``)::
+One command, 3 seeds, 4.3 minutes of CPU time (needs
+``pip install -c constraints.txt -e ".[examples,transformers]"``)::
 
     python examples/lm/distill.py
 

@@ -1,6 +1,6 @@
 """Distillation through the Hugging Face Trainer callback: ``distill_weight=1.0`` against 0.
 
-One command, 3 seeds, 7 minutes of wall time on 2 busy shared CPU cores with the dense models
+One command, 3 seeds, at most 7 minutes on 2 CPU cores with the dense models
 cached by ``distill.py`` (needs ``pip install -c constraints.txt -e ".[examples,transformers]"``)::
 
     python examples/lm/distill_trainer.py

@@ -65,10 +65,10 @@ STDLIB_FILES = (
     "textwrap.py",
 )
 SEEDS = (0, 1, 2)
-# Small enough that a cell (one fine-tuning run) takes tens of seconds on 2 shared CPU cores.
+# Small enough that a cell (one fine-tuning run) takes tens of seconds on 2 CPU cores.
 MODEL = {"context": 64, "n_layer": 2, "n_embd": 64, "n_head": 4}
 BATCH = 16
-# A step is ~0.25 s on 2 shared CPU cores (HF GPT-2's per-op overhead dominates at this size):
+# A step is ~0.25 s on 2 CPU cores (HF GPT-2's per-op overhead dominates at this size):
 # the whole of both experiments then takes about 15 minutes.
 PRETRAIN_STEPS = 250
 FINETUNE_STEPS = 100

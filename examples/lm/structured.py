@@ -1,6 +1,6 @@
 """Removing half of the FFN channels, gradually while training or at once: which recovers better?
 
-One command, 3 seeds, 9 to 10 minutes of wall time on 2 busy shared CPU cores once the dense models
+One command, 3 seeds, at most 10 minutes on 2 CPU cores once the dense models
 are cached (training them takes longer: see ``distill.py``; needs
 ``pip install -c constraints.txt -e ".[examples,transformers]"``)::
 
