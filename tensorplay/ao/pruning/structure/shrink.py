@@ -66,14 +66,14 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from tensorplay.ao.pruning.aliases import alias_map, parameter_groups
+from tensorplay.ao.pruning.aliases import TiedParameter, alias_map, parameter_groups
 from tensorplay.ao.pruning.masking.lean_masks import apply_masks, lean_mask, remove_mask
 from tensorplay.ao.pruning.masking.readers import masked_values
 from tensorplay.ao.pruning.reparametrization import pruned_parts
@@ -135,7 +135,7 @@ def shrink(
     before = _count(model)
     aliases = alias_map(model)
     record_shrink(pair for name in plan.tensors for pair in aliases[name].pairs)
-    _make_permanent(model, plan.tensors)
+    _make_permanent(aliases, plan.tensors)
     apply_cuts(plan.cuts)
     config: ConfigUpdate = "none"
     if found is not None:
@@ -250,9 +250,8 @@ def _kept_elements(model: nn.Module, names: Sequence[str]) -> dict[str, Tensor]:
     return kept
 
 
-def _make_permanent(model: nn.Module, names: Sequence[str]) -> None:
+def _make_permanent(aliases: Mapping[str, TiedParameter], names: Sequence[str]) -> None:
     """Drop the masks of ``names`` in either mode (every holder), keeping the masked values."""
-    aliases = alias_map(model)
     for tied in {id(aliases[name].parameter): aliases[name] for name in names}.values():
         masked = False
         for module, local in tied.pairs:
