@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -31,22 +32,29 @@ def _clean_env() -> dict[str, str]:
     return {**env, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
 
 
-@pytest.mark.slow
-@pytest.mark.distributed
-def test_masks_are_identical_on_two_ddp_ranks(tmp_path: Path) -> None:
+def _two_ranks(worker: str, tmp_path: Path, stem: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Run ``tests/callbacks/<worker>`` on two gloo ranks under torchrun; what each rank saved
+    as ``<stem>_rank<r>.pt`` in ``tmp_path``."""
     # --standalone: a rendezvous on a free local port, chosen by torchrun itself.
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-        str(ROOT / "tests/callbacks/hf_ddp_worker.py"), str(tmp_path),
+        str(ROOT / "tests/callbacks" / worker), str(tmp_path),
     ]  # fmt: skip
     done = subprocess.run(
         command, cwd=ROOT, env=_clean_env(), capture_output=True, text=True, timeout=240,
         check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
+    rank0, rank1 = (
+        torch.load(tmp_path / f"{stem}_rank{rank}.pt", weights_only=True) for rank in (0, 1)
+    )
+    return rank0, rank1
 
-    rank0 = torch.load(tmp_path / "masks_rank0.pt", weights_only=True)
-    rank1 = torch.load(tmp_path / "masks_rank1.pt", weights_only=True)
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_masks_are_identical_on_two_ddp_ranks(tmp_path: Path) -> None:
+    rank0, rank1 = _two_ranks("hf_ddp_worker.py", tmp_path, "masks")
     assert sorted(rank0["masks"]) == sorted(rank1["masks"])
     assert len(rank0["masks"]) == 8  # 4 Conv1D projections per block, 2 blocks
     for name, mask in rank0["masks"].items():
@@ -67,17 +75,7 @@ def test_masks_are_identical_on_two_ddp_ranks(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_both_ranks_shrink_to_the_same_model(tmp_path: Path) -> None:
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-        str(ROOT / "tests/callbacks/shrink_ddp_worker.py"), str(tmp_path),
-    ]  # fmt: skip
-    done = subprocess.run(
-        command, cwd=ROOT, env=_clean_env(), capture_output=True, text=True, timeout=240,
-        check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    rank0 = torch.load(tmp_path / "shrunk_rank0.pt", weights_only=True)
-    rank1 = torch.load(tmp_path / "shrunk_rank1.pt", weights_only=True)
+    rank0, rank1 = _two_ranks("shrink_ddp_worker.py", tmp_path, "shrunk")
     assert rank0["widths"] == rank1["widths"]
     assert sum(rank0["widths"]) == 3 * 48 - round(0.5 * 3 * 48)  # half of all channels went
     assert sorted(rank0["weights"]) == sorted(rank1["weights"])
