@@ -2,26 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+from tests.examples.scripts import docs_markdown_tables
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _module() -> ModuleType:
-    path = ROOT / "docs" / "_ext" / "markdown_tables.py"
-    spec = importlib.util.spec_from_file_location("markdown_tables", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-markdown_to_rst = _module().markdown_to_rst
+markdown_to_rst = docs_markdown_tables().markdown_to_rst
 
 
 def test_a_table_and_a_caption_translate_cell_by_cell() -> None:

@@ -3,27 +3,14 @@ steps, and its tables render in the docs."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import pytest
 
-from tests.examples.scripts import LM, load_script
+from tests.examples.scripts import LM, load_script, markdown_to_rst
 
 pytest.importorskip("transformers")
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _markdown_to_rst() -> object:
-    path = ROOT / "docs" / "_ext" / "markdown_tables.py"
-    spec = importlib.util.spec_from_file_location("markdown_tables", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.markdown_to_rst
 
 
 @pytest.mark.slow
@@ -50,7 +37,7 @@ def test_the_experiment_runs_and_writes_its_tables(tmp_path, capsys):
     assert text in capsys.readouterr().out
     rows = [line for line in text.splitlines() if line.startswith("|") and "---" not in line]
     assert len(rows) == 3 + 3 + 3  # header and 2 runs, header and 2 costs, header and 2 dtypes
-    assert _markdown_to_rst()(text).count("   * - ") == len(rows)  # type: ignore[operator]
+    assert markdown_to_rst(text).count("   * - ") == len(rows)
 
 
 @pytest.mark.slow
@@ -72,7 +59,7 @@ def test_the_callback_measurement_runs_and_writes_its_table(tmp_path, capsys):
     assert text in capsys.readouterr().out
     rows = [line for line in text.splitlines() if line.startswith("|") and "---" not in line]
     assert len(rows) == 2
-    assert _markdown_to_rst()(text).count("   * - ") == len(rows)  # type: ignore[operator]
+    assert markdown_to_rst(text).count("   * - ") == len(rows)
 
 
 @pytest.mark.slow

@@ -8,8 +8,7 @@ import math
 
 import pytest
 
-from tests.examples.scripts import LM, load_script
-from tests.examples.test_lm_distill import _markdown_to_rst
+from tests.examples.scripts import LM, load_script, markdown_to_rst
 
 pytest.importorskip("transformers")
 
@@ -38,4 +37,4 @@ def test_the_experiment_runs_and_writes_its_tables(tmp_path, capsys):
     assert text in capsys.readouterr().out
     rows = [line for line in text.splitlines() if line.startswith("|") and "---" not in line]
     assert len(rows) == 6 + 3  # header and 5 runs, header and 2 rows of the shrunk model
-    assert _markdown_to_rst()(text).count("   * - ") == len(rows)  # type: ignore[operator]
+    assert markdown_to_rst(text).count("   * - ") == len(rows)
