@@ -46,6 +46,9 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 
 from tensorplay.ao.pruning.config import PrunerConfig
+from tensorplay.ao.pruning.dependency.blocks import find_blocks
+from tensorplay.ao.pruning.dependency.graph import DependencyGraph
+from tensorplay.ao.pruning.dependency.unit_groups import UnitGroup
 from tensorplay.ao.pruning.imports import import_path
 from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerAttachment
 from tensorplay.ao.pruning.permanent_saves import (
@@ -56,13 +59,10 @@ from tensorplay.ao.pruning.permanent_saves import (
 )
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import schedule_from_dict
+from tensorplay.ao.pruning.shrinking.reshape import ShrunkShapes
+from tensorplay.ao.pruning.shrinking.shrink import shrink
+from tensorplay.ao.pruning.shrinking.shrink_report import ShrinkReport
 from tensorplay.ao.pruning.stats import SparsityReport
-from tensorplay.ao.pruning.structure.blocks import find_blocks
-from tensorplay.ao.pruning.structure.graph import DependencyGraph
-from tensorplay.ao.pruning.structure.reshape import ShrunkShapes
-from tensorplay.ao.pruning.structure.shrink import shrink
-from tensorplay.ao.pruning.structure.shrink_report import ShrinkReport
-from tensorplay.ao.pruning.structure.units import UnitGroup
 from tensorplay.ao.pruning.targets import method_name
 
 from ._distilling import Distilling, check_distill_arguments

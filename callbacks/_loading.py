@@ -15,8 +15,8 @@ from torch import Tensor, nn
 from typing_extensions import override
 
 from tensorplay.ao.pruning.checkpoint import restore_pruning
-from tensorplay.ao.pruning.structure.reshape import ShrunkShapes, reshape
-from tensorplay.ao.pruning.structure.units import shapes_of
+from tensorplay.ao.pruning.dependency.unit_groups import shapes_of
+from tensorplay.ao.pruning.shrinking.reshape import ShrunkShapes, reshape
 
 from ._state import pruner_state, schedule_key, state_key_fields
 
@@ -24,7 +24,7 @@ __all__ = ["SHRUNK_KEY", "PrunableMixin", "pruner_state", "schedule_key", "state
 
 SHRUNK_KEY = "tensorplay_shrunk"
 """The key of a Lightning checkpoint holding the layout of a model shrunk at the end of
-training (:class:`~tensorplay.ao.pruning.structure.reshape.ShrunkShapes` as plain data)."""
+training (:class:`~tensorplay.ao.pruning.shrinking.reshape.ShrunkShapes` as plain data)."""
 
 
 class PrunableMixin(CheckpointHooks):
@@ -40,7 +40,7 @@ class PrunableMixin(CheckpointHooks):
 
     A checkpoint saved after ``GradualPruning(shrink_at_end=True)`` shrank the model records
     the shrunk layout (under ``"tensorplay_shrunk"``): the fresh model is shrunk to it first
-    (:func:`~tensorplay.ao.pruning.structure.reshape.reshape`: blocks removed, parameters cut,
+    (:func:`~tensorplay.ao.pruning.shrinking.reshape.reshape`: blocks removed, parameters cut,
     a Hugging Face config updated), and the checkpoint's weights fill it. A checkpoint of the
     model before shrinking loaded into the shrunk model is refused with an error that says so.
 

@@ -29,7 +29,7 @@ from tensorplay.ao.pruning.config import (
 )
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import Schedule
-from tensorplay.ao.pruning.structure.shrink_report import ShrinkReport
+from tensorplay.ao.pruning.shrinking.shrink_report import ShrinkReport
 from tensorplay.ao.pruning.targets import KeepDense
 
 from ._lifecycle import PruningSession, SessionOptions, split_arguments

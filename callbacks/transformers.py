@@ -47,7 +47,7 @@ from tensorplay.ao.pruning.dense_copy import LeftOutOfCopies
 from tensorplay.ao.pruning.imports import import_path
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import Schedule
-from tensorplay.ao.pruning.structure.shrink_report import ShrinkReport
+from tensorplay.ao.pruning.shrinking.shrink_report import ShrinkReport
 from tensorplay.ao.pruning.targets import KeepDense
 
 from ._distilling import Distilling

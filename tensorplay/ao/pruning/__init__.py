@@ -19,6 +19,7 @@ from tensorplay.ao.pruning.amount import (
 from tensorplay.ao.pruning.base import BasePruningMethod, PruningContainer, PruningShapeError
 from tensorplay.ao.pruning.checkpoint import is_pruned_state_dict, pruned_names, restore_pruning
 from tensorplay.ao.pruning.dense_copy import dense_copy
+from tensorplay.ao.pruning.dependency.graph import DependencyGraph
 from tensorplay.ao.pruning.distillation import Distillation, kd_loss
 from tensorplay.ao.pruning.global_pruning import global_unstructured
 from tensorplay.ao.pruning.methods import (
@@ -50,6 +51,9 @@ from tensorplay.ao.pruning.schedules import (
     schedule_from_dict,
 )
 from tensorplay.ao.pruning.serialization import permanent_state_dict
+from tensorplay.ao.pruning.shrinking.hf_config import load_shrunk
+from tensorplay.ao.pruning.shrinking.shrink import shrink
+from tensorplay.ao.pruning.shrinking.shrink_report import ShrinkReport
 from tensorplay.ao.pruning.sparse_export import load_sparse, save_sparse
 from tensorplay.ao.pruning.spent import SpentPrunerError
 from tensorplay.ao.pruning.stats import (
@@ -58,10 +62,6 @@ from tensorplay.ao.pruning.stats import (
     sparsity_report,
     tensor_sparsity,
 )
-from tensorplay.ao.pruning.structure.graph import DependencyGraph
-from tensorplay.ao.pruning.structure.hf_config import load_shrunk
-from tensorplay.ao.pruning.structure.shrink import shrink
-from tensorplay.ao.pruning.structure.shrink_report import ShrinkReport
 from tensorplay.ao.pruning.targets import resolve_method, resolve_parameters, select_parameters
 
 __all__ = [

@@ -246,7 +246,7 @@ class PrunerConfig:
             score each (the root mean square of the element scores over the unit's weights),
             across the model (``scope="global"``) or within each group (``"layerwise"``);
             every group keeps at least one unit. Found by
-            :class:`~tensorplay.ao.pruning.structure.graph.DependencyGraph`: Hugging Face
+            :class:`~tensorplay.ao.pruning.dependency.graph.DependencyGraph`: Hugging Face
             families by their modules, other models by tracing (``Pruner``'s
             ``example_inputs``).
         multiple_of: With ``"channel"`` or ``"head"``, the width each group keeps is a

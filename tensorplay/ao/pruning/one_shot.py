@@ -131,7 +131,7 @@ def prune_one_shot(
             ``structure`` of units (FLAP's choice: channels ranked across the model).
         structure: What a unit is: ``"element"``, ``"channel"``, ``"head"`` or ``"layer"``
             (:class:`~tensorplay.ao.pruning.config.PrunerConfig`); the model's units are
-            masked in every slice, and :func:`~tensorplay.ao.pruning.structure.shrink.shrink`
+            masked in every slice, and :func:`~tensorplay.ao.pruning.shrinking.shrink.shrink`
             removes them afterwards (a plain model needs ``example_inputs=`` to be traced).
         forward: How a batch runs through the model (:func:`calibrate`).
         make_permanent: Drop the masks and hooks afterwards, keeping the zeros: the model then

@@ -94,7 +94,7 @@ class Pruner(OptimizerLinks):
             pruning step that pruned something (:attr:`optimizers` may be replaced later).
         example_inputs: With a ``structure`` of channels on a plain PyTorch model, the inputs
             of its forward (a tensor or a tuple of positional inputs) that tracing it takes
-            (:mod:`~tensorplay.ao.pruning.structure.tracing`); Hugging Face families need none.
+            (:mod:`~tensorplay.ao.pruning.dependency.tracing`); Hugging Face families need none.
 
     Raises:
         TypeError, ValueError: As :class:`~tensorplay.ao.pruning.config.PrunerConfig`; also an

@@ -11,9 +11,9 @@ import torch
 from torch import nn
 
 from tensorplay.ao.pruning import custom_from_mask
-from tensorplay.ao.pruning.structure.families import UnanalysableError
-from tensorplay.ao.pruning.structure.graph import DependencyGraph
-from tensorplay.ao.pruning.structure.units import Slice
+from tensorplay.ao.pruning.dependency.families import UnanalysableError
+from tensorplay.ao.pruning.dependency.graph import DependencyGraph
+from tensorplay.ao.pruning.dependency.unit_groups import Slice
 from tests.hf_models import (
     tiny_bert,
     tiny_gpt2,

@@ -14,11 +14,11 @@ from torch import Tensor, nn
 
 from tensorplay.ao.pruning import DependencyGraph, shrink
 from tensorplay.ao.pruning.config import PrunerConfig, Structure
+from tensorplay.ao.pruning.dependency.unit_groups import unit_scores
 from tensorplay.ao.pruning.masking import mask_of
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.reparametrization import is_pruned_tensor
 from tensorplay.ao.pruning.schedules import LinearSchedule, OneShotSchedule
-from tensorplay.ao.pruning.structure.units import unit_scores
 from tensorplay.ao.pruning.structures import STRUCTURES
 from tests.hf_models import tiny_bert, tiny_llama
 

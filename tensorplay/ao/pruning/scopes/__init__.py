@@ -2,7 +2,7 @@
 
 * :mod:`~tensorplay.ao.pruning.scopes.scope`: the :class:`PruningScope` protocol, what the
   pruner asks of a scope;
-* :mod:`~tensorplay.ao.pruning.scopes.units`: the :class:`UnitSpace` it ranks (what a unit is
+* :mod:`~tensorplay.ao.pruning.scopes.space`: the :class:`UnitSpace` it ranks (what a unit is
   is the structure's business, not the scope's);
 * :mod:`~tensorplay.ao.pruning.scopes.global_`, :mod:`~tensorplay.ao.pruning.scopes.layerwise`,
   :mod:`~tensorplay.ao.pruning.scopes.row`: ``"global"``, ``"layerwise"``, ``"row"``.
@@ -22,7 +22,7 @@ from tensorplay.ao.pruning.scopes.global_ import GlobalScope
 from tensorplay.ao.pruning.scopes.layerwise import LayerwiseScope
 from tensorplay.ao.pruning.scopes.row import RowScope
 from tensorplay.ao.pruning.scopes.scope import PruningScope
-from tensorplay.ao.pruning.scopes.units import RowSpace, UnitSpace
+from tensorplay.ao.pruning.scopes.space import RowSpace, UnitSpace
 
 __all__ = [
     "SCOPES",

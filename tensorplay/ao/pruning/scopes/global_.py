@@ -23,7 +23,7 @@ from typing import ClassVar
 from tensorplay.ao.pruning.amount import caps_under, global_count
 from tensorplay.ao.pruning.base import BasePruningMethod
 from tensorplay.ao.pruning.collapse import CollapseWatch
-from tensorplay.ao.pruning.scopes.units import UnitSpace
+from tensorplay.ao.pruning.scopes.space import UnitSpace
 
 __all__ = ["GlobalScope"]
 

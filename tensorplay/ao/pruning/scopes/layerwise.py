@@ -19,7 +19,7 @@ from typing import ClassVar
 
 from tensorplay.ao.pruning.amount import caps_under, layerwise_counts
 from tensorplay.ao.pruning.base import BasePruningMethod
-from tensorplay.ao.pruning.scopes.units import UnitSpace
+from tensorplay.ao.pruning.scopes.space import UnitSpace
 
 __all__ = ["LayerwiseScope"]
 

@@ -3,7 +3,7 @@
 Every row of ``n`` units holds ``round(target * n)`` pruned units afterwards, within
 ``min_density`` (:mod:`~tensorplay.ao.pruning.row_pruning` has the rule and the sharded case).
 Only a space of single weights has rows (a
-:class:`~tensorplay.ao.pruning.scopes.units.RowSpace`), ranked by the streaming keys of
+:class:`~tensorplay.ao.pruning.scopes.space.RowSpace`), ranked by the streaming keys of
 ``l1_unstructured`` or ``random_unstructured``.
 
 Example:
@@ -23,7 +23,7 @@ from typing import ClassVar
 
 from tensorplay.ao.pruning.base import BasePruningMethod
 from tensorplay.ao.pruning.methods import L1Unstructured, RandomUnstructured
-from tensorplay.ao.pruning.scopes.units import RowSpace, UnitSpace
+from tensorplay.ao.pruning.scopes.space import RowSpace, UnitSpace
 
 __all__ = ["RowScope"]
 

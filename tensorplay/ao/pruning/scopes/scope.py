@@ -1,7 +1,7 @@
 """The scope protocol: where a pruning step's units are ranked against each other.
 
 A scope turns the schedule's cumulative target into counts over a
-:class:`~tensorplay.ao.pruning.scopes.units.UnitSpace` and tells the space to prune them; it
+:class:`~tensorplay.ao.pruning.scopes.space.UnitSpace` and tells the space to prune them; it
 owns that decision alone (the pruner asks, never tests the ``scope`` string). Each scope is one
 module of this package and one line of :data:`~tensorplay.ao.pruning.scopes.SCOPES`; the
 configuration accepts its name and validates a method against it.
@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import ClassVar, Protocol, runtime_checkable
 
 from tensorplay.ao.pruning.base import BasePruningMethod
-from tensorplay.ao.pruning.scopes.units import UnitSpace
+from tensorplay.ao.pruning.scopes.space import UnitSpace
 
 __all__ = ["PruningScope"]
 

@@ -2,8 +2,8 @@
 
 :class:`ElementStructure` (``structure="element"``, the default) masks the tensors the selection
 chose, scores them all and counts their weights. :class:`ElementSpace` is the
-:class:`~tensorplay.ao.pruning.scopes.units.UnitSpace` (and
-:class:`~tensorplay.ao.pruning.scopes.units.RowSpace`) of a pruning step: its groups are the
+:class:`~tensorplay.ao.pruning.scopes.space.UnitSpace` (and
+:class:`~tensorplay.ao.pruning.scopes.space.RowSpace`) of a pruning step: its groups are the
 pruner's targets, its keys the targets' scores (computed once per step, on first use, by the
 pruner's importance or ``importance_fn``), and pruning goes to the masking mode, which holds
 the masks. It also applies a method that decides its own count (an N:M method) to each target.

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from tensorplay.ao.pruning.base import BasePruningMethod
 from tensorplay.ao.pruning.masking.mode import MaskingMode
-from tensorplay.ao.pruning.scopes.units import UnitSpace
+from tensorplay.ao.pruning.scopes.space import UnitSpace
 from tensorplay.ao.pruning.stats import TensorSparsity
 from tensorplay.ao.pruning.tied_targets import Target
 

@@ -1,7 +1,7 @@
 """The structures of channels, heads and layers: units found by the dependency graph.
 
 One implementation for the three kinds, which differ only in the kind they ask
-:class:`~tensorplay.ao.pruning.structure.graph.DependencyGraph` for and in how the scopes see
+:class:`~tensorplay.ao.pruning.dependency.graph.DependencyGraph` for and in how the scopes see
 them: :class:`ChannelStructure` (``structure="channel"``: an FFN neuron, a conv filter, with
 every slice that depends on it) and :class:`HeadStructure` (``"head"``: an attention head; under
 grouped-query attention a key/value head with its query heads) rank each module's units as one
@@ -9,7 +9,7 @@ group; :class:`LayerStructure` (``"layer"``: a residual block) ranks all of a mo
 one group, so ``scope="global"`` and ``"layerwise"`` agree and at least one block stays.
 
 The pruner masks every tensor a unit spans (weights, biases, norm entries, the consumers' input
-columns), so :func:`~tensorplay.ao.pruning.structure.shrink.shrink` removes exactly the pruned
+columns), so :func:`~tensorplay.ao.pruning.shrinking.shrink.shrink` removes exactly the pruned
 units afterwards. The selection (``parameters``, ``module_types``, ``include``, ``exclude``,
 ``keep_dense``) chooses the groups: a group takes part when the tensors its units are scored by
 (the weights of its Linear, Conv and ``Conv1D`` layers) are all selected. The importance
@@ -39,12 +39,12 @@ from torch import nn
 
 from tensorplay.ao.pruning.aliases import alias_map
 from tensorplay.ao.pruning.base import BasePruningMethod
+from tensorplay.ao.pruning.dependency.graph import DependencyGraph
+from tensorplay.ao.pruning.dependency.unit_groups import UnitGroup, shapes_of
 from tensorplay.ao.pruning.dtensor_targets import is_sharded
 from tensorplay.ao.pruning.masking.mode import MaskingMode
 from tensorplay.ao.pruning.methods import L1Unstructured, RandomUnstructured
 from tensorplay.ao.pruning.stats import TensorSparsity
-from tensorplay.ao.pruning.structure.graph import DependencyGraph
-from tensorplay.ao.pruning.structure.units import UnitGroup, shapes_of
 from tensorplay.ao.pruning.structures.structure import Scores
 from tensorplay.ao.pruning.structures.unit_space import (
     Ranked,

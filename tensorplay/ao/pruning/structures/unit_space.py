@@ -1,16 +1,16 @@
 """The unit space of structured units: one key per unit, masks over every slice it spans.
 
-:class:`StructuredSpace` is the :class:`~tensorplay.ao.pruning.scopes.units.UnitSpace` of a
+:class:`StructuredSpace` is the :class:`~tensorplay.ao.pruning.scopes.space.UnitSpace` of a
 pruning step under ``structure="channel"``, ``"head"`` or ``"layer"``. Its groups are
-:class:`Ranked` sets of :class:`~tensorplay.ao.pruning.structure.units.UnitGroup` (a module's
+:class:`Ranked` sets of :class:`~tensorplay.ao.pruning.dependency.unit_groups.UnitGroup` (a module's
 channels or heads; all of a model's layers together), so the scopes rank units exactly as they
 rank single weights:
 
-* **Pruned units** are read from the masks (:func:`~tensorplay.ao.pruning.structure.units.
+* **Pruned units** are read from the masks (:func:`~tensorplay.ao.pruning.dependency.unit_groups.
   pruned_units`): a unit is pruned when every slice it spans is masked.
 * **Scores**: one per unit, the root mean square of the element scores over the unit's scored
-  slices (:func:`~tensorplay.ao.pruning.structure.units.unit_scores`); for magnitude the unit's
-  L2 norm over the square root of its size, so groups of different sizes compete fairly.
+  slices (:func:`~tensorplay.ao.pruning.dependency.unit_groups.unit_scores`); for magnitude the
+  unit's L2 norm over the square root of its size, so groups of different sizes compete fairly.
 * **Selection**: the exact engine of single weights
   (:func:`~tensorplay.ao.pruning.method_selection.select_in_place`) over the unit scores, with
   its tie rule and seeded random draws.
@@ -22,7 +22,7 @@ rank single weights:
   asked by less than ``n / 2`` per group changed, and the pruner's history records the real
   count.
 * **Masks**: the chosen units expand to element masks of every slice
-  (:func:`~tensorplay.ao.pruning.structure.units.expand_keep`), combined with the masks held,
+  (:func:`~tensorplay.ao.pruning.dependency.unit_groups.expand_keep`), combined with the masks held,
   and the masking mode holds them (either mode).
 
 Example:
@@ -30,7 +30,7 @@ Example:
     >>> from torch import nn
     >>> from tensorplay.ao.pruning.masking import masking_mode
     >>> from tensorplay.ao.pruning.methods import L1Unstructured
-    >>> from tensorplay.ao.pruning.structure.units import Slice, UnitGroup, shapes_of
+    >>> from tensorplay.ao.pruning.dependency.unit_groups import Slice, UnitGroup, shapes_of
     >>> from tensorplay.ao.pruning.tied_targets import Target
     >>> mlp = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 2))
     >>> group = UnitGroup("0", "channel", 3, (Slice("0.weight", 0), Slice("2.weight", 1)))
@@ -56,9 +56,14 @@ from torch import Tensor
 
 from tensorplay.ao.pruning.amount import kept_multiple
 from tensorplay.ao.pruning.base import BasePruningMethod
+from tensorplay.ao.pruning.dependency.unit_groups import (
+    UnitGroup,
+    expand_keep,
+    pruned_units,
+    unit_scores,
+)
 from tensorplay.ao.pruning.masking.mode import MaskingMode
 from tensorplay.ao.pruning.method_selection import select_in_place
-from tensorplay.ao.pruning.structure.units import UnitGroup, expand_keep, pruned_units, unit_scores
 from tensorplay.ao.pruning.structures.structure import Scores
 from tensorplay.ao.pruning.tied_targets import Target
 
@@ -74,7 +79,7 @@ class Ranked:
         groups: The unit groups, each a slice of the units.
 
     Example:
-        >>> from tensorplay.ao.pruning.structure.units import Slice, UnitGroup
+        >>> from tensorplay.ao.pruning.dependency.unit_groups import Slice, UnitGroup
         >>> layers = [UnitGroup(f"h.{i}", "layer", 1, (Slice(f"h.{i}.w", None),)) for i in (0, 1)]
         >>> Ranked("h", tuple(layers)).size
         2
@@ -128,10 +133,10 @@ def pruned_of(
     ranked: Ranked, masks: Mapping[str, Tensor], partial: Literal["refuse", "keep"] = "refuse"
 ) -> Tensor:
     """One bool per unit of ``ranked``, ``True`` where all its slices are masked
-    (:func:`~tensorplay.ao.pruning.structure.units.pruned_units` of each group, in order).
+    (:func:`~tensorplay.ao.pruning.dependency.unit_groups.pruned_units` of each group, in order).
 
     Example:
-        >>> from tensorplay.ao.pruning.structure.units import Slice, UnitGroup
+        >>> from tensorplay.ao.pruning.dependency.unit_groups import Slice, UnitGroup
         >>> group = UnitGroup("fc", "channel", 2, (Slice("weight", 0),))
         >>> pruned_of(Ranked("fc", (group,)), {"weight": torch.tensor([[0.0], [1.0]])})
         tensor([ True, False])

@@ -1,7 +1,7 @@
 """Finding a Hugging Face model's residual blocks wherever the user put the model.
 
 The blocks are the entries of an ``nn.ModuleList`` that all match one
-:data:`~tensorplay.ao.pruning.structure.families.FAMILIES` entry (``model.layers`` of a Llama,
+:data:`~tensorplay.ao.pruning.dependency.families.FAMILIES` entry (``model.layers`` of a Llama,
 ``transformer.h`` of GPT-2, ``bert.encoder.layer``...). The model may be the module given or sit
 inside a wrapper (a ``LightningModule`` holding it as ``model``): names stay the wrapper's
 qualified names. The model that owns the blocks is the outermost module above them holding a
@@ -26,8 +26,8 @@ from typing import Any
 
 from torch import nn
 
-from tensorplay.ao.pruning.structure.families import FAMILIES, Family, UnanalysableError
-from tensorplay.ao.pruning.structure.families.base import join
+from tensorplay.ao.pruning.dependency.families import FAMILIES, Family, UnanalysableError
+from tensorplay.ao.pruning.dependency.families.family import join
 
 __all__ = ["FoundBlocks", "find_blocks", "hf_config_of", "looks_like_hf"]
 

@@ -46,10 +46,10 @@ from typing import Any
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning.aliases import parameter_groups
-from tensorplay.ao.pruning.structure.channel_flow import follow
-from tensorplay.ao.pruning.structure.channel_groups import unit_groups
-from tensorplay.ao.pruning.structure.fx_capture import capture
-from tensorplay.ao.pruning.structure.units import UnitGroup, check_groups
+from tensorplay.ao.pruning.dependency.channel_flow import follow
+from tensorplay.ao.pruning.dependency.channel_groups import unit_groups
+from tensorplay.ao.pruning.dependency.fx_capture import capture
+from tensorplay.ao.pruning.dependency.unit_groups import UnitGroup, check_groups
 
 __all__ = ["ChannelTrace", "trace_channels", "traced_groups"]
 

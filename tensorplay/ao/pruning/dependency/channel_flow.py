@@ -8,7 +8,7 @@ and the channels that reach the model's outputs (a classifier's) are never remov
 
 Example:
     >>> from torch import nn
-    >>> from tensorplay.ao.pruning.structure.fx_capture import capture
+    >>> from tensorplay.ao.pruning.dependency.fx_capture import capture
     >>> model = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
     >>> graph, shapes = capture(model)
     >>> [c.reason for c in follow(model, graph, shapes).classes() if c.producers()][-1]
@@ -23,10 +23,10 @@ from typing import Any
 from torch import fx, nn
 
 from tensorplay.ao.pruning.aliases import alias_map
-from tensorplay.ao.pruning.structure.channel_atoms import ChannelAtoms
-from tensorplay.ao.pruning.structure.channel_modules import module_rule, unknown_module
-from tensorplay.ao.pruning.structure.channel_ops import FUNCTION_RULES, METHOD_RULES
-from tensorplay.ao.pruning.structure.channel_values import Call, Tracked, values_in
+from tensorplay.ao.pruning.dependency.channel_atoms import ChannelAtoms
+from tensorplay.ao.pruning.dependency.channel_modules import module_rule, unknown_module
+from tensorplay.ao.pruning.dependency.channel_ops import FUNCTION_RULES, METHOD_RULES
+from tensorplay.ao.pruning.dependency.channel_values import Call, Tracked, values_in
 
 __all__ = ["follow"]
 

@@ -7,7 +7,7 @@ each section, with the matching bias entries, and ``head_dim`` rows of ``attn.c_
 channel is a column of ``mlp.c_fc`` (and its bias entry) and a row of ``mlp.c_proj``. A
 cross-attention (``add_cross_attention``) stays whole. GPT-2 derives ``head_dim`` from
 ``n_embd // n_head``, so a model with fewer heads cannot be described by its config: its heads
-are recorded per layer (see :mod:`~tensorplay.ao.pruning.structure.hf_config`).
+are recorded per layer (see :mod:`~tensorplay.ao.pruning.shrinking.hf_config`).
 
 Example:
     >>> import transformers
@@ -28,7 +28,7 @@ from collections.abc import Mapping
 
 from torch import nn
 
-from tensorplay.ao.pruning.structure.families.base import (
+from tensorplay.ao.pruning.dependency.families.family import (
     BlockUnits,
     UnanalysableError,
     child,
@@ -39,12 +39,12 @@ from tensorplay.ao.pruning.structure.families.base import (
     submodule,
     tensor_names,
 )
-from tensorplay.ao.pruning.structure.families.projections import (
+from tensorplay.ao.pruning.dependency.families.projections import (
     channel_group,
     output_slices,
     row_slices,
 )
-from tensorplay.ao.pruning.structure.units import UnitGroup
+from tensorplay.ao.pruning.dependency.unit_groups import UnitGroup
 
 __all__ = ["GPT2", "Gpt2Family"]
 

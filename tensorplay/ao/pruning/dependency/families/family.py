@@ -4,10 +4,10 @@ A family (Llama-style, GPT-2, BERT, ViT) is recognised by the names and types of
 submodules, never by importing ``transformers``: a model's blocks are the entries of an
 ``nn.ModuleList`` that all match one family. For each block the family names its units
 (:class:`BlockUnits`: the FFN channels and the attention heads as
-:class:`~tensorplay.ao.pruning.structure.units.UnitGroup` objects), the tensors that belong to
-no unit (the residual-stream norms, the output biases), and how to bring the block's attributes
-and its model's config in line once units are gone. A tensor of the block that the family does
-not know makes the block unanalysable: a clear error rather than a guess.
+:class:`~tensorplay.ao.pruning.dependency.unit_groups.UnitGroup` objects), the tensors
+that belong to no unit (the residual-stream norms, the output biases), and how to bring the
+block's attributes and its model's config in line once units are gone. A tensor of the block
+that the family does not know makes the block unanalysable: a clear error rather than a guess.
 
 Example:
     >>> from torch import nn
@@ -26,8 +26,8 @@ from typing import Protocol
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning.aliases import tensor_name
+from tensorplay.ao.pruning.dependency.unit_groups import UnitGroup
 from tensorplay.ao.pruning.reparametrization import parameter_of
-from tensorplay.ao.pruning.structure.units import UnitGroup
 
 __all__ = [
     "BlockUnits",
@@ -64,7 +64,7 @@ class BlockUnits:
             all heads.
 
     Example:
-        >>> from tensorplay.ao.pruning.structure.units import Slice
+        >>> from tensorplay.ao.pruning.dependency.unit_groups import Slice
         >>> fc = UnitGroup("mlp", "channel", 2, (Slice("mlp.fc.weight", 0),))
         >>> BlockUnits(fc, fc, ("norm.weight",)).shared
         ('norm.weight',)

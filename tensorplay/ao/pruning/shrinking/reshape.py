@@ -12,7 +12,7 @@ Example:
     >>> import torch
     >>> from torch import nn
     >>> from tensorplay.ao.pruning import shrink
-    >>> from tensorplay.ao.pruning.structure.units import Slice, UnitGroup
+    >>> from tensorplay.ao.pruning.dependency.unit_groups import Slice, UnitGroup
     >>> def mlp():
     ...     return nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
     >>> group = UnitGroup("0", "channel", 3, (Slice("0.weight", 0), Slice("0.bias", 0),
@@ -39,11 +39,11 @@ import torch
 from torch import nn
 
 from tensorplay.ao.pruning.aliases import alias_map
-from tensorplay.ao.pruning.structure.blocks import find_blocks
-from tensorplay.ao.pruning.structure.hf_config import update_config
-from tensorplay.ao.pruning.structure.removal import Cut, apply_cuts, remove_blocks
-from tensorplay.ao.pruning.structure.shrink_report import ShrinkReport
-from tensorplay.ao.pruning.structure.units import shapes_of
+from tensorplay.ao.pruning.dependency.blocks import find_blocks
+from tensorplay.ao.pruning.dependency.unit_groups import shapes_of
+from tensorplay.ao.pruning.shrinking.hf_config import update_config
+from tensorplay.ao.pruning.shrinking.removal import Cut, apply_cuts, remove_blocks
+from tensorplay.ao.pruning.shrinking.shrink_report import ShrinkReport
 
 __all__ = ["ShrunkShapes", "reshape"]
 

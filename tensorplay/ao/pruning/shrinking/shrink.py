@@ -2,7 +2,7 @@
 
 :func:`shrink` reads which units are pruned, removes them from every tensor they span (a
 channel's rows and columns, a head's q/k/v rows and output columns, a whole residual block) and
-returns a :class:`~tensorplay.ao.pruning.structure.shrink_report.ShrinkReport`. The shrunk model
+returns a :class:`~tensorplay.ao.pruning.shrinking.shrink_report.ShrinkReport`. The shrunk model
 computes what the masked model computed (to float rounding), in training and in evaluation, and
 a decoder generates the same tokens with its KV cache. (In training, dropout draws other random
 numbers where a shape changed, such as attention probabilities with fewer heads.)
@@ -16,7 +16,7 @@ Which units are pruned:
 * A unit is removed when **every** slice it spans is pruned: its weights, its biases, its norm
   entries. A unit pruned in some slices but not others (element pruning leaves such units; a
   weight row masked but its bias not) is kept, with its zeros, and counted in
-  :attr:`~tensorplay.ao.pruning.structure.shrink_report.ShrinkReport.partial_units`: shrinking
+  :attr:`~tensorplay.ao.pruning.shrinking.shrink_report.ShrinkReport.partial_units`: shrinking
   never loses what was computed, and never refuses work already done.
 * A group keeps at least one unit: where all its units are pruned, the first stays (all zero, so
   its module still computes zero): attention cannot run with no heads.
@@ -45,7 +45,7 @@ Example:
     >>> import torch
     >>> import transformers
     >>> from tensorplay.ao.pruning import DependencyGraph, shrink
-    >>> from tensorplay.ao.pruning.structure.units import expand_keep, shapes_of
+    >>> from tensorplay.ao.pruning.dependency.unit_groups import expand_keep, shapes_of
     >>> config = transformers.LlamaConfig(
     ...     vocab_size=16, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
     ...     num_attention_heads=4, num_key_value_heads=2)
@@ -74,17 +74,22 @@ import torch
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning.aliases import TiedParameter, alias_map, parameter_groups
+from tensorplay.ao.pruning.dependency.blocks import FoundBlocks, find_blocks
+from tensorplay.ao.pruning.dependency.graph import DependencyGraph
+from tensorplay.ao.pruning.dependency.unit_groups import (
+    UnitGroup,
+    check_groups,
+    pruned_units,
+    shapes_of,
+)
 from tensorplay.ao.pruning.masking.lean_masks import apply_masks, lean_mask, remove_mask
 from tensorplay.ao.pruning.masking.readers import masked_values
 from tensorplay.ao.pruning.reparametrization import pruned_parts
 from tensorplay.ao.pruning.selection.sharding import is_dtensor
+from tensorplay.ao.pruning.shrinking.hf_config import check_config, update_config
+from tensorplay.ao.pruning.shrinking.removal import Cut, apply_cuts, plan_cuts, remove_blocks
+from tensorplay.ao.pruning.shrinking.shrink_report import ConfigUpdate, GroupWidth, ShrinkReport
 from tensorplay.ao.pruning.spent import record_shrink
-from tensorplay.ao.pruning.structure.blocks import FoundBlocks, find_blocks
-from tensorplay.ao.pruning.structure.graph import DependencyGraph
-from tensorplay.ao.pruning.structure.hf_config import check_config, update_config
-from tensorplay.ao.pruning.structure.removal import Cut, apply_cuts, plan_cuts, remove_blocks
-from tensorplay.ao.pruning.structure.shrink_report import ConfigUpdate, GroupWidth, ShrinkReport
-from tensorplay.ao.pruning.structure.units import UnitGroup, check_groups, pruned_units, shapes_of
 
 __all__ = ["shrink"]
 

@@ -23,11 +23,11 @@ from typing import Any
 
 from torch import nn
 
+from tensorplay.ao.pruning.dependency.channel_elementwise import keep_channels
+from tensorplay.ao.pruning.dependency.channel_ops import mixing, spatial
+from tensorplay.ao.pruning.dependency.channel_reshapes import reshaped
+from tensorplay.ao.pruning.dependency.channel_values import NEEDS_SHAPES, Call, Rule, Tracked
 from tensorplay.ao.pruning.reparametrization import parameter_of
-from tensorplay.ao.pruning.structure.channel_elementwise import keep_channels
-from tensorplay.ao.pruning.structure.channel_ops import mixing, spatial
-from tensorplay.ao.pruning.structure.channel_reshapes import reshaped
-from tensorplay.ao.pruning.structure.channel_values import NEEDS_SHAPES, Call, Rule, Tracked
 
 __all__ = ["MODULE_RULES", "module_rule", "unknown_module"]
 

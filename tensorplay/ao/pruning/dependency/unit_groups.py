@@ -5,7 +5,7 @@ the same index range in several tensors: an FFN neuron is a row of the gate and 
 and a column of the down projection. A :class:`UnitGroup` holds ``size`` units that share one
 layout: unit ``u`` spans, in each :class:`Slice`, the indices
 ``offset + u * width ... offset + (u + 1) * width - 1`` along ``dim`` of one parameter. The
-dependency analysis (:mod:`~tensorplay.ao.pruning.structure.graph`) finds the groups; masking,
+dependency analysis (:mod:`~tensorplay.ao.pruning.dependency.graph`) finds the groups; masking,
 scoring, counting and shrinking read them through the pure functions of this module, so
 "what else goes if this unit goes" is answered once.
 

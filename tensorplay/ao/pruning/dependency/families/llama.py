@@ -28,14 +28,14 @@ from collections.abc import Mapping
 
 from torch import nn
 
-from tensorplay.ao.pruning.structure.families.base import (
+from tensorplay.ao.pruning.dependency.families.family import (
     BlockUnits,
     has_children,
     out_in,
     set_present,
     submodule,
 )
-from tensorplay.ao.pruning.structure.families.projections import (
+from tensorplay.ao.pruning.dependency.families.projections import (
     QKVO,
     channel_group,
     head_layout,

@@ -10,7 +10,7 @@ them all. Division by a channel is refused: a removed (zero) channel would turn 
 infinities that a zeroed weight cannot cancel.
 
 Example:
-    >>> from tensorplay.ao.pruning.structure.channel_atoms import ChannelAtoms
+    >>> from tensorplay.ao.pruning.dependency.channel_atoms import ChannelAtoms
     >>> from torch import fx
     >>> atoms = ChannelAtoms()
     >>> a = Tracked({-1: tuple(atoms.fresh(2))}, (3, 2))
@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tensorplay.ao.pruning.structure.channel_values import NEEDS_SHAPES, Call, SizeRead, Tracked
+from tensorplay.ao.pruning.dependency.channel_values import NEEDS_SHAPES, Call, SizeRead, Tracked
 
 __all__ = [
     "divide",

@@ -1,7 +1,7 @@
 """The dependency graph: the one object that says what else changes if a unit goes.
 
 :class:`DependencyGraph` is built once from a model and answers, per kind of unit, which slices
-of which tensors one unit spans (:class:`~tensorplay.ao.pruning.structure.units.UnitGroup`).
+of which tensors one unit spans (:class:`~tensorplay.ao.pruning.dependency.unit_groups.UnitGroup`).
 Masking, scoring, counting and shrinking all ask it, so coupling (a fused ``c_attn``, grouped
 query attention, the gate and up projections of one FFN neuron) is decided in one place.
 
@@ -11,7 +11,7 @@ How the model is read:
   RoBERTa; ViT, DeiT) is recognised by the names and types of its blocks' submodules, without
   importing ``transformers``, wherever it sits (the model itself, or inside a wrapper such as a
   ``LightningModule`` holding it as ``model``: names are then the wrapper's);
-* any **other model** is traced (:mod:`~tensorplay.ao.pruning.structure.tracing`, torch.fx;
+* any **other model** is traced (:mod:`~tensorplay.ao.pruning.dependency.tracing`, torch.fx;
   ``example_inputs`` give the shapes), which finds channels only: a Linear's or Conv's output
   channels with their BatchNorm entries and consumers' input columns, channels joined by a
   residual addition as one unit.
@@ -49,11 +49,11 @@ from typing import Any, Literal, get_args
 
 from torch import Tensor, nn
 
-from tensorplay.ao.pruning.structure.blocks import FoundBlocks, find_blocks, looks_like_hf
-from tensorplay.ao.pruning.structure.families import FAMILIES, UnanalysableError
-from tensorplay.ao.pruning.structure.families.base import join, tensor_names
-from tensorplay.ao.pruning.structure.tracing import traced_groups
-from tensorplay.ao.pruning.structure.units import Slice, UnitGroup, check_groups, shapes_of
+from tensorplay.ao.pruning.dependency.blocks import FoundBlocks, find_blocks, looks_like_hf
+from tensorplay.ao.pruning.dependency.families import FAMILIES, UnanalysableError
+from tensorplay.ao.pruning.dependency.families.family import join, tensor_names
+from tensorplay.ao.pruning.dependency.tracing import traced_groups
+from tensorplay.ao.pruning.dependency.unit_groups import Slice, UnitGroup, check_groups, shapes_of
 
 __all__ = ["KINDS", "DependencyGraph", "Kind"]
 

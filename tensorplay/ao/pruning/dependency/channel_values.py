@@ -9,7 +9,7 @@ makes those channels unprunable. A rule (:mod:`.channel_ops`, :mod:`.channel_mod
 one :class:`Call` and returns the value of its result.
 
 Example:
-    >>> from tensorplay.ao.pruning.structure.channel_atoms import ChannelAtoms
+    >>> from tensorplay.ao.pruning.dependency.channel_atoms import ChannelAtoms
     >>> atoms = ChannelAtoms()
     >>> x = Tracked({-1: tuple(atoms.fresh(3))}, (2, 3))
     >>> x.ndim, x.negative(1), x.size(-1)
@@ -24,7 +24,7 @@ from typing import Any
 
 from torch import fx, nn
 
-from tensorplay.ao.pruning.structure.channel_atoms import ChannelAtoms
+from tensorplay.ao.pruning.dependency.channel_atoms import ChannelAtoms
 
 __all__ = ["NEEDS_SHAPES", "Call", "Rule", "SizeRead", "Tracked", "values_in"]
 

@@ -53,11 +53,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from tensorplay.ao.pruning.structure.blocks import FoundBlocks, find_blocks
-from tensorplay.ao.pruning.structure.families import UnanalysableError
-from tensorplay.ao.pruning.structure.removal import apply_cuts, plan_cuts
-from tensorplay.ao.pruning.structure.shrink_report import ConfigUpdate
-from tensorplay.ao.pruning.structure.units import UnitGroup, shapes_of
+from tensorplay.ao.pruning.dependency.blocks import FoundBlocks, find_blocks
+from tensorplay.ao.pruning.dependency.families import UnanalysableError
+from tensorplay.ao.pruning.dependency.unit_groups import UnitGroup, shapes_of
+from tensorplay.ao.pruning.shrinking.removal import apply_cuts, plan_cuts
+from tensorplay.ao.pruning.shrinking.shrink_report import ConfigUpdate
 
 __all__ = ["WIDTHS_KEY", "check_config", "load_shrunk", "rebuild_widths", "update_config"]
 
@@ -175,7 +175,7 @@ def load_shrunk(model_class: Any, directory: str | os.PathLike[str], **kwargs: A
         ValueError: The record does not fit the model the config builds.
 
     Example:
-        See :mod:`~tensorplay.ao.pruning.structure.hf_config`.
+        See :mod:`~tensorplay.ao.pruning.shrinking.hf_config`.
     """
     concrete = _concrete_class(model_class, directory)
 

@@ -27,8 +27,8 @@ import torch
 from torch import Tensor, fx, nn
 from torch.utils._pytree import tree_map
 
-from tensorplay.ao.pruning.structure.channel_modules import module_rule
-from tensorplay.ao.pruning.structure.channel_ops import ELEMENTWISE_FUNCTIONS, ELEMENTWISE_METHODS
+from tensorplay.ao.pruning.dependency.channel_modules import module_rule
+from tensorplay.ao.pruning.dependency.channel_ops import ELEMENTWISE_FUNCTIONS, ELEMENTWISE_METHODS
 
 __all__ = ["capture", "example_tuple"]
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from tensorplay.ao.pruning.structure.families.base import (
+from tensorplay.ao.pruning.dependency.families.family import (
     UnanalysableError,
     child,
     int_attribute,
@@ -37,7 +37,7 @@ from tensorplay.ao.pruning.structure.families.base import (
     out_in,
     weight_of,
 )
-from tensorplay.ao.pruning.structure.units import Slice, UnitGroup
+from tensorplay.ao.pruning.dependency.unit_groups import Slice, UnitGroup
 
 __all__ = [
     "QKVO",

@@ -8,7 +8,7 @@ of them, exactly the layout :class:`~.units.Slice` describes. A group is named a
 module whose output channels it holds first in the model's order.
 
 Example:
-    >>> from tensorplay.ao.pruning.structure.channel_atoms import ChannelAtoms
+    >>> from tensorplay.ao.pruning.dependency.channel_atoms import ChannelAtoms
     >>> atoms = ChannelAtoms()
     >>> rows = atoms.entries("fc1.weight", 0, 3, role="out", scored=True)
     >>> columns = atoms.entries("fc2.weight", 1, 6, role="in", scored=True)
@@ -26,8 +26,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-from tensorplay.ao.pruning.structure.channel_atoms import AtomClass
-from tensorplay.ao.pruning.structure.units import Slice, UnitGroup
+from tensorplay.ao.pruning.dependency.channel_atoms import AtomClass
+from tensorplay.ao.pruning.dependency.unit_groups import Slice, UnitGroup
 
 __all__ = ["unit_groups"]
 

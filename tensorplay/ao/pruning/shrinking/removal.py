@@ -5,13 +5,13 @@ parameter may lose units along several dimensions: a convolution's filters and i
 channels) and checks that every module holding a parameter that shrinks can be resized; nothing
 changes until :func:`apply_cuts`, which gives each parameter a new, smaller ``nn.Parameter`` under
 every name that reaches it (tied weights stay tied) and resizes the modules
-(:mod:`~tensorplay.ao.pruning.structure.resize`). :func:`remove_blocks` takes whole residual
+(:mod:`~tensorplay.ao.pruning.shrinking.resize`). :func:`remove_blocks` takes whole residual
 blocks out of their ``nn.ModuleList`` and renumbers the ``layer_idx`` the KV cache is indexed by.
 
 Example:
     >>> import torch
     >>> from torch import nn
-    >>> from tensorplay.ao.pruning.structure.units import Slice, UnitGroup
+    >>> from tensorplay.ao.pruning.dependency.unit_groups import Slice, UnitGroup
     >>> mlp = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
     >>> group = UnitGroup("0", "channel", 3, (Slice("0.weight", 0), Slice("0.bias", 0),
     ...                                      Slice("2.weight", 1)))
@@ -33,8 +33,8 @@ import torch
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning.aliases import alias_map
-from tensorplay.ao.pruning.structure.resize import resize, resizer_for
-from tensorplay.ao.pruning.structure.units import UnitGroup
+from tensorplay.ao.pruning.dependency.unit_groups import UnitGroup
+from tensorplay.ao.pruning.shrinking.resize import resize, resizer_for
 
 __all__ = ["Cut", "apply_cuts", "plan_cuts", "remove_blocks"]
 

@@ -8,7 +8,7 @@ row of ``intermediate.dense`` and a column of ``output.dense``. The norms follow
 additions (post-norm), so a block whose parameters are zero is not the identity: whole layers
 cannot be removed. The head width is derived from ``hidden_size // num_attention_heads``, so a
 model with fewer heads is recorded per layer (see
-:mod:`~tensorplay.ao.pruning.structure.hf_config`).
+:mod:`~tensorplay.ao.pruning.shrinking.hf_config`).
 
 Example:
     >>> import transformers
@@ -27,7 +27,7 @@ from collections.abc import Mapping
 
 from torch import nn
 
-from tensorplay.ao.pruning.structure.families.base import (
+from tensorplay.ao.pruning.dependency.families.family import (
     BlockUnits,
     UnanalysableError,
     child,
@@ -38,12 +38,12 @@ from tensorplay.ao.pruning.structure.families.base import (
     submodule,
     tensor_names,
 )
-from tensorplay.ao.pruning.structure.families.projections import (
+from tensorplay.ao.pruning.dependency.families.projections import (
     channel_group,
     output_slices,
     row_slices,
 )
-from tensorplay.ao.pruning.structure.units import UnitGroup
+from tensorplay.ao.pruning.dependency.unit_groups import UnitGroup
 
 __all__ = ["BERT", "BertFamily"]
 

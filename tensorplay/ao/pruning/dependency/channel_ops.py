@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from tensorplay.ao.pruning.structure.channel_elementwise import (
+from tensorplay.ao.pruning.dependency.channel_elementwise import (
     divide,
     join,
     keep_channels,
@@ -34,7 +34,7 @@ from tensorplay.ao.pruning.structure.channel_elementwise import (
     size_arithmetic,
     where,
 )
-from tensorplay.ao.pruning.structure.channel_reshapes import (
+from tensorplay.ao.pruning.dependency.channel_reshapes import (
     cat,
     chunk,
     expand,
@@ -45,7 +45,7 @@ from tensorplay.ao.pruning.structure.channel_reshapes import (
     unflatten,
     view,
 )
-from tensorplay.ao.pruning.structure.channel_values import (
+from tensorplay.ao.pruning.dependency.channel_values import (
     NEEDS_SHAPES,
     Call,
     Rule,

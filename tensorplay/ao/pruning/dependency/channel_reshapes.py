@@ -9,7 +9,7 @@ Concatenation places each operand's channels at its offset; a chunk of the chann
 position ``i`` of every chunk, so the chunks stay equal.
 
 Example:
-    >>> from tensorplay.ao.pruning.structure.channel_atoms import ChannelAtoms
+    >>> from tensorplay.ao.pruning.dependency.channel_atoms import ChannelAtoms
     >>> from torch import fx
     >>> atoms = ChannelAtoms()
     >>> x = Tracked({-3: tuple(atoms.fresh(2))}, (1, 2, 2, 2))
@@ -24,8 +24,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from tensorplay.ao.pruning.structure.channel_elementwise import joined
-from tensorplay.ao.pruning.structure.channel_values import NEEDS_SHAPES, Call, Tracked
+from tensorplay.ao.pruning.dependency.channel_elementwise import joined
+from tensorplay.ao.pruning.dependency.channel_values import NEEDS_SHAPES, Call, Tracked
 
 __all__ = [
     "cat",
