@@ -74,8 +74,9 @@ class UnitStructure:
     Raises:
         ValueError: The model cannot be analysed (naming the submodule), has no units of this
             kind (a plain model's heads or layers, a post-norm model's layers, a model whose
-            only layer is its output), or the selection leaves none; parameters that are
-            ``DTensor`` shards (FSDP2).
+            only layer is its output), or the selection leaves none; a ``multiple_of`` wider
+            than some group (naming it and its width); parameters that are ``DTensor`` shards
+            (FSDP2).
         TypeError: ``example_inputs`` neither a tensor nor a tuple.
     """
 
@@ -93,6 +94,7 @@ class UnitStructure:
         _refuse_shards(self.name, model)
         graph = DependencyGraph(model, example_inputs)
         groups = _selected_groups(self.name, graph, model, selected)
+        _check_multiple(self.name, groups, multiple_of)
         if self.ranks_together:
             container = graph.blocks.name if graph.blocks is not None else self.name
             self._ranked = [Ranked(container, tuple(groups))]
@@ -229,6 +231,16 @@ def _selected_groups(
             f"{missing}; widen `parameters`, `include` or `exclude`."
         )
     return found
+
+
+def _check_multiple(kind: str, groups: Sequence[UnitGroup], multiple_of: int) -> None:
+    """Refuse a ``multiple_of`` wider than some group: it could keep no multiple of it."""
+    for group in groups:
+        if multiple_of > group.size:
+            raise ValueError(
+                f"Expected `multiple_of` to be at most the width of every {kind} group, but got "
+                f"{multiple_of}: group {group.name!r} has {group.size} units."
+            )
 
 
 def _targets(names: Sequence[str], aliases: Any, by_name: dict[str, Target]) -> list[Target]:
