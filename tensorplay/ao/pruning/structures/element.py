@@ -143,6 +143,7 @@ class ElementSpace:
         self._score = scores
         self._scores: list[Tensor] | None = None
         self.names = [target.name for target in self._targets]
+        self.collapse_share = 0.0  # a target can be emptied: warn when it is
 
     def numels(self) -> list[int]:
         """Per target, its weights."""

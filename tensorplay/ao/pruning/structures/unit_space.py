@@ -202,6 +202,7 @@ class StructuredSpace:
         self._element_scores: dict[str, Tensor] | None = None
         self._multiple = multiple_of
         self.names = [ranked.name for ranked in self._ranked]
+        self.collapse_share = 0.1  # a group keeps a unit: warn when it is nearly gone
 
     def numels(self) -> list[int]:
         """Per group, its units."""
