@@ -10,7 +10,7 @@ target is 100% pruned it warns, naming the target and the two fixes: a floor for
 
 A group of structured units (a module's channels or heads) always keeps one unit, so there the
 warning comes the first time a global step leaves it 10% of its units or fewer
-(:attr:`~tensorplay.ao.pruning.scopes.space.UnitSpace.collapse_share`), naming the group and the
+(the unit space's ``collapse_share``), naming the group and the
 fixes: ``min_density``, or ``scope="layerwise"`` (every group pruned to the target on its own).
 
 Example:

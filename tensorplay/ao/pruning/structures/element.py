@@ -81,6 +81,7 @@ class ElementStructure:
             )
         self.targets = list(selected)
         self.scored = self.targets
+        self.notes: tuple[str, ...] = ()  # every selected tensor is pruned
 
     @classmethod
     def check_options(
