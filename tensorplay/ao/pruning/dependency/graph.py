@@ -52,7 +52,7 @@ from torch import Tensor, nn
 from tensorplay.ao.pruning.dependency.blocks import FoundBlocks, find_blocks, looks_like_hf
 from tensorplay.ao.pruning.dependency.families import FAMILIES, UnanalysableError
 from tensorplay.ao.pruning.dependency.families.family import join, tensor_names
-from tensorplay.ao.pruning.dependency.tracing import traced_groups
+from tensorplay.ao.pruning.dependency.tracing import ChannelTrace, trace_channels
 from tensorplay.ao.pruning.dependency.unit_groups import Slice, UnitGroup, check_groups, shapes_of
 
 __all__ = ["KINDS", "DependencyGraph", "Kind"]
@@ -106,10 +106,16 @@ class DependencyGraph:
         self.blocks: FoundBlocks | None = find_blocks(model)
         """The Hugging Face blocks found (``None`` for a traced model)."""
         self._refused: dict[str, str] = {}
+        self.unprunable: dict[str, str] = {}
+        """For a traced model, each module whose output channels (some or all) no group holds,
+        with the first reason found (:func:`~tensorplay.ao.pruning.dependency.tracing.
+        trace_channels`); empty for a known family."""
         if self.blocks is not None:
             self._groups = self._family_groups(self.blocks)
         else:
-            self._groups = {"channel": _traced_channels(model, example_inputs)}
+            trace = _traced_channels(model, example_inputs)
+            self._groups = {"channel": trace.groups}
+            self.unprunable = trace.unprunable
             for kind in ("head", "layer"):
                 self._refused[kind] = (
                     f"{self._model_name} is not a Hugging Face model of a known family, and "
@@ -216,7 +222,7 @@ def _check_known(
 
 def _traced_channels(
     model: nn.Module, example_inputs: Tensor | tuple[Any, ...] | None
-) -> list[UnitGroup]:
+) -> ChannelTrace:
     if looks_like_hf(model) and example_inputs is None:
         families = "; ".join(f"{family.name}: {family.models}" for family in FAMILIES)
         raise UnanalysableError(
@@ -224,4 +230,4 @@ def _traced_channels(
             f"to trace {type(model).__name__} with, but its blocks match no family and no "
             "example_inputs were given."
         )
-    return traced_groups(model, example_inputs)["channel"]
+    return trace_channels(model, example_inputs)
