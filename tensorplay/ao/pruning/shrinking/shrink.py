@@ -75,7 +75,7 @@ from torch import Tensor, nn
 
 from tensorplay.ao.pruning.aliases import TiedParameter, alias_map, parameter_groups
 from tensorplay.ao.pruning.dependency.blocks import FoundBlocks, find_blocks
-from tensorplay.ao.pruning.dependency.graph import DependencyGraph
+from tensorplay.ao.pruning.dependency.recorded import forget_groups, recorded_groups
 from tensorplay.ao.pruning.dependency.unit_groups import (
     UnitGroup,
     check_groups,
@@ -83,11 +83,17 @@ from tensorplay.ao.pruning.dependency.unit_groups import (
     shapes_of,
 )
 from tensorplay.ao.pruning.masking.lean_masks import apply_masks, lean_mask, remove_mask
-from tensorplay.ao.pruning.masking.readers import masked_values
+from tensorplay.ao.pruning.masking.readers import mask_of, masked_values
 from tensorplay.ao.pruning.reparametrization import pruned_parts
 from tensorplay.ao.pruning.selection.sharding import is_dtensor
 from tensorplay.ao.pruning.shrinking.hf_config import check_config, update_config
+from tensorplay.ao.pruning.shrinking.left_masked import (
+    LeftMasked,
+    refuse_untraced_channels,
+    untraced_tensors,
+)
 from tensorplay.ao.pruning.shrinking.removal import Cut, apply_cuts, plan_cuts, remove_blocks
+from tensorplay.ao.pruning.shrinking.shrink_groups import default_groups
 from tensorplay.ao.pruning.shrinking.shrink_report import ConfigUpdate, GroupWidth, ShrinkReport
 from tensorplay.ao.pruning.spent import record_shrink
 
@@ -128,17 +134,23 @@ def shrink(
             :class:`~tensorplay.ao.pruning.DependencyGraph` raises; a sharded (FSDP2
             ``DTensor``) parameter: shrink a full copy.
     """
+    recorded: Sequence[UnitGroup]
+    untraced: Mapping[str, str] = {}
     if groups is None:
-        graph = DependencyGraph(model, example_inputs)
-        found = graph.blocks
-        chosen = [group for kind in graph.kinds for group in graph.groups(kind)]
+        default = default_groups(model, example_inputs)
+        found, chosen, recorded = default.blocks, default.groups, default.recorded
+        if example_inputs is None:
+            untraced = default.unprunable
     else:
         found = find_blocks(model)
         chosen = list(groups)
-        check_groups(chosen, shapes_of(model))
+        shapes = shapes_of(model)
+        check_groups(chosen, shapes)
+        recorded = [group for group in recorded_groups(model) if _fits(group, shapes)]
     plan = _plan(model, chosen, found)
-    before = _count(model)
     aliases = alias_map(model)
+    _refuse_left_masked(model, aliases, plan, (chosen, recorded), untraced)
+    before = _count(model)
     record_shrink(pair for name in plan.tensors for pair in aliases[name].pairs)
     _make_permanent(aliases, plan.tensors)
     apply_cuts(plan.cuts)
@@ -150,6 +162,8 @@ def shrink(
             found.family.sync(block)
         if found.config is not None:
             config = update_config(found, plan.kept_blocks(layers_before))
+    changed = aliases if plan.dropped_blocks else plan.tensors  # blocks renumbered: every name
+    forget_groups(model, {alias for name in changed for alias in aliases[name].names})
     return ShrinkReport(before, _count(model), plan.widths, plan.partial_units, config)
 
 
@@ -159,6 +173,7 @@ class _Plan:
 
     cuts: list[Cut]
     dropped_blocks: list[int]
+    dropped_prefixes: list[str]
     tensors: list[str]
     widths: tuple[GroupWidth, ...]
     partial_units: int
@@ -194,7 +209,55 @@ def _plan(model: nn.Module, groups: Sequence[UnitGroup], found: FoundBlocks | No
         keeps.append((group, ~pruned))
         widths.append(GroupWidth(group.name, group.kind, group.size, int((~pruned).sum())))
     cuts = plan_cuts(model, [(group, keep) for group, keep in keeps if not keep.all()])
-    return _Plan(cuts, dropped_blocks, tensors, tuple(widths), partial)
+    return _Plan(cuts, dropped_blocks, dropped_names, tensors, tuple(widths), partial)
+
+
+def _fits(group: UnitGroup, shapes: Mapping[str, torch.Size]) -> bool:
+    try:
+        check_groups([group], shapes)
+    except ValueError:
+        return False
+    return True
+
+
+def _refuse_left_masked(
+    model: nn.Module,
+    aliases: Mapping[str, TiedParameter],
+    plan: _Plan,
+    groups: tuple[Sequence[UnitGroup], Sequence[UnitGroup]],
+    untraced: Mapping[str, str],
+) -> None:
+    """Refuse, before any change, where a masked structured unit would stay (see
+    :mod:`~tensorplay.ao.pruning.shrinking.left_masked`)."""
+    chosen, recorded = groups
+    spanned = {alias for name in plan.tensors for alias in aliases[name].names}
+    unshrunk = [
+        group
+        for group in recorded
+        if group not in chosen and any(name in spanned for name in group.parameters())
+    ]
+    names = [name for group in unshrunk for name in group.parameters()]
+    names += untraced_tensors(model, untraced)
+    if not names:
+        return
+    removed: dict[tuple[str, int | None], set[int]] = {}
+    for cut in plan.cuts:
+        for dim, kept in cut.kept.items():
+            gone = set(range(aliases[cut.name].parameter.shape[dim])) - set(kept.tolist())
+            removed.update({(alias, dim): gone for alias in aliases[cut.name].names})
+    dropped = {name for name in aliases if name.startswith(tuple(plan.dropped_prefixes))}
+    held = {
+        name for name in names if any(mask_of(*pair) is not None for pair in aliases[name].pairs)
+    }
+    left = LeftMasked(_kept_elements(model, names), held, removed, dropped)
+    left.refuse(unshrunk, chosen, spanned)
+    spanned_dims = {
+        (alias, piece.dim)
+        for group in chosen
+        for piece in group.slices
+        for alias in aliases[piece.parameter].names
+    }
+    refuse_untraced_channels(model, untraced, left, spanned_dims)
 
 
 def _dropped_blocks(

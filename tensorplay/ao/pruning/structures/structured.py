@@ -42,6 +42,7 @@ from torch import nn
 from tensorplay.ao.pruning.aliases import alias_map
 from tensorplay.ao.pruning.base import BasePruningMethod
 from tensorplay.ao.pruning.dependency.graph import DependencyGraph
+from tensorplay.ao.pruning.dependency.recorded import record_groups
 from tensorplay.ao.pruning.dependency.unit_groups import UnitGroup, shapes_of
 from tensorplay.ao.pruning.dtensor_targets import is_sharded
 from tensorplay.ao.pruning.masking.mode import MaskingMode
@@ -120,6 +121,7 @@ class UnitStructure:
         self._shapes = shapes_of(model)
         self._multiple = multiple_of
         self.uncovered.warn()  # once built: a refusal above comes first
+        record_groups(model, groups)  # what shrink() removes, never re-derived
 
     @classmethod
     def check_options(
