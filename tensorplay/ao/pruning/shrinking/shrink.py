@@ -7,6 +7,15 @@ computes what the masked model computed (to float rounding), in training and in 
 a decoder generates the same tokens with its KV cache. (In training, dropout draws other random
 numbers where a shape changed, such as attention probabilities with fewer heads.)
 
+Which groups: those given (``groups=``), else the groups a structured
+:class:`~tensorplay.ao.pruning.Pruner` recorded on the model when it was built
+(:mod:`~tensorplay.ao.pruning.dependency.recorded`: exactly what it masked, found with its
+``example_inputs``; never re-derived) and every other group the model's dependency graph finds
+now (:mod:`~tensorplay.ao.pruning.shrinking.shrink_groups`). A plain model's graph is traced:
+without ``example_inputs`` tracing cannot follow channels through a reshape, a flattening or a
+concatenation, so pass them (the inputs the model was pruned with) when no pruner recorded its
+groups, as after masks made by hand or loaded into a fresh model.
+
 Which units are pruned:
 
 * A tensor held under a tensorplay or ``torch.nn.utils.prune`` mask, in either masking mode
@@ -20,6 +29,10 @@ Which units are pruned:
   never loses what was computed, and never refuses work already done.
 * A group keeps at least one unit: where all its units are pruned, the first stays (all zero, so
   its module still computes zero): attention cannot run with no heads.
+* A masked structured unit never stays silently: where one would (a recorded group left out of
+  ``groups=`` whose tensors the shrink spans; a masked channel of a plain model that tracing
+  without ``example_inputs`` could not follow), shrinking refuses before changing anything,
+  naming it and what to pass (:mod:`~tensorplay.ao.pruning.shrinking.left_masked`).
 
 The masks of every tensor the groups span are made permanent (the pruned values are zero and
 stay in the kept units; the masks, ``_orig`` parameters and hooks are gone); other masks are
@@ -117,10 +130,13 @@ def shrink(
         model: A model whose units are masked or zero: a Hugging Face model of a known family
             (or a module holding one), or a plain PyTorch model.
         groups: The unit groups to shrink (those of a
-            :class:`~tensorplay.ao.pruning.DependencyGraph`); by default every group of every
-            kind the model's dependency graph has.
+            :class:`~tensorplay.ao.pruning.DependencyGraph`); by default the groups structured
+            pruners recorded on the model and every other group of every kind the model's
+            dependency graph has.
         example_inputs: Inputs for tracing a plain model (see
-            :class:`~tensorplay.ao.pruning.DependencyGraph`); not used when ``groups`` is given.
+            :class:`~tensorplay.ao.pruning.DependencyGraph`): needed where no structured pruner
+            recorded its groups and a pruned channel reaches a reshape, a flattening or a
+            concatenation; not used when ``groups`` is given.
 
     Returns:
         The report: parameters and widths before and after, and how the Hugging Face config
@@ -128,11 +144,14 @@ def shrink(
         widths differ per layer with :func:`~tensorplay.ao.pruning.load_shrunk`).
 
     Raises:
-        ValueError: Before anything changes: groups that do not fit the model, a layer group
-            that is not a block of a Hugging Face family, a module that cannot be resized, a
-            config with transformers' own ``per_layer_config``; or what
-            :class:`~tensorplay.ao.pruning.DependencyGraph` raises; a sharded (FSDP2
-            ``DTensor``) parameter: shrink a full copy.
+        ValueError: Before anything changes: groups that do not fit the model (given, or
+            recorded by a pruner on a model changed since), a layer group that is not a block
+            of a Hugging Face family, a module that cannot be resized, a config with
+            transformers' own ``per_layer_config``; a masked structured unit that would stay
+            (naming the group, unit and tensor, or the module, channel and the missing
+            ``example_inputs``); what :class:`~tensorplay.ao.pruning.DependencyGraph` raises
+            where nothing is recorded; a sharded (FSDP2 ``DTensor``) parameter: shrink a full
+            copy.
     """
     recorded: Sequence[UnitGroup]
     untraced: Mapping[str, str] = {}
