@@ -193,6 +193,10 @@ def test_summary_names_family_and_counts() -> None:
         "removed whole: its LayerNorms follow the residual additions (post-norm), so a block "
         "whose parameters are zero is not the identity)",
     ]
+    # layers in the pruner's and the shrink report's words: one layer group, the container
+    assert str(DependencyGraph(tiny_gpt2())).splitlines()[-1] == (
+        "  layer: 1 group ('transformer.h'), 2 units"
+    )
     assert repr(DependencyGraph(tiny_gpt2())) == (
         "DependencyGraph(GPT2LMHeadModel, family='gpt2', channel=256, head=4, layer=2)"
     )

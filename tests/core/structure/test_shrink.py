@@ -248,23 +248,25 @@ def test_the_report_counts_parameters_and_widths() -> None:
     assert report.parameters_after == sum(p.numel() for p in model.parameters())
     # blocks 0 and 2 lose 24 rows of gate and up and 24 columns of down; block 1 goes
     assert report.removed == 2 * 3 * 24 * 32 + _block_parameters(tiny_llama(), 1)
+    # one vocabulary for layers: the layer group is the blocks' container, its units the layers;
+    # the channels and heads of a removed layer leave with it, with no row of their own
     assert [(g.name, g.kind, g.before, g.after) for g in report.groups] == [
         ("model.layers.0.mlp", "channel", 48, 24),
-        ("model.layers.1.mlp", "channel", 48, 0),
         ("model.layers.2.mlp", "channel", 48, 24),
         ("model.layers.0.self_attn", "head", 2, 2),
-        ("model.layers.1.self_attn", "head", 2, 0),
         ("model.layers.2.self_attn", "head", 2, 2),
-        ("model.layers.0", "layer", 1, 1),
-        ("model.layers.1", "layer", 1, 0),
-        ("model.layers.2", "layer", 1, 1),
+        ("model.layers", "layer", 3, 2),
     ]
+    assert report.removed_layers == ("model.layers.1",)
     lines = str(report).splitlines()
     assert lines[0] == f"parameters: {before:,} -> {report.parameters_after:,} " + (
         f"({report.parameters_after / before:.1%})"
     )
     assert lines[1].split() == ["group", "kind", "before", "after"]
     assert lines[2].split() == ["model.layers.0.mlp", "channel", "48", "24"]
+    assert lines[6].split() == ["model.layers", "layer", "3", "2"]
+    assert lines[7] == "layers removed: model.layers.1"
+    assert "channel" not in "".join(line for line in lines if "layers.1" in line)
     assert lines[-1] == "config: uniform widths, plain from_pretrained loads a saved copy"
 
 

@@ -24,6 +24,11 @@ What each kind is on a Hugging Face family:
   columns); under grouped-query attention a key/value head with the query heads that read it;
 * ``"layer"``: a whole residual block, only where a block whose parameters are zero is the
   identity (pre-norm blocks: Llama-style, GPT-2, ViT); BERT and RoBERTa are post-norm.
+  :meth:`DependencyGraph.groups` gives one :class:`~tensorplay.ao.pruning.dependency.
+  unit_groups.UnitGroup` of one unit per layer (what its slices are); the pruner ranks them
+  together, so the graph's summary, the pruner's report and the shrink report all speak of one
+  **layer group**, named after the blocks' container (``'model.layers'``), whose units are the
+  layers.
 
 The residual-stream width (embeddings, norms, output biases) and the model's outputs (the LM
 head, a classifier) are never in a group.
@@ -84,7 +89,7 @@ class DependencyGraph:
         DependencyGraph of GPT2LMHeadModel: gpt2 family (GPT-2), 2 blocks in 'transformer.h'
           channel: 2 groups, 128 units
           head: 2 groups, 4 units
-          layer: 2 groups, 2 units
+          layer: 1 group ('transformer.h'), 2 units
 
         A plain model is traced:
 
@@ -94,7 +99,7 @@ class DependencyGraph:
         >>> graph = DependencyGraph(model, example_inputs=torch.randn(2, 4))
         >>> print(graph)
         DependencyGraph of Sequential: traced with torch.fx
-          channel: 1 groups, 8 units
+          channel: 1 group, 8 units
         >>> graph.groups("channel")[0].parameters()
         ('0.weight', '0.bias', '2.weight')
     """
@@ -165,12 +170,18 @@ class DependencyGraph:
         lines = [f"DependencyGraph of {self._model_name}: {where}"]
         for kind in KINDS:
             if kind in self._groups:
-                groups = self._groups[kind]
-                units = sum(group.size for group in groups)
-                lines.append(f"  {kind}: {len(groups)} groups, {units} units")
+                lines.append(f"  {kind}: {self._summary(kind)}")
             elif self.blocks is not None:
                 lines.append(f"  {kind}: none ({self._refused[kind]})")
         return "\n".join(lines)
+
+    def _summary(self, kind: str) -> str:
+        """``"3 groups, 144 units"``; layers: ``"1 group ('model.layers'), 3 units"``."""
+        groups = self._groups[kind]
+        units = sum(group.size for group in groups)
+        if kind == "layer" and self.blocks is not None:
+            return f"1 group ({self.blocks.name!r}), {units} units"
+        return f"{len(groups)} group{'s' if len(groups) != 1 else ''}, {units} units"
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{kind}={count}" for kind, count in self.counts().items())

@@ -68,7 +68,7 @@ class ShrunkShapes:
     def of(cls, model: nn.Module, report: ShrinkReport, layers: Sequence[str]) -> ShrunkShapes:
         """The record of ``model`` just shrunk with ``report``; ``layers`` are the names of its
         blocks before shrinking (``find_blocks(model).block_names()``; empty: none)."""
-        gone = {group.name for group in report.groups if group.kind == "layer" and group.after == 0}
+        gone = set(report.removed_layers)
         dropped = tuple(index for index, name in enumerate(layers) if name in gone)
         return cls(len(layers), dropped, shapes_of(model))
 

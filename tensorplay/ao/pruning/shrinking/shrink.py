@@ -183,7 +183,9 @@ def shrink(
             config = update_config(found, plan.kept_blocks(layers_before))
     changed = aliases if plan.dropped_blocks else plan.tensors  # blocks renumbered: every name
     forget_groups(model, {alias for name in changed for alias in aliases[name].names})
-    return ShrinkReport(before, _count(model), plan.widths, plan.partial_units, config)
+    return ShrinkReport(
+        before, _count(model), plan.widths, plan.partial_units, config, plan.removed_layers
+    )
 
 
 @dataclass(frozen=True)
@@ -196,6 +198,7 @@ class _Plan:
     tensors: list[str]
     widths: tuple[GroupWidth, ...]
     partial_units: int
+    removed_layers: tuple[str, ...]
 
     def kept_blocks(self, count: int) -> list[int]:
         return [index for index in range(count) if index not in self.dropped_blocks]
@@ -215,12 +218,12 @@ def _plan(model: nn.Module, groups: Sequence[UnitGroup], found: FoundBlocks | No
     partial = 0
     for group in groups:
         if group.kind == "layer":
-            gone = found is not None and found.block_names().index(group.name) in dropped_blocks
-            widths.append(GroupWidth(group.name, group.kind, 1, 0 if gone else 1))
+            if found is not None and group is layers[0]:  # one row: the layer group
+                count = len(found.blocks)
+                widths.append(GroupWidth(found.name, "layer", count, count - len(dropped_blocks)))
             continue
         if any(group.name.startswith(prefix) for prefix in dropped_names):
-            widths.append(GroupWidth(group.name, group.kind, group.size, 0))
-            continue
+            continue  # gone with its layer, which the layer group's row counts
         pruned, partly = _pruned(group, kept_elements)
         partial += partly
         if pruned.all():
@@ -228,7 +231,8 @@ def _plan(model: nn.Module, groups: Sequence[UnitGroup], found: FoundBlocks | No
         keeps.append((group, ~pruned))
         widths.append(GroupWidth(group.name, group.kind, group.size, int((~pruned).sum())))
     cuts = plan_cuts(model, [(group, keep) for group, keep in keeps if not keep.all()])
-    return _Plan(cuts, dropped_blocks, dropped_names, tensors, tuple(widths), partial)
+    removed = tuple(found.block_names()[i] for i in dropped_blocks) if found else ()
+    return _Plan(cuts, dropped_blocks, dropped_names, tensors, tuple(widths), partial, removed)
 
 
 def _fits(group: UnitGroup, shapes: Mapping[str, torch.Size]) -> bool:

@@ -1,16 +1,24 @@
 """What :func:`~tensorplay.ao.pruning.shrink` did: parameters and widths before and after.
 
+One vocabulary with the dependency graph and the pruner's report: a channel group and a head
+group are a module's channels or heads; the **layer group** is the blocks' container
+(``model.layers``), its units the layers (blocks). A removed layer is one fewer unit of the
+layer group (``model.layers  layer  3  2``), named in
+:attr:`ShrinkReport.removed_layers`; the channels and heads it held leave with it and have no
+row of their own.
+
 Example:
     >>> report = ShrinkReport(
     ...     parameters_before=1000, parameters_after=750,
     ...     groups=(GroupWidth("model.layers.0.mlp", "channel", 48, 24),
-    ...             GroupWidth("model.layers.1", "layer", 1, 0)),
-    ...     partial_units=0, config="uniform")
+    ...             GroupWidth("model.layers", "layer", 2, 1)),
+    ...     partial_units=0, config="uniform", removed_layers=("model.layers.1",))
     >>> print(report)
     parameters: 1,000 -> 750 (75.0%)
     group               kind     before  after
     model.layers.0.mlp  channel      48     24
-    model.layers.1      layer         1      0
+    model.layers        layer         2      1
+    layers removed: model.layers.1
     config: uniform widths, plain from_pretrained loads a saved copy
     >>> report.removed
     250
@@ -37,7 +45,8 @@ _CONFIG_LINES = {
 
 @dataclass(frozen=True)
 class GroupWidth:
-    """The units of one group before and after shrinking (a removed layer's groups: 0).
+    """The units of one group before and after shrinking: a module's channels or heads, or
+    the layer group (the blocks' container: its layers).
 
     Example:
         >>> GroupWidth("h.0.attn", "head", 4, 3).after
@@ -57,13 +66,15 @@ class ShrinkReport:
     Args:
         parameters_before: Parameters of the model before (each tied parameter once).
         parameters_after: Parameters after.
-        groups: Every group's width before and after, in model order (a layer is a group of
-            one unit).
+        groups: Every group's width before and after, in model order: the channel and head
+            groups of the layers that stay, and one row for the layer group (the blocks'
+            container, its units the layers) where layers were asked for.
         partial_units: Units kept because only some of their slices were pruned (a weight
             slice fully masked, another not: what element pruning can leave).
         config: How the Hugging Face config now describes the model: ``"uniform"`` (plain
             ``from_pretrained`` rebuilds it), ``"per_layer"`` (widths recorded per layer: load
             with :func:`~tensorplay.ao.pruning.load_shrunk`), ``"none"`` (no config).
+        removed_layers: The names (before shrinking) of the layers removed, in model order.
     """
 
     parameters_before: int
@@ -71,6 +82,7 @@ class ShrinkReport:
     groups: tuple[GroupWidth, ...]
     partial_units: int
     config: ConfigUpdate
+    removed_layers: tuple[str, ...] = ()
 
     @property
     def removed(self) -> int:
@@ -87,6 +99,8 @@ class ShrinkReport:
         lines.extend(
             f"{g.name:<{width}}  {g.kind:<7}  {g.before:>6}  {g.after:>5}" for g in self.groups
         )
+        if self.removed_layers:
+            lines.append(f"layers removed: {', '.join(self.removed_layers)}")
         if self.partial_units:
             lines.append(f"units pruned in some of their slices only, kept: {self.partial_units}")
         if self.config != "none":
