@@ -5,6 +5,7 @@ eval mode) and exact parameter counts."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable
 
 import pytest
@@ -13,8 +14,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning import Pruner, custom_from_mask, shrink
-from tensorplay.ao.pruning.dependency.recorded import RECORD_ATTRIBUTE, recorded_groups
+from tensorplay.ao.pruning.dependency.recorded import (
+    RECORD_ATTRIBUTE,
+    record_groups,
+    recorded_groups,
+)
 from tensorplay.ao.pruning.dependency.tracing import traced_groups
+from tensorplay.ao.pruning.dependency.unit_groups import UnitGroup
 from tensorplay.ao.pruning.schedules import OneShotSchedule
 from tests.core.structure.masking import mask_units
 
@@ -143,9 +149,9 @@ def test_given_groups_that_leave_a_recorded_masked_unit_are_refused_before_any_c
     check = _unchanged(model)
     with pytest.raises(
         ValueError,
-        match=r"^Expected the groups to shrink to remove every unit a structured pruner masked, "
-        r"but unit \d of channel group 'stem', masked whole, would stay in 'stem.weight': include "
-        r"that group in `groups=` \(or omit `groups=`",
+        match=r"^Expected the groups to shrink to remove every structured unit masked whole, but "
+        r"unit \d of channel group 'stem' would stay in 'stem.weight': a structured pruner "
+        r"recorded that group; include it in `groups=` \(or omit `groups=`",
     ):
         shrink(model, groups=[inner])
     check()
@@ -229,3 +235,48 @@ def test_a_record_that_no_longer_fits_is_refused_naming_it() -> None:
     ):
         shrink(model)
     check()
+
+
+def _overlapped() -> tuple[nn.Module, UnitGroup]:
+    """An MLP whose hidden channels a pruner recorded as a group of its first 3 (another
+    layout than the graph's one group of 6), with channels 1 and 4 masked."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 2)).double()
+    [found] = traced_groups(model, None)["channel"]
+    record_groups(model, [dataclasses.replace(found, name="0[0:3]", size=3)])
+    keep = torch.tensor([True, False, True, True, False, True])
+    mask_units(model, [(found, keep)], "reparametrize")
+    return model, found
+
+
+def test_a_graph_group_overlapping_a_recorded_one_gives_way_to_it() -> None:
+    model, found = _overlapped()
+    check = _unchanged(model)
+    with pytest.raises(
+        ValueError,
+        match=r"^Expected the groups to shrink to remove every structured unit masked whole, but "
+        r"unit 4 of channel group '0' would stay in '0.weight': the dependency graph finds that "
+        r"group, but it overlaps a group a structured pruner recorded, which shrink removes "
+        r"instead; pass `groups=` that hold both units.$",
+    ):
+        shrink(model)
+    check()
+    masked = copy.deepcopy(model)
+    report = shrink(model, groups=[found])
+    assert [(g.name, g.before, g.after) for g in report.groups] == [("0", 6, 4)]
+    x = torch.randn(3, 4, dtype=torch.double)
+    torch.testing.assert_close(model(x), masked(x), atol=1e-12, rtol=0)
+
+
+def test_where_the_recorded_group_holds_every_masked_unit_it_shrinks_alone() -> None:
+    model, _ = _overlapped()
+    with torch.no_grad():  # unmask channel 4: only channel 1, in the recorded group, is masked
+        model[0].weight_mask[4] = 1
+        model[0].bias_mask[4] = 1
+        model[2].weight_mask[:, 4] = 1
+    masked = copy.deepcopy(model)
+    report = shrink(model)
+    assert [(g.name, g.before, g.after) for g in report.groups] == [("0[0:3]", 3, 2)]
+    assert model[0].out_features == 5
+    x = torch.randn(3, 4, dtype=torch.double)
+    torch.testing.assert_close(model(x), masked(x), atol=1e-12, rtol=0)

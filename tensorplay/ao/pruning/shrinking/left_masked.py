@@ -5,12 +5,13 @@ leaves masks that are no structure (a unit masked in some slices only stays, wit
 see :mod:`~tensorplay.ao.pruning.shrinking.shrink`); what must not stay is a *structured* unit,
 masked whole, that the shrink would keep. Two rules find one, both before any change:
 
-* **A recorded unit kept.** A unit of a group a structured pruner recorded on the model
-  (:mod:`~tensorplay.ao.pruning.dependency.recorded`) is masked when every slice it spans is
+* **A known unit kept.** A unit of a group a structured pruner recorded on the model
+  (:mod:`~tensorplay.ao.pruning.dependency.recorded`), or of a group the dependency graph finds
+  that overlaps a recorded one (set aside for it), is masked when every slice it spans is
   pruned and at least one of its tensors is held under a mask (either masking mode). If the
-  groups being shrunk (``groups=``) span one of its tensors (whose masks shrinking makes
-  permanent) but leave such a unit in place, shrinking is refused, naming the group, the unit's
-  index and a tensor it would stay in. A recorded group none of whose tensors the shrink spans
+  groups being shrunk span one of its tensors (whose masks shrinking makes permanent) but
+  leave such a unit in place, shrinking is refused, naming the group, the unit's index and a
+  tensor it would stay in. A recorded group none of whose tensors the shrink spans
   keeps its masks and its pruner goes on (heads pruned by one pruner, channels by another,
   only the channels shrunk). A recorded group that is shrunk decides for itself: where all of
   its units are pruned, its first stays, zero, by design.
@@ -36,7 +37,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -46,7 +47,13 @@ from torch.nn.modules.conv import _ConvNd
 from tensorplay.ao.pruning.dependency.channel_values import NEEDS_SHAPES
 from tensorplay.ao.pruning.dependency.unit_groups import UnitGroup, pruned_units
 
-__all__ = ["LeftMasked", "refuse_untraced_channels", "untraced_tensors"]
+__all__ = [
+    "OVERLAP_FIX",
+    "RECORDED_FIX",
+    "LeftMasked",
+    "refuse_untraced_channels",
+    "untraced_tensors",
+]
 
 
 @dataclass(frozen=True)
@@ -81,30 +88,42 @@ class LeftMasked:
                     return int(unit), piece.parameter
         return None
 
-    def refuse(
-        self,
-        recorded: Collection[UnitGroup],
-        shrunk: Collection[UnitGroup],
-        spanned: Collection[str],
-    ) -> None:
-        """Refuse if a masked unit of a recorded group that is not shrunk, one of whose
-        tensors is among ``spanned`` (the tensors the shrinking groups span), would stay.
+    def refuse(self, unshrunk: Sequence[tuple[UnitGroup, str]], spanned: Collection[str]) -> None:
+        """Refuse if a masked unit of a group that is not shrunk, one of whose tensors is among
+        ``spanned`` (the tensors the shrinking groups span), would stay.
+
+        Args:
+            unshrunk: Each group known but not shrunk, with what it is and how to shrink it
+                (the end of the error).
+            spanned: The names of the tensors the shrinking groups span.
 
         Raises:
             ValueError: Naming the group, the unit and the tensor, and how to fix it.
         """
-        for group in recorded:
-            if group in shrunk or not any(name in spanned for name in group.parameters()):
+        for group, fix in unshrunk:
+            if not any(name in spanned for name in group.parameters()):
                 continue
             left = self.first_kept(group)
             if left is not None:
                 unit, tensor = left
                 raise ValueError(
-                    f"Expected the groups to shrink to remove every unit a structured pruner "
-                    f"masked, but unit {unit} of {group.kind} group {group.name!r}, masked "
-                    f"whole, would stay in {tensor!r}: include that group in `groups=` (or "
-                    "omit `groups=`: shrink then removes the groups the pruner recorded)."
+                    f"Expected the groups to shrink to remove every structured unit masked "
+                    f"whole, but unit {unit} of {group.kind} group {group.name!r} would stay in "
+                    f"{tensor!r}: {fix}"
                 )
+
+
+RECORDED_FIX = (
+    "a structured pruner recorded that group; include it in `groups=` (or omit `groups=`: "
+    "shrink then removes the groups pruners recorded)."
+)
+"""The end of the error for a recorded group left out of ``groups=``."""
+
+OVERLAP_FIX = (
+    "the dependency graph finds that group, but it overlaps a group a structured pruner "
+    "recorded, which shrink removes instead; pass `groups=` that hold both units."
+)
+"""The end of the error for a group the graph finds that overlaps a recorded one."""
 
 
 def _bounds(span: slice) -> tuple[int, int]:

@@ -101,6 +101,8 @@ from tensorplay.ao.pruning.reparametrization import pruned_parts
 from tensorplay.ao.pruning.selection.sharding import is_dtensor
 from tensorplay.ao.pruning.shrinking.hf_config import check_config, update_config
 from tensorplay.ao.pruning.shrinking.left_masked import (
+    OVERLAP_FIX,
+    RECORDED_FIX,
     LeftMasked,
     refuse_untraced_channels,
     untraced_tensors,
@@ -153,11 +155,11 @@ def shrink(
             where nothing is recorded; a sharded (FSDP2 ``DTensor``) parameter: shrink a full
             copy.
     """
-    recorded: Sequence[UnitGroup]
     untraced: Mapping[str, str] = {}
     if groups is None:
         default = default_groups(model, example_inputs)
-        found, chosen, recorded = default.blocks, default.groups, default.recorded
+        found, chosen = default.blocks, default.groups
+        unshrunk = [(group, OVERLAP_FIX) for group in default.set_aside]
         if example_inputs is None:
             untraced = default.unprunable
     else:
@@ -165,10 +167,14 @@ def shrink(
         chosen = list(groups)
         shapes = shapes_of(model)
         check_groups(chosen, shapes)
-        recorded = [group for group in recorded_groups(model) if _fits(group, shapes)]
+        unshrunk = [
+            (group, RECORDED_FIX)
+            for group in recorded_groups(model)
+            if group not in chosen and _fits(group, shapes)
+        ]
     plan = _plan(model, chosen, found)
     aliases = alias_map(model)
-    _refuse_left_masked(model, aliases, plan, (chosen, recorded), untraced)
+    _refuse_left_masked(model, aliases, plan, (chosen, unshrunk), untraced)
     before = _count(model)
     record_shrink(pair for name in plan.tensors for pair in aliases[name].pairs)
     _make_permanent(aliases, plan.tensors)
@@ -247,19 +253,16 @@ def _refuse_left_masked(
     model: nn.Module,
     aliases: Mapping[str, TiedParameter],
     plan: _Plan,
-    groups: tuple[Sequence[UnitGroup], Sequence[UnitGroup]],
+    groups: tuple[Sequence[UnitGroup], Sequence[tuple[UnitGroup, str]]],
     untraced: Mapping[str, str],
 ) -> None:
     """Refuse, before any change, where a masked structured unit would stay (see
-    :mod:`~tensorplay.ao.pruning.shrinking.left_masked`)."""
-    chosen, recorded = groups
+    :mod:`~tensorplay.ao.pruning.shrinking.left_masked`): of the groups not shrunk
+    (``groups[1]``, each with how to fix it) or in channels tracing left out."""
+    chosen, known = groups
     spanned = {alias for name in plan.tensors for alias in aliases[name].names}
-    unshrunk = [
-        group
-        for group in recorded
-        if group not in chosen and any(name in spanned for name in group.parameters())
-    ]
-    names = [name for group in unshrunk for name in group.parameters()]
+    unshrunk = [(g, fix) for g, fix in known if any(name in spanned for name in g.parameters())]
+    names = [name for group, _ in unshrunk for name in group.parameters()]
     names += untraced_tensors(model, untraced)
     if not names:
         return
@@ -273,7 +276,7 @@ def _refuse_left_masked(
         name for name in names if any(mask_of(*pair) is not None for pair in aliases[name].pairs)
     }
     left = LeftMasked(_kept_elements(model, names), held, removed, dropped)
-    left.refuse(unshrunk, chosen, spanned)
+    left.refuse(unshrunk, spanned)
     spanned_dims = {
         (alias, piece.dim)
         for group in chosen

@@ -4,11 +4,11 @@ The groups a structured pruner masked are recorded on the model
 (:mod:`~tensorplay.ao.pruning.dependency.recorded`) and come first: they are exactly what was
 masked, found with the inputs the pruner was given. The model's dependency graph adds the groups
 it finds now (units zeroed by hand, or by a pruner built before the record existed), except
-those that overlap a recorded group (the same indices of the same tensor in another layout:
-the record decides). Where the graph cannot be built without ``example_inputs`` (a Hugging Face
-model of no known family, a wrapper with no forward of its own, a forward torch.fx cannot trace)
-the record alone is used; with nothing recorded, or with ``example_inputs`` given, the graph's
-error is raised.
+those that overlap a recorded group (the same indices of the same tensor in another layout):
+the record decides, and shrinking refuses where a masked unit of a group set aside would stay.
+Where the graph cannot be built without ``example_inputs`` (a Hugging Face model of no known
+family, a wrapper with no forward of its own, a forward torch.fx cannot trace) the record alone
+is used; with nothing recorded, or with ``example_inputs`` given, the graph's error is raised.
 
 Example:
     >>> import torch
@@ -53,12 +53,14 @@ class DefaultGroups:
         blocks: The Hugging Face blocks found (``None``: none).
         unprunable: Tracing's reasons per module whose channels it left out (a plain model;
             empty when the graph was not built or is a family's).
+        set_aside: The graph's groups left out because they overlap a recorded one.
     """
 
     groups: list[UnitGroup]
     recorded: tuple[UnitGroup, ...]
     blocks: FoundBlocks | None
     unprunable: dict[str, str] = field(default_factory=dict)
+    set_aside: list[UnitGroup] = field(default_factory=list)
 
 
 def default_groups(
@@ -82,10 +84,14 @@ def default_groups(
     found = [group for kind in graph.kinds for group in graph.groups(kind)]
     taken = _indices(model, recorded)
     extra = [group for group in recorded if group not in found]
-    groups = [group for group in found if group in recorded or not _overlaps(model, group, taken)]
+    groups: list[UnitGroup] = []
+    set_aside: list[UnitGroup] = []
+    for group in found:
+        fits = group in recorded or not _overlaps(model, group, taken)
+        (groups if fits else set_aside).append(group)
     if extra:
         groups = _in_model_order(model, groups + extra)
-    return DefaultGroups(groups, recorded, graph.blocks, dict(graph.unprunable))
+    return DefaultGroups(groups, recorded, graph.blocks, dict(graph.unprunable), set_aside)
 
 
 def _check_recorded(model: nn.Module, recorded: Sequence[UnitGroup]) -> None:
