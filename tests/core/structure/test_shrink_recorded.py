@@ -237,7 +237,7 @@ def test_a_record_that_no_longer_fits_is_refused_naming_it() -> None:
     check()
 
 
-def _overlapped() -> tuple[nn.Module, UnitGroup]:
+def _overlapped() -> tuple[nn.Sequential, UnitGroup]:
     """An MLP whose hidden channels a pruner recorded as a group of its first 3 (another
     layout than the graph's one group of 6), with channels 1 and 4 masked."""
     torch.manual_seed(0)
@@ -271,9 +271,9 @@ def test_a_graph_group_overlapping_a_recorded_one_gives_way_to_it() -> None:
 def test_where_the_recorded_group_holds_every_masked_unit_it_shrinks_alone() -> None:
     model, _ = _overlapped()
     with torch.no_grad():  # unmask channel 4: only channel 1, in the recorded group, is masked
-        model[0].weight_mask[4] = 1
-        model[0].bias_mask[4] = 1
-        model[2].weight_mask[:, 4] = 1
+        model.get_buffer("0.weight_mask")[4] = 1
+        model.get_buffer("0.bias_mask")[4] = 1
+        model.get_buffer("2.weight_mask")[:, 4] = 1
     masked = copy.deepcopy(model)
     report = shrink(model)
     assert [(g.name, g.before, g.after) for g in report.groups] == [("0[0:3]", 3, 2)]
