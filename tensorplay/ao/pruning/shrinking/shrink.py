@@ -29,10 +29,11 @@ Which units are pruned:
   never loses what was computed, and never refuses work already done.
 * A group keeps at least one unit: where all its units are pruned, the first stays (all zero, so
   its module still computes zero): attention cannot run with no heads.
-* A masked structured unit never stays silently: where one would (a recorded group left out of
-  ``groups=`` whose tensors the shrink spans; a masked channel of a plain model that tracing
-  without ``example_inputs`` could not follow), shrinking refuses before changing anything,
-  naming it and what to pass (:mod:`~tensorplay.ao.pruning.shrinking.left_masked`).
+* A masked structured unit never stays silently: where one would (in a group not shrunk whose
+  tensors the shrink spans: a recorded group left out of ``groups=``, a graph's group set aside
+  for an overlapping recorded one; a masked channel of a plain model that tracing without
+  ``example_inputs`` could not follow), shrinking refuses before changing anything, naming it
+  and what to pass (:mod:`~tensorplay.ao.pruning.shrinking.left_masked`).
 
 The masks of every tensor the groups span are made permanent (the pruned values are zero and
 stay in the kept units; the masks, ``_orig`` parameters and hooks are gone); other masks are
