@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 Scope = Literal["global", "layerwise", "row"]
-Structure = Literal["element", "channel", "head", "layer"]
+Structure = Literal["element", "channel", "head", "layer", "expert"]
 Rewind = Literal["none", "init", "step"]
 Masking = Literal["reparametrize", "inplace"]
 AccumulatorDtype = Literal["float32", "bfloat16"]

@@ -92,7 +92,7 @@ class UnitStructure:
     ) -> None:
         _refuse_shards(self.name, model)
         graph = DependencyGraph(model, example_inputs)
-        groups = _selected_groups(self.name, graph, model, selected)
+        groups = self._selected_groups(graph, model, selected)
         if self.ranks_together:
             container = graph.blocks.name if graph.blocks is not None else self.name
             self._ranked = [Ranked(container, tuple(groups))]
@@ -106,6 +106,12 @@ class UnitStructure:
         self.scored = _targets(scored, aliases, {})
         self._shapes = shapes_of(model)
         self._multiple = multiple_of
+
+    def _selected_groups(
+        self, graph: DependencyGraph, model: nn.Module, selected: Sequence[Target]
+    ) -> list[UnitGroup]:
+        """The groups of this kind whose scored tensors the selection holds."""
+        return _selected_groups(self.name, graph, model, selected)
 
     @classmethod
     def check_options(

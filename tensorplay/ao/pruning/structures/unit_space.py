@@ -14,7 +14,9 @@ rank single weights:
 * **Selection**: the exact engine of single weights
   (:func:`~tensorplay.ao.pruning.method_selection.select_in_place`) over the unit scores, with
   its tie rule and seeded random draws.
-* **At least one unit stays** in every group (``multiple_of`` of them with ``multiple_of > 1``):
+* **At least one unit stays** in every group (``multiple_of`` of them with ``multiple_of > 1``;
+  a mixture-of-experts layer keeps its ``top_k`` experts,
+  :attr:`~tensorplay.ao.pruning.dependency.unit_groups.UnitGroup.min_kept`):
   a count that would take more is refused before anything changes.
 * **Widths as multiples**: with ``multiple_of = n > 1`` the width each group keeps after a step
   is rounded to the nearest multiple of ``n`` (half up; at least ``n``; never more than it
@@ -92,6 +94,11 @@ class Ranked:
     def size(self) -> int:
         """Its units."""
         return sum(group.size for group in self.groups)
+
+    @property
+    def min_kept(self) -> int:
+        """The fewest units its groups compute with (an expert layer's ``top_k``; else 1)."""
+        return max(group.min_kept for group in self.groups)
 
     def parameters(self) -> tuple[str, ...]:
         """The names of the parameters its groups span, each once (see the class example)."""
@@ -217,7 +224,10 @@ class StructuredSpace:
         """
         chosen = list(range(len(self._ranked))) if groups is None else list(groups)
         kept = [~self._pruned(index) for index in chosen]
-        limits = [max(0, int(keep.sum()) - self._multiple) for keep in kept]
+        limits = [
+            max(0, int(keep.sum()) - max(self._multiple, self._ranked[index].min_kept))
+            for keep, index in zip(kept, chosen, strict=True)
+        ]
         if caps is not None:
             limits = [min(limit, cap) for limit, cap in zip(limits, caps, strict=True)]
         if count > sum(limits):
@@ -249,10 +259,12 @@ class StructuredSpace:
             if len(chosen) == 1
             else f"{len(chosen)} groups of {sum(self._ranked[i].size for i in chosen)} units"
         )
+        least = max(self._multiple, *(self._ranked[index].min_kept for index in chosen))
         raise ValueError(
-            f"Expected a pruning step that leaves every group at least {self._multiple} "
+            f"Expected a pruning step that leaves every group at least {least} "
             f"unit(s) (at most {most} more from {where}), but the target asks for {count} more: "
-            "a group with no units left would cut the model; lower the target sparsity."
+            "a group with no units left would cut the model (a mixture-of-experts layer needs "
+            "its top_k experts); lower the target sparsity."
         )
 
     def _write(
