@@ -73,6 +73,7 @@ class ExpertStructure(UnitStructure):
     name: ClassVar[str] = "expert"
     row_label: ClassVar[str] = "expert group"
     one_shot_scope: ClassVar[str] = "layerwise"
+    one_shot_importance: ClassVar[str] = "reap"
     selects_blocks: ClassVar[bool] = True
     """The selection chooses MoE layers by their blocks' tensors (no selection warning)."""
 
