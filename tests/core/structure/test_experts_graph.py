@@ -100,3 +100,35 @@ def test_expert_slices_zeroed_remove_the_expert_from_every_tensor() -> None:
     assert experts.gate_up_proj[3].count_nonzero() == 0
     assert experts.gate_up_proj[2].count_nonzero() > 0
     assert model.model.layers[1].mlp.gate.weight[3].count_nonzero() == 0
+
+
+def _gpt_oss() -> nn.Module:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GptOssConfig(
+        vocab_size=97, hidden_size=32, intermediate_size=16, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_local_experts=4,
+        num_experts_per_tok=2,
+    )  # fmt: skip
+    return transformers.GptOssForCausalLM(config)
+
+
+def _deepseek_v3() -> nn.Module:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.DeepseekV3Config(
+        vocab_size=97, hidden_size=32, intermediate_size=32, moe_intermediate_size=16,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4,
+        num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=0,
+        q_lora_rank=16, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8,
+    )  # fmt: skip
+    return transformers.DeepseekV3ForCausalLM(config)
+
+
+@pytest.mark.parametrize(
+    ("build", "name"),
+    [(_gpt_oss, "GptOssForCausalLM"), (_deepseek_v3, "DeepseekV3ForCausalLM")],
+    ids=["gpt_oss", "deepseek_v3"],
+)
+def test_routers_of_other_kinds_are_refused(build: Build, name: str) -> None:
+    """gpt-oss takes the softmax after the top-k, DeepSeek-V3 a grouped sigmoid: no family."""
+    with pytest.raises(UnanalysableError, match=rf"moe: Qwen2-MoE.*{name} with, but its blocks"):
+        DependencyGraph(build())

@@ -149,3 +149,12 @@ def test_shrink_refuses_a_layer_left_with_fewer_than_top_k_experts() -> None:
     with pytest.raises(ValueError, match=r"'model.layers.0.mlp' to keep at least 2 expert units"):
         shrink(model)
     assert [tuple(p.shape) for p in model.parameters()] == shapes
+
+
+@pytest.mark.parametrize("build", FAMILIES)
+def test_the_load_balancing_loss_runs_on_the_shrunk_model(build: Build) -> None:
+    model = _pruned(build, "reparametrize").model
+    shrink(model)
+    assert model.num_experts == EXPERTS // 2  # type: ignore[union-attr]
+    output = model(TOKENS, labels=TOKENS, output_router_logits=True)
+    assert output.aux_loss is not None and torch.isfinite(output.aux_loss)

@@ -55,6 +55,7 @@ from torch import nn
 
 from tensorplay.ao.pruning.dependency.blocks import FoundBlocks, find_blocks
 from tensorplay.ao.pruning.dependency.families import UnanalysableError
+from tensorplay.ao.pruning.dependency.families.family import set_present
 from tensorplay.ao.pruning.dependency.unit_groups import UnitGroup, shapes_of
 from tensorplay.ao.pruning.shrinking.removal import apply_cuts, plan_cuts
 from tensorplay.ao.pruning.shrinking.shrink_report import ConfigUpdate
@@ -95,6 +96,7 @@ def update_config(found: FoundBlocks, kept_layers: Sequence[int]) -> ConfigUpdat
     if all(layer == widths[0] for layer in widths) and _rebuilds(found.owner, widths[0]):
         for key, value in widths[0].items():
             setattr(config, key, value)
+        set_present(found.owner, widths[0])  # its copies: a MoE model's num_experts (aux loss)
         if hasattr(config, WIDTHS_KEY):
             delattr(config, WIDTHS_KEY)
         return "uniform"
