@@ -130,3 +130,40 @@ def test_reap_refuses_a_target_that_is_not_fused_experts() -> None:
     layer = nn.Linear(2, 2)
     with pytest.raises(ValueError, match=r"gate_up_proj or down_proj of .* 'weight'"):
         Reap().bind([Target(("weight",), ((layer, "weight"),))])
+
+
+def test_reap_accumulates_in_training_and_a_gradual_schedule_prunes_by_it() -> None:
+    from tensorplay.ao.pruning import shrink
+    from tensorplay.ao.pruning.schedules import LinearSchedule
+
+    torch.manual_seed(0)
+    model = tiny_mixtral()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-2)
+    pruner = Pruner(
+        model, LinearSchedule(0.5, end_step=4, frequency=2), structure="expert",
+        scope="layerwise", importance="reap", masking="inplace",
+    )  # fmt: skip
+    pruner.attach(optimizer)
+    model.train()
+    for _ in range(5):
+        for batch in BATCHES:
+            model(batch, labels=batch).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        pruner.step()
+    assert [(step, count) for step, _, count in pruner.history] == [(2, 4), (4, 4)]
+    model.eval()
+    with torch.no_grad():
+        masked = model(BATCHES[0]).logits
+        shrink(model)
+        torch.testing.assert_close(model(BATCHES[0]).logits, masked, rtol=0, atol=1e-5)
+    assert [layer.mlp.gate.weight.shape[0] for layer in model.model.layers] == [4, 4]  # type: ignore[union-attr]
+
+
+def test_making_the_pruning_permanent_keeps_the_experts_unrouted() -> None:
+    pruner = prune_one_shot(tiny_mixtral(), BATCHES, 0.5, structure="expert", make_permanent=False)
+    with torch.no_grad():
+        masked = pruner.model(BATCHES[0]).logits
+        pruner.make_permanent()
+        assert not hasattr(pruner.model.model.layers[0].mlp.gate, "weight_mask")  # type: ignore[union-attr]
+        torch.testing.assert_close(pruner.model(BATCHES[0]).logits, masked, rtol=0, atol=0)
