@@ -158,3 +158,16 @@ def test_the_load_balancing_loss_runs_on_the_shrunk_model(build: Build) -> None:
     assert model.num_experts == EXPERTS // 2  # type: ignore[union-attr]
     output = model(TOKENS, labels=TOKENS, output_router_logits=True)
     assert output.aux_loss is not None and torch.isfinite(output.aux_loss)
+
+
+def test_a_router_of_zeros_without_masks_routes_as_it_would() -> None:
+    """A router not loaded yet (transformers builds them as zeros) is no pruned router."""
+    model = tiny_mixtral()
+    Pruner(model, OneShotSchedule(0.5), structure="expert")
+    with torch.no_grad():
+        for router in _routers(model):
+            router.weight.zero_()
+        hooked = model(TOKENS).logits
+        for router in _routers(model):
+            remove_routing(router)
+        assert torch.equal(model(TOKENS).logits, hooked)

@@ -11,7 +11,8 @@ values.
 row per expert and whose output is ``(logits, top_k_weights, top_k_indices)``, as every
 transformers 5 router of the families of :mod:`~tensorplay.ao.pruning.dependency.families.moe`
 returns). Where some expert is masked (its router row masked in either masking mode, or, with no
-mask, all zero: the pruning made permanent), it sets the masked logits to ``-inf`` and routes
+mask, all zero: the pruning made permanent; fewer than ``top_k`` rows left by values alone are
+a router not yet loaded, left as it is), it sets the masked logits to ``-inf`` and routes
 again from them, exactly as the router does (softmax in ``float32``, top-k, renormalisation where
 the router renormalises, the weights in the dtype the router returned them in); where none is,
 it returns the router's output untouched. The expert structure installs it when the pruner is
@@ -63,10 +64,13 @@ class ExpertRouting:
         self.normalise = normalise
 
     def __call__(self, module: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
+        masked_by = mask_of(module, "weight")
         kept = kept_experts(module)
         if bool(kept.all()):
             return None
         if int(kept.sum()) < self.top_k:
+            if masked_by is None:
+                return None  # zero rows that no pruning left (a router not loaded yet)
             raise RuntimeError(
                 f"Expected at least top_k={self.top_k} experts left to route to, but the router "
                 f"{type(module).__name__} keeps {int(kept.sum())} of {kept.numel()}."
