@@ -171,3 +171,26 @@ def test_a_router_of_zeros_without_masks_routes_as_it_would() -> None:
         for router in _routers(model):
             remove_routing(router)
         assert torch.equal(model(TOKENS).logits, hooked)
+
+
+@pytest.mark.parametrize("masking", MODES)
+def test_a_resumed_run_routes_around_the_masked_experts(masking: str) -> None:
+    from tensorplay.ao.pruning.checkpoint import restore_pruning
+
+    pruner = _pruned(tiny_mixtral, masking)
+    with torch.no_grad():
+        masked = pruner.model(TOKENS).logits
+    saved, state = pruner.model.state_dict(), pruner.state_dict()
+    fresh = tiny_mixtral(seed=1)
+    restore_pruning(fresh, saved)
+    fresh.load_state_dict(saved)
+    with torch.no_grad():
+        unhooked = fresh(TOKENS).logits  # no pruner yet: the router computes the zero logits
+    resumed = Pruner(
+        fresh, OneShotSchedule(0.5), structure="expert", scope="layerwise", masking=masking
+    )
+    resumed.load_state_dict(state)
+    with torch.no_grad():
+        torch.testing.assert_close(fresh(TOKENS).logits, masked, rtol=0, atol=0)
+    assert (unhooked - masked).abs().max() > 1e-3
+    assert resumed.step() == 0  # already at the target
