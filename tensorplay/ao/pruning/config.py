@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 Scope = Literal["global", "layerwise", "row"]
-Structure = Literal["element", "channel", "head", "layer"]
+Structure = Literal["element", "channel", "head", "layer", "expert"]
 Rewind = Literal["none", "init", "step"]
 Masking = Literal["reparametrize", "inplace"]
 AccumulatorDtype = Literal["float32", "bfloat16"]
@@ -162,6 +162,12 @@ def _check_structure(
         )
     multiple = check_int("multiple_of", multiple_of, 1)
     kind.check_options(method, scope, importance, multiple)
+    ranks = IMPORTANCES[importance].structures
+    if ranks is not None and structure not in ranks:
+        raise ValueError(
+            f"Expected `structure` to be {' or '.join(map(repr, ranks))} with "
+            f"importance={importance!r}, but got {structure!r}: it scores those units only."
+        )
 
 
 def _check_seed(seed: object) -> None:
@@ -234,15 +240,19 @@ class PrunerConfig:
         importance: What units are ranked by (:mod:`~tensorplay.ao.pruning.importance`):
             ``"magnitude"`` (the weights; the default), ``"movement"`` (``-sum_t w_t g_t``, Sanh
             et al. 2020), ``"taylor"`` (``sum_t |w_t g_t|``, Molchanov et al. 2019), both
-            accumulated once per optimizer step (``Pruner.accumulate``), or ``"wanda"``
-            (``|W| * ||X_j||``, Sun et al. 2023, from forward hooks; with ``scope="row"``).
+            accumulated once per optimizer step (``Pruner.accumulate``), ``"wanda"``
+            (``|W| * ||X_j||``, Sun et al. 2023, from forward hooks; with ``scope="row"``), or,
+            with ``structure="expert"`` only, ``"reap"`` and ``"frequency"`` (observed routing:
+            :mod:`~tensorplay.ao.pruning.importance.experts`).
         accumulator_dtype: ``"float32"`` (4 bytes per pruned parameter) or ``"bfloat16"`` (2)
             for the accumulated gradient scores and Wanda's input norms.
         structure: What one unit is (:mod:`~tensorplay.ao.pruning.structures`): ``"element"``
             (a single weight; the default), ``"channel"`` (an FFN neuron or a conv filter with
             every slice that depends on it: its bias, norm entries and the consumers' input
             columns), ``"head"`` (an attention head; under grouped-query attention a key/value
-            head with its query heads) or ``"layer"`` (a residual block). The schedule's
+            head with its query heads), ``"layer"`` (a residual block) or ``"expert"`` (one
+            expert of a mixture-of-experts layer, :mod:`~tensorplay.ao.pruning.structures.
+            experts`; every layer keeps its ``top_k`` experts). The schedule's
             sparsity then counts units of that kind, ``round(target * units)``, ranked by one
             score each (the root mean square of the element scores over the unit's weights),
             across the model (``scope="global"``) or within each group (``"layerwise"``);

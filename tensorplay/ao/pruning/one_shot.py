@@ -112,7 +112,7 @@ def prune_one_shot(
     batches: Iterable[Any],
     sparsity: float,
     *,
-    importance: str = "wanda",
+    importance: str | None = None,
     scope: Scope | None = None,
     structure: Structure = "element",
     forward: Forward | None = None,
@@ -125,17 +125,23 @@ def prune_one_shot(
         model: A trained model.
         batches: The calibration batches (:func:`calibrate`).
         sparsity: The fraction of the targets' units pruned, in ``[0, 1]``.
-        importance: The score (:mod:`~tensorplay.ao.pruning.importance`); Wanda by default.
+        importance: The score (:mod:`~tensorplay.ao.pruning.importance`); by default Wanda,
+            and REAP (``"reap"``) for ``structure="expert"``.
         scope: ``"row"`` (Wanda's choice: each output row on its own), ``"layerwise"`` or
             ``"global"``; by default ``"row"`` for single weights and ``"global"`` for a
-            ``structure`` of units (FLAP's choice: channels ranked across the model).
-        structure: What a unit is: ``"element"``, ``"channel"``, ``"head"`` or ``"layer"``
-            (:class:`~tensorplay.ao.pruning.config.PrunerConfig`); the model's units are
-            masked in every slice, and :func:`~tensorplay.ao.pruning.shrinking.shrink.shrink`
-            removes them afterwards (a plain model needs ``example_inputs=`` to be traced).
+            ``structure`` of units (FLAP's choice: channels ranked across the model), but
+            ``"layerwise"`` for experts (REAP's: every layer keeps as many, and the shrunk model
+            loads with plain ``from_pretrained``).
+        structure: What a unit is: ``"element"``, ``"channel"``, ``"head"``, ``"layer"`` or
+            ``"expert"`` (:class:`~tensorplay.ao.pruning.config.PrunerConfig`); the model's
+            units are masked in every slice, and
+            :func:`~tensorplay.ao.pruning.shrinking.shrink.shrink` removes them afterwards (a
+            plain model needs ``example_inputs=`` to be traced).
         forward: How a batch runs through the model (:func:`calibrate`).
         make_permanent: Drop the masks and hooks afterwards, keeping the zeros: the model then
             saves as a plain dense-format state_dict (``save_pretrained``, ``torch.save``).
+            Experts stay unrouted by their zero router rows while the routing hook is on the
+            model: :func:`~tensorplay.ao.pruning.shrinking.shrink.shrink` before saving.
         **options: Any other argument of :class:`~tensorplay.ao.pruning.pruner.Pruner`
             (``parameters``, ``exclude``, ``keep_dense``, ``min_density``, ``masking``,
             ``multiple_of``, ``example_inputs``...).
@@ -149,10 +155,9 @@ def prune_one_shot(
     """
     kind = STRUCTURES.get(structure)  # an unknown one is refused by the configuration
     chosen: Any = scope or (kind.one_shot_scope if kind is not None else "row")
+    score = importance or str(getattr(kind, "one_shot_importance", "wanda"))
     schedule = OneShotSchedule(sparsity)
-    pruner = Pruner(
-        model, schedule, importance=importance, scope=chosen, structure=structure, **options
-    )
+    pruner = Pruner(model, schedule, importance=score, scope=chosen, structure=structure, **options)
     try:
         calibrate(pruner, batches, forward)
         pruner.step()

@@ -17,6 +17,8 @@ Example:
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import nn
 
@@ -26,6 +28,7 @@ from tensorplay.ao.pruning.masking.readers import mask_of
 from tensorplay.ao.pruning.targets import (
     DEFAULT_MODULE_TYPES,
     DEFAULT_NAMES,
+    SelectionWarning,
     resolve_parameters,
     select_parameters,
 )
@@ -62,16 +65,24 @@ def resolve_targets(model: nn.Module, config: PrunerConfig) -> list[Target]:
 def _target_names(model: nn.Module, config: PrunerConfig) -> list[str]:
     """The names ``config.parameters`` gives, or those its selection arguments select."""
     if config.parameters is None:
-        return select_parameters(
-            model,
-            module_types=DEFAULT_MODULE_TYPES
-            if config.module_types is None
-            else config.module_types,
-            names=DEFAULT_NAMES if config.names is None else config.names,
-            include=config.include,
-            exclude=config.exclude,
-            keep_dense=config.keep_dense,
-        )
+        # Imported here: the structures reach the masking modes, which read the configuration.
+        from tensorplay.ao.pruning.structures import STRUCTURES
+
+        with warnings.catch_warnings():
+            if getattr(STRUCTURES[config.structure], "selects_blocks", False):
+                # The selection chooses blocks (experts are no Linear weights): no warning
+                # that it leaves tensors out.
+                warnings.simplefilter("ignore", SelectionWarning)
+            return select_parameters(
+                model,
+                module_types=DEFAULT_MODULE_TYPES
+                if config.module_types is None
+                else config.module_types,
+                names=DEFAULT_NAMES if config.names is None else config.names,
+                include=config.include,
+                exclude=config.exclude,
+                keep_dense=config.keep_dense,
+            )
     if isinstance(config.parameters, str):
         return [config.parameters]
     return list(config.parameters)

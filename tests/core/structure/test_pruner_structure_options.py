@@ -242,7 +242,7 @@ BAD_OPTIONS = [
     pytest.param(
         {"structure": "block"},
         ValueError,
-        r"`structure` to be 'element', 'channel', 'head' or 'layer', but got 'block'",
+        r"`structure` to be 'element', 'channel', 'head', 'layer' or 'expert', but got 'block'",
         id="unknown",
     ),
     pytest.param(

@@ -27,6 +27,7 @@ def test_the_page_has_the_blocks_these_tests_know() -> None:
         *("python", "text", "python", "text", "python", "python"),
         *("python", "text"),  # pruning structure in training
         *("python", "python", "bash"),  # in a training run; the accuracy experiment
+        *("python", "text"),  # experts
     ]
 
 
@@ -129,3 +130,18 @@ def test_the_lightning_block_shrinks_and_its_checkpoint_loads(
     torch.testing.assert_close(logits_of(loaded), logits_of(module))
     same = load_shrunk(transformers.AutoModelForCausalLM, tmp_path)
     torch.testing.assert_close(logits_of(same), logits_of(module.model))
+
+
+def test_the_experts_block_prunes_shrinks_and_loads_as_the_page_shows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocks = code_blocks(PAGE)
+    namespace: dict[str, Any] = {"directory": str(tmp_path)}
+    torch.manual_seed(0)
+    _run(11, namespace)  # prunes by REAP, shrinks, asserts the outputs did not change, saves
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
+    assert printed == blocks[12][1].splitlines()
+    model, same, tokens = namespace["model"], namespace["same"], namespace["tokens"]
+    assert [layer.mlp.gate.weight.shape[0] for layer in same.model.layers] == [4, 4]
+    with torch.no_grad():
+        torch.testing.assert_close(same(tokens).logits, model(tokens).logits)

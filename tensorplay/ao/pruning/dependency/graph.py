@@ -8,7 +8,8 @@ query attention, the gate and up projections of one FFN neuron) is decided in on
 How the model is read:
 
 * a **Hugging Face model** of a known family (Llama, Mistral, Qwen2, Qwen3; GPT-2; BERT,
-  RoBERTa; ViT, DeiT) is recognised by the names and types of its blocks' submodules, without
+  RoBERTa; ViT, DeiT; the mixtures of experts Qwen2-MoE, Qwen3-MoE, Mixtral, OLMoE) is
+  recognised by the names and types of its blocks' submodules, without
   importing ``transformers``, wherever it sits (the model itself, or inside a wrapper such as a
   ``LightningModule`` holding it as ``model``: names are then the wrapper's);
 * any **other model** is traced (:mod:`~tensorplay.ao.pruning.dependency.tracing`, torch.fx;
@@ -22,6 +23,9 @@ What each kind is on a Hugging Face family:
   entries, the column of the output projection);
 * ``"head"``: an attention head (the q/k/v rows with their bias entries, the output projection's
   columns); under grouped-query attention a key/value head with the query heads that read it;
+* ``"expert"``: one expert of a mixture-of-experts layer: its index along dim 0 of the fused
+  expert tensors and its row of the router (:mod:`~tensorplay.ao.pruning.dependency.families.
+  moe`; a shared expert is never one);
 * ``"layer"``: a whole residual block, only where a block whose parameters are zero is the
   identity (pre-norm blocks: Llama-style, GPT-2, ViT); BERT and RoBERTa are post-norm.
   :meth:`DependencyGraph.groups` gives one :class:`~tensorplay.ao.pruning.dependency.
@@ -62,7 +66,7 @@ from tensorplay.ao.pruning.dependency.unit_groups import Slice, UnitGroup, check
 
 __all__ = ["KINDS", "DependencyGraph", "Kind"]
 
-Kind = Literal["channel", "head", "layer"]
+Kind = Literal["channel", "head", "layer", "expert"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
 
 
@@ -121,7 +125,7 @@ class DependencyGraph:
             trace = _traced_channels(model, example_inputs)
             self._groups = {"channel": trace.groups}
             self.unprunable = trace.unprunable
-            for kind in ("head", "layer"):
+            for kind in ("head", "layer", "expert"):
                 self._refused[kind] = (
                     f"{self._model_name} is not a Hugging Face model of a known family, and "
                     "tracing finds channels only"
@@ -139,7 +143,8 @@ class DependencyGraph:
         return tuple(kind for kind in KINDS if kind in self._groups)
 
     def groups(self, kind: str) -> list[UnitGroup]:
-        """The groups of ``kind`` (``"channel"``, ``"head"`` or ``"layer"``), in model order.
+        """The groups of ``kind`` (``"channel"``, ``"head"``, ``"layer"`` or ``"expert"``), in
+        model order.
 
         Raises:
             ValueError: An unknown kind, or one this model cannot have (heads or layers of a
@@ -171,7 +176,7 @@ class DependencyGraph:
         for kind in KINDS:
             if kind in self._groups:
                 lines.append(f"  {kind}: {self._summary(kind)}")
-            elif self.blocks is not None:
+            elif self.blocks is not None and (kind != "expert" or self.family == "moe"):
                 lines.append(f"  {kind}: none ({self._refused[kind]})")
         return "\n".join(lines)
 
@@ -188,15 +193,15 @@ class DependencyGraph:
         return f"DependencyGraph({self._model_name}, family={self.family!r}, {counts})"
 
     def _family_groups(self, found: FoundBlocks) -> dict[str, list[UnitGroup]]:
-        groups: dict[str, list[UnitGroup]] = {"channel": [], "head": [], "layer": []}
+        groups: dict[str, list[UnitGroup]] = {kind: [] for kind in KINDS}
         refusals: list[tuple[str, str]] = []
         for name, block in zip(found.block_names(), found.blocks, strict=True):
             units = found.family.units(name, block)
             tensors = tensor_names(name, block)
-            _check_known(name, tensors, units.channel, units.head, units.shared, found)
-            groups["channel"].append(units.channel)
-            groups["head"].append(units.head)
-            scored = {*units.channel.scored_parameters(), *units.head.scored_parameters()}
+            _check_known(name, tensors, units.groups(), units.shared, found)
+            for group in units.groups():
+                groups[group.kind].append(group)
+            scored = {tensor for group in units.groups() for tensor in group.scored_parameters()}
             slices = tuple(Slice(tensor, None, scored=tensor in scored) for tensor in tensors)
             groups["layer"].append(UnitGroup(name, "layer", 1, slices))
             refusal = found.family.layer_refusal(block)
@@ -208,20 +213,25 @@ class DependencyGraph:
                 f"the blocks of {self._model_name} ({name!r}, ...) cannot be removed whole: {why}"
             )
             del groups["layer"]
+        for kind in ("channel", "head", "expert"):
+            if not groups[kind]:
+                self._refused[kind] = (
+                    f"the {found.family.name} blocks of {self._model_name} have none"
+                )
+                del groups[kind]
         return groups
 
 
 def _check_known(
     name: str,
     tensors: list[str],
-    channel: UnitGroup,
-    head: UnitGroup,
+    groups: tuple[UnitGroup, ...],
     shared: tuple[str, ...],
     found: FoundBlocks,
 ) -> None:
     """Refuse a block holding a parameter its family does not place in a unit or the
     residual stream: a part the family does not know could depend on the units."""
-    known = {*channel.parameters(), *head.parameters(), *(join(name, key) for key in shared)}
+    known = {*(t for group in groups for t in group.parameters()), *(join(name, k) for k in shared)}
     unknown = [tensor for tensor in tensors if tensor not in known]
     if unknown:
         raise UnanalysableError(

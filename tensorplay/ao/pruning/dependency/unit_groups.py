@@ -96,9 +96,11 @@ class UnitGroup:
     Args:
         name: What a report calls the group: the module whose units these are
             (``"model.layers.0.mlp"``, ``"model.layers.3"``).
-        kind: ``"channel"``, ``"head"`` or ``"layer"``.
+        kind: ``"channel"``, ``"head"``, ``"layer"`` or ``"expert"``.
         size: The number of units.
         slices: Every slice a unit spans; at least one is scored.
+        min_kept: The fewest units the group can compute with (a mixture-of-experts layer
+            routes each token to ``top_k`` experts; 1 elsewhere).
 
     Example:
         >>> group = UnitGroup("fc", "channel", 4, (Slice("fc.weight", 0),))
@@ -110,6 +112,7 @@ class UnitGroup:
     kind: str
     size: int
     slices: tuple[Slice, ...]
+    min_kept: int = 1
 
     def parameters(self) -> tuple[str, ...]:
         """The names of the parameters the group's slices lie in, each once, in order."""
@@ -148,6 +151,11 @@ def check_groups(groups: Iterable[UnitGroup], shapes: Mapping[str, torch.Size]) 
     for group in groups:
         if group.size < 1:
             raise ValueError(f"Expected group {group.name!r} to hold units, but got {group.size}.")
+        if not 1 <= group.min_kept <= group.size:
+            raise ValueError(
+                f"Expected group {group.name!r} to need between 1 and its {group.size} units, "
+                f"but got min_kept={group.min_kept}."
+            )
         if not any(piece.scored for piece in group.slices):
             raise ValueError(f"Expected group {group.name!r} to have a scored slice, but got none.")
         for piece in group.slices:

@@ -7,6 +7,9 @@
   ``sum_t |w_t * g_t|``, reset after each pruning step;
 * :mod:`~tensorplay.ao.pruning.importance.wanda`: ``"wanda"`` (Sun et al. 2023),
   ``|W| * ||X_j||_2`` from forward hooks, reset after each pruning step;
+* :mod:`~tensorplay.ao.pruning.importance.experts`: ``"reap"`` (Lasby et al. 2025), the
+  router-weighted mean norm of an expert's output, and ``"frequency"``, the share of tokens
+  routed to it, from forward hooks on the experts (``structure="expert"`` only);
 * :mod:`~tensorplay.ao.pruning.importance.score`: the protocol the pruner asks;
   :mod:`~tensorplay.ao.pruning.importance.registry`: the scores by name (a new score is one
   file and one line there).

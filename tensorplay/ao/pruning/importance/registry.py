@@ -6,7 +6,7 @@ configuration, the pruner, the callbacks and YAML then accept its name.
 
 Example:
     >>> sorted(IMPORTANCES)
-    ['magnitude', 'movement', 'taylor', 'wanda']
+    ['frequency', 'magnitude', 'movement', 'reap', 'taylor', 'wanda']
     >>> make_importance("taylor", "bfloat16").dtype
     torch.bfloat16
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from tensorplay.ao.pruning.importance.experts import Frequency, Reap
 from tensorplay.ao.pruning.importance.magnitude import Magnitude
 from tensorplay.ao.pruning.importance.movement import Movement
 from tensorplay.ao.pruning.importance.score import Importance
@@ -28,6 +29,8 @@ IMPORTANCES: dict[str, type[Importance]] = {
     Movement.name: Movement,
     Taylor.name: Taylor,
     Wanda.name: Wanda,
+    Reap.name: Reap,
+    Frequency.name: Frequency,
 }
 """Each ``importance=`` value and its score's class."""
 

@@ -52,10 +52,12 @@ class Importance:
         name: The ``importance=`` value that chooses the score.
         needs_gradients: Whether :meth:`accumulate` reads gradients (``Pruner.attach`` then
             hooks the optimizers for it, in either masking mode).
+        structures: The ``structure=`` values the score ranks units of (``None``: any).
     """
 
     name: ClassVar[str] = "magnitude"
     needs_gradients: ClassVar[bool] = False
+    structures: ClassVar[tuple[str, ...] | None] = None
 
     def __init__(self, dtype: torch.dtype = torch.float32) -> None:
         self.dtype = dtype

@@ -55,6 +55,7 @@ from torch import nn
 
 from tensorplay.ao.pruning.dependency.blocks import FoundBlocks, find_blocks
 from tensorplay.ao.pruning.dependency.families import UnanalysableError
+from tensorplay.ao.pruning.dependency.families.family import set_present
 from tensorplay.ao.pruning.dependency.unit_groups import UnitGroup, shapes_of
 from tensorplay.ao.pruning.shrinking.removal import apply_cuts, plan_cuts
 from tensorplay.ao.pruning.shrinking.shrink_report import ConfigUpdate
@@ -95,6 +96,7 @@ def update_config(found: FoundBlocks, kept_layers: Sequence[int]) -> ConfigUpdat
     if all(layer == widths[0] for layer in widths) and _rebuilds(found.owner, widths[0]):
         for key, value in widths[0].items():
             setattr(config, key, value)
+        set_present(found.owner, widths[0])  # its copies: a MoE model's num_experts (aux loss)
         if hasattr(config, WIDTHS_KEY):
             delattr(config, WIDTHS_KEY)
         return "uniform"
@@ -106,7 +108,8 @@ def _rebuilds(owner: nn.Module, widths: Mapping[str, int]) -> bool:
     """Whether the owner's class builds the owner's exact shapes from its config with
     ``widths``: what plain ``from_pretrained`` of a saved copy would do."""
     config: Any = owner.config
-    values = {**config.to_dict(), **widths}
+    aliases = getattr(config, "attribute_map", {})  # Mixtral's num_experts: num_local_experts
+    values = {**config.to_dict(), **{aliases.get(key, key): value for key, value in widths.items()}}
     values.pop(WIDTHS_KEY, None)
     try:
         with warnings.catch_warnings(), torch.device("meta"):
@@ -136,11 +139,12 @@ def rebuild_widths(model: nn.Module, widths: Sequence[Mapping[str, int]]) -> Non
     for name, block, recorded in zip(found.block_names(), found.blocks, widths, strict=True):
         units = found.family.units(name, block)
         counts = found.family.unit_counts(recorded)
-        for group in (units.channel, units.head):
+        for group in units.groups():
             count = counts[group.kind]
-            if not 0 < count <= group.size:
+            if not group.min_kept <= count <= group.size:
                 raise ValueError(
-                    f"Expected {WIDTHS_KEY} to give {group.name!r} between 1 and {group.size} "
+                    f"Expected {WIDTHS_KEY} to give {group.name!r} between {group.min_kept} and "
+                    f"{group.size} "
                     f"{group.kind} units, but it gives {count}."
                 )
             keeps.append((group, torch.arange(group.size, device="cpu") < count))

@@ -144,6 +144,25 @@ def _group_norm_per_channel(module: nn.Module, kept: Kept) -> None:
     module.num_groups = module.num_channels = int(module.weight.shape[0])
 
 
+def _is_expert_holder(module: nn.Module) -> bool:
+    """A mixture-of-experts router or experts module: an int ``num_experts`` counting its
+    parameters' rows along dim 0 (what the expert units of
+    :mod:`~tensorplay.ao.pruning.dependency.families.moe` slice)."""
+    count = getattr(module, "num_experts", None)
+    return isinstance(count, int) and not isinstance(module, nn.Linear)
+
+
+def _expert_holder(module: nn.Module, kept: Kept) -> None:
+    """Experts removed along dim 0 of its parameters: ``num_experts`` follows."""
+    for name, dims in kept.items():
+        if set(dims) != {0}:
+            raise ValueError(
+                f"Expected the experts of {type(module).__name__} to lose whole experts (dim 0 "
+                f"of {name!r}), but dims {sorted(dims)} shrink."
+            )
+        vars(module)["num_experts"] = int(module.get_parameter(name).shape[0])
+
+
 RESIZERS: tuple[tuple[Callable[[nn.Module], bool], Resizer], ...] = (
     (lambda module: isinstance(module, nn.Linear), _linear),
     (_is_conv1d, _conv1d),
@@ -153,6 +172,7 @@ RESIZERS: tuple[tuple[Callable[[nn.Module], bool], Resizer], ...] = (
     (_is_transposed_conv, _transposed_conv),
     (lambda module: isinstance(module, _InstanceNorm) and module.affine, _instance_norm),
     (_is_group_norm_per_channel, _group_norm_per_channel),
+    (_is_expert_holder, _expert_holder),
 )
 """Each module type that can shrink: a test and the function that resizes it."""
 

@@ -28,12 +28,16 @@ Which units are pruned:
   :attr:`~tensorplay.ao.pruning.shrinking.shrink_report.ShrinkReport.partial_units`: shrinking
   never loses what was computed, and never refuses work already done.
 * A group keeps at least one unit: where all its units are pruned, the first stays (all zero, so
-  its module still computes zero): attention cannot run with no heads.
+  its module still computes zero): attention cannot run with no heads. A mixture-of-experts
+  layer must keep its ``top_k`` experts: fewer is refused before anything changes.
 * A masked structured unit never stays silently: where one would (in a group not shrunk whose
   tensors the shrink spans: a recorded group left out of ``groups=``, a graph's group set aside
   for an overlapping recorded one; a masked channel of a plain model that tracing without
   ``example_inputs`` could not follow), shrinking refuses before changing anything, naming it
   and what to pass (:mod:`~tensorplay.ao.pruning.shrinking.left_masked`).
+* Experts (a masked expert is never routed to: :mod:`~tensorplay.ao.pruning.structures.
+  routing`) are cut from the fused expert tensors and the router; the router's hook goes with
+  them, and the config's ``num_experts`` (``num_local_experts``) follows.
 
 The masks of every tensor the groups span are made permanent (the pruned values are zero and
 stay in the kept units; the masks, ``_orig`` parameters and hooks are gone); other masks are
@@ -112,6 +116,7 @@ from tensorplay.ao.pruning.shrinking.removal import Cut, apply_cuts, plan_cuts, 
 from tensorplay.ao.pruning.shrinking.shrink_groups import default_groups
 from tensorplay.ao.pruning.shrinking.shrink_report import ConfigUpdate, GroupWidth, ShrinkReport
 from tensorplay.ao.pruning.spent import record_shrink
+from tensorplay.ao.pruning.structures.routing import remove_routing
 
 __all__ = ["shrink"]
 
@@ -180,6 +185,11 @@ def shrink(
     record_shrink(pair for name in plan.tensors for pair in aliases[name].pairs)
     _make_permanent(aliases, plan.tensors)
     apply_cuts(plan.cuts)
+    for group in chosen:
+        if group.kind == "expert":  # its masked experts are gone: route as a plain model
+            for name in group.parameters():
+                for module, _ in aliases[name].pairs:
+                    remove_routing(module)
     config: ConfigUpdate = "none"
     if found is not None:
         layers_before = len(found.blocks)
@@ -233,6 +243,12 @@ def _plan(model: nn.Module, groups: Sequence[UnitGroup], found: FoundBlocks | No
             continue  # gone with its layer, which the layer group's row counts
         pruned, partly = _pruned(group, kept_elements)
         partial += partly
+        if int((~pruned).sum()) < group.min_kept > 1:
+            raise ValueError(
+                f"Expected group {group.name!r} to keep at least {group.min_kept} {group.kind} "
+                f"units (the experts routed to per token), but only {int((~pruned).sum())} of "
+                f"{group.size} are unpruned: unmask some, or prune fewer."
+            )
         if pruned.all():
             pruned[0] = False  # attention cannot run without heads: one zero unit stays
         keeps.append((group, ~pruned))

@@ -6,7 +6,10 @@
   default): the targets are the groups, the importance scores the keys;
 * :mod:`~tensorplay.ao.pruning.structures.structured`: ``"channel"``, ``"head"`` and
   ``"layer"``, one implementation over the dependency graph's units, three lines below; their
-  unit space is :mod:`~tensorplay.ao.pruning.structures.unit_space`.
+  unit space is :mod:`~tensorplay.ao.pruning.structures.unit_space`;
+* :mod:`~tensorplay.ao.pruning.structures.experts`: ``"expert"``, one expert of a
+  mixture-of-experts layer, never routed to once masked
+  (:mod:`~tensorplay.ao.pruning.structures.routing`).
 
 :data:`STRUCTURES` is the one table a ``structure=`` string is looked up in: the configuration
 checks names and options against it and :func:`make_structure` builds the pruner's. A new
@@ -14,7 +17,7 @@ structure is one module and one line here.
 
 Example:
     >>> sorted(STRUCTURES)
-    ['channel', 'element', 'head', 'layer']
+    ['channel', 'element', 'expert', 'head', 'layer']
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 from torch import nn
 
 from tensorplay.ao.pruning.structures.element import ElementSpace, ElementStructure
+from tensorplay.ao.pruning.structures.experts import ExpertStructure
 from tensorplay.ao.pruning.structures.structure import PruningStructure
 from tensorplay.ao.pruning.structures.structured import (
     ChannelStructure,
@@ -47,6 +51,7 @@ STRUCTURES: dict[str, type[PruningStructure]] = {
     ChannelStructure.name: ChannelStructure,
     HeadStructure.name: HeadStructure,
     LayerStructure.name: LayerStructure,
+    ExpertStructure.name: ExpertStructure,
 }
 """Each ``structure=`` value and its class; a new structure is one more entry."""
 
@@ -56,7 +61,7 @@ def structure_choices() -> str:
 
     Example:
         >>> structure_choices()
-        "'element', 'channel', 'head' or 'layer'"
+        "'element', 'channel', 'head', 'layer' or 'expert'"
     """
     names = [repr(name) for name in STRUCTURES]
     return f"{', '.join(names[:-1])} or {names[-1]}"

@@ -103,7 +103,7 @@ class UnitStructure:
     ) -> None:
         _refuse_shards(self.name, model)
         graph = DependencyGraph(model, example_inputs)
-        groups = _selected_groups(self.name, graph, model, selected)
+        groups = self._selected_groups(graph, model, selected)
         _check_multiple(self.name, groups, multiple_of)
         self.uncovered = uncovered(self.name, graph, groups, selected)
         self.notes = self.uncovered.notes()
@@ -122,6 +122,12 @@ class UnitStructure:
         self._multiple = multiple_of
         self.uncovered.warn()  # once built: a refusal above comes first
         record_groups(model, groups)  # what shrink() removes, never re-derived
+
+    def _selected_groups(
+        self, graph: DependencyGraph, model: nn.Module, selected: Sequence[Target]
+    ) -> list[UnitGroup]:
+        """The groups of this kind whose scored tensors the selection holds."""
+        return _selected_groups(self.name, graph, model, selected)
 
     @classmethod
     def check_options(

@@ -18,8 +18,9 @@ rank single weights:
   (:func:`~tensorplay.ao.pruning.method_selection.select_in_place`) over the unit scores, with
   its tie rule and seeded random draws.
 * **At least one unit stays** in every group (``multiple_of`` of them with ``multiple_of > 1``,
-  and with ``min_density`` the scope's floor): a count that would take more is refused before
-  anything changes.
+  and with ``min_density`` the scope's floor; a mixture-of-experts layer keeps its ``top_k``
+  experts, :attr:`~tensorplay.ao.pruning.dependency.unit_groups.UnitGroup.min_kept`): a count
+  that would take more is refused before anything changes.
 * **Widths as multiples**: with ``multiple_of = n > 1`` the width each group keeps after a step
   is rounded to the nearest multiple of ``n`` (half up; at least ``n`` and ``min_density``'s
   floor, raised to a multiple; never more than it kept), its lowest-scored units pruned to reach
@@ -99,6 +100,11 @@ class Ranked:
     def size(self) -> int:
         """Its units."""
         return sum(group.size for group in self.groups)
+
+    @property
+    def min_kept(self) -> int:
+        """The fewest units its groups compute with (an expert layer's ``top_k``; else 1)."""
+        return max(group.min_kept for group in self.groups)
 
     def parameters(self) -> tuple[str, ...]:
         """The names of the parameters its groups span, each once (see the class example)."""
@@ -243,10 +249,10 @@ class StructuredSpace:
         chosen = list(range(len(self._ranked))) if groups is None else list(groups)
         kept = [~self._pruned(index) for index in chosen]
         widths = [int(keep.sum()) for keep in kept]
-        least = [self._multiple] * len(chosen)
+        least = [max(self._multiple, self._ranked[index].min_kept) for index in chosen]
         if caps is not None:
-            pairs = zip(widths, caps, strict=True)
-            least = [max(self._multiple, width - cap) for width, cap in pairs]
+            pairs = zip(widths, caps, least, strict=True)
+            least = [max(floor, width - cap) for width, cap, floor in pairs]
         limits = [max(0, width - floor) for width, floor in zip(widths, least, strict=True)]
         if count > sum(limits):
             absorbed = (self._multiple // 2) * len(chosen)
@@ -284,6 +290,13 @@ class StructuredSpace:
             if len(chosen) == 1
             else f"{len(chosen)} groups of {sum(self._ranked[i].size for i in chosen)} units"
         )
+        top_k = max(self._ranked[index].min_kept for index in chosen)
+        if top_k > 1:
+            raise ValueError(
+                f"Expected a pruning step that leaves every mixture-of-experts layer its top_k "
+                f"experts ({top_k}; at most {most} more from {where}), but the target asks for "
+                f"{count} more: lower the target sparsity."
+            )
         if self._multiple == 1:
             raise ValueError(
                 f"Expected a pruning step that leaves every group at least 1 unit (at most "

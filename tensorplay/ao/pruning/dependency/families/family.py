@@ -32,6 +32,7 @@ from tensorplay.ao.pruning.reparametrization import parameter_of
 __all__ = [
     "BlockUnits",
     "Family",
+    "Routing",
     "UnanalysableError",
     "child",
     "has_children",
@@ -52,16 +53,39 @@ class UnanalysableError(ValueError):
 
 
 @dataclass(frozen=True)
+class Routing:
+    """How a mixture-of-experts layer's router routes: ``logits = x @ weight.T``, a softmax
+    over the experts, the ``top_k`` largest, renormalised over them where ``normalise``.
+
+    Args:
+        router: The router module's qualified name (its ``weight`` has one row per expert).
+        top_k: Experts per token.
+        normalise: Whether the top-k weights are divided by their sum.
+
+    Example:
+        >>> Routing("model.layers.0.mlp.gate", 2, True).top_k
+        2
+    """
+
+    router: str
+    top_k: int
+    normalise: bool
+
+
+@dataclass(frozen=True)
 class BlockUnits:
     """The units of one residual block.
 
     Args:
-        channel: The FFN intermediate neurons.
+        channel: The FFN intermediate neurons (``None``: the block has none, as a
+            mixture-of-experts block without a shared expert).
         head: The attention heads (under grouped-query attention, the key/value groups with
-            their query heads).
+            their query heads; ``None``: heads that cannot be removed one by one).
         shared: The block's tensors (names relative to the block) that belong to no unit and
             stay whole: norms over the residual stream, output biases, per-head norms shared by
             all heads.
+        expert: The experts of a mixture-of-experts block (``None`` elsewhere).
+        routing: How that block's router routes (with ``expert``).
 
     Example:
         >>> from tensorplay.ao.pruning.dependency.unit_groups import Slice
@@ -70,9 +94,22 @@ class BlockUnits:
         ('norm.weight',)
     """
 
-    channel: UnitGroup
-    head: UnitGroup
+    channel: UnitGroup | None
+    head: UnitGroup | None
     shared: tuple[str, ...]
+    expert: UnitGroup | None = None
+    routing: Routing | None = None
+
+    def groups(self) -> tuple[UnitGroup, ...]:
+        """The block's unit groups, those it has (channel, head, expert).
+
+        Example:
+            >>> from tensorplay.ao.pruning.dependency.unit_groups import Slice
+            >>> fc = UnitGroup("mlp", "channel", 2, (Slice("mlp.fc.weight", 0),))
+            >>> [group.kind for group in BlockUnits(fc, None, ()).groups()]
+            ['channel']
+        """
+        return tuple(group for group in (self.channel, self.head, self.expert) if group)
 
 
 class Family(Protocol):
