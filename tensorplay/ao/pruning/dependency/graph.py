@@ -49,8 +49,13 @@ from typing import Any, Literal, get_args
 
 from torch import Tensor, nn
 
-from tensorplay.ao.pruning.dependency.blocks import FoundBlocks, find_blocks, looks_like_hf
-from tensorplay.ao.pruning.dependency.families import FAMILIES, UnanalysableError
+from tensorplay.ao.pruning.dependency.blocks import (
+    FoundBlocks,
+    find_blocks,
+    looks_like_hf,
+    unknown_family,
+)
+from tensorplay.ao.pruning.dependency.families import UnanalysableError
 from tensorplay.ao.pruning.dependency.families.family import join, tensor_names
 from tensorplay.ao.pruning.dependency.tracing import traced_groups
 from tensorplay.ao.pruning.dependency.unit_groups import Slice, UnitGroup, check_groups, shapes_of
@@ -106,16 +111,25 @@ class DependencyGraph:
         self.blocks: FoundBlocks | None = find_blocks(model)
         """The Hugging Face blocks found (``None`` for a traced model)."""
         self._refused: dict[str, str] = {}
+        self._unknown: str | None = None
+        self._groups: dict[str, list[UnitGroup]] = {}
+        self._trace: tuple[nn.Module, Tensor | tuple[Any, ...] | None] | None = None
         if self.blocks is not None:
             self._groups = self._family_groups(self.blocks)
-        else:
-            self._groups = {"channel": _traced_channels(model, example_inputs)}
-            for kind in ("head", "layer"):
+            check_groups([g for groups in self._groups.values() for g in groups], shapes_of(model))
+            return
+        unknown = unknown_family(model) if looks_like_hf(model) else None
+        self._unknown = unknown
+        if unknown is None or example_inputs is not None:
+            self._trace = (model, example_inputs)  # traced when its channels are first asked
+        for kind in KINDS:
+            if unknown is not None and (kind != "channel" or example_inputs is None):
+                self._refused[kind] = unknown
+            elif kind != "channel":
                 self._refused[kind] = (
                     f"{self._model_name} is not a Hugging Face model of a known family, and "
                     "tracing finds channels only"
                 )
-        check_groups([g for groups in self._groups.values() for g in groups], shapes_of(model))
 
     @property
     def family(self) -> str:
@@ -125,7 +139,7 @@ class DependencyGraph:
     @property
     def kinds(self) -> tuple[Kind, ...]:
         """The kinds this model has groups of, in :data:`KINDS` order."""
-        return tuple(kind for kind in KINDS if kind in self._groups)
+        return tuple(kind for kind in KINDS if kind not in self._refused)
 
     def groups(self, kind: str) -> list[UnitGroup]:
         """The groups of ``kind`` (``"channel"``, ``"head"`` or ``"layer"``), in model order.
@@ -137,19 +151,28 @@ class DependencyGraph:
         if kind not in KINDS:
             raise ValueError(f"Expected `kind` to be one of {KINDS}, but got {kind!r}.")
         if kind in self._refused:
+            others = " or ".join(repr(k) for k in self.kinds)
+            if self._unknown is not None or not others:  # tracing a HF model rarely works
+                hint = "prune single weights (structure='element'), which needs no analysis"
+            else:
+                hint = f"try {others}"
             raise ValueError(
-                f"Expected a model with {kind} units, but {self._refused[kind]}: try "
-                f"{' or '.join(repr(k) for k in self.kinds)}."
+                f"Expected a model with {kind} units for structure={kind!r}, but "
+                f"{self._refused[kind]}: {hint}."
             )
+        if kind not in self._groups and self._trace is not None:
+            model, example_inputs = self._trace
+            self._groups[kind] = _traced_channels(model, example_inputs)
+            check_groups(self._groups[kind], shapes_of(model))
         return list(self._groups[kind])
 
     def counts(self) -> dict[str, int]:
         """The number of units of each kind this model has (see the class example)."""
-        return {kind: sum(group.size for group in self._groups[kind]) for kind in self.kinds}
+        return {kind: sum(group.size for group in self.groups(kind)) for kind in self.kinds}
 
     def __str__(self) -> str:
         if self.blocks is None:
-            where = "traced with torch.fx"
+            where = "no known family" if self._unknown is not None else "traced with torch.fx"
         else:
             family = self.blocks.family
             where = (
@@ -158,11 +181,11 @@ class DependencyGraph:
             )
         lines = [f"DependencyGraph of {self._model_name}: {where}"]
         for kind in KINDS:
-            if kind in self._groups:
-                groups = self._groups[kind]
+            if kind not in self._refused:
+                groups = self.groups(kind)
                 units = sum(group.size for group in groups)
                 lines.append(f"  {kind}: {len(groups)} groups, {units} units")
-            elif self.blocks is not None:
+            elif self.blocks is not None or self._unknown is not None:
                 lines.append(f"  {kind}: none ({self._refused[kind]})")
         return "\n".join(lines)
 
@@ -172,39 +195,44 @@ class DependencyGraph:
 
     def _family_groups(self, found: FoundBlocks) -> dict[str, list[UnitGroup]]:
         groups: dict[str, list[UnitGroup]] = {"channel": [], "head": [], "layer": []}
-        refusals: list[tuple[str, str]] = []
+        refusals: dict[str, tuple[str, str]] = {}
         for name, block in zip(found.block_names(), found.blocks, strict=True):
             units = found.family.units(name, block)
             tensors = tensor_names(name, block)
-            _check_known(name, tensors, units.channel, units.head, units.shared, found)
+            unit_groups = [units.channel] if units.head is None else [units.channel, units.head]
+            _check_known(name, tensors, unit_groups, units.shared, found)
             groups["channel"].append(units.channel)
-            groups["head"].append(units.head)
-            scored = {*units.channel.scored_parameters(), *units.head.scored_parameters()}
+            if units.head is not None:
+                groups["head"].append(units.head)
+            else:
+                refusals.setdefault("head", (name, units.head_refusal or "the family says so"))
+            scored = {tensor for group in unit_groups for tensor in group.scored_parameters()}
             slices = tuple(Slice(tensor, None, scored=tensor in scored) for tensor in tensors)
             groups["layer"].append(UnitGroup(name, "layer", 1, slices))
             refusal = found.family.layer_refusal(block)
             if refusal is not None:
-                refusals.append((name, refusal))
-        if refusals:
-            name, why = refusals[0]
-            self._refused["layer"] = (
-                f"the blocks of {self._model_name} ({name!r}, ...) cannot be removed whole: {why}"
+                refusals.setdefault("layer", (name, refusal))
+        for kind, (name, why) in refusals.items():
+            self._refused[kind] = (
+                f"the {'heads' if kind == 'head' else 'blocks'} of {self._model_name} "
+                f"({name!r}, ...) cannot be removed {'exactly' if kind == 'head' else 'whole'}: "
+                f"{why}"
             )
-            del groups["layer"]
+            del groups[kind]
         return groups
 
 
 def _check_known(
     name: str,
     tensors: list[str],
-    channel: UnitGroup,
-    head: UnitGroup,
+    groups: list[UnitGroup],
     shared: tuple[str, ...],
     found: FoundBlocks,
 ) -> None:
     """Refuse a block holding a parameter its family does not place in a unit or the
     residual stream: a part the family does not know could depend on the units."""
-    known = {*channel.parameters(), *head.parameters(), *(join(name, key) for key in shared)}
+    known = {tensor for group in groups for tensor in group.parameters()}
+    known.update(join(name, key) for key in shared)
     unknown = [tensor for tensor in tensors if tensor not in known]
     if unknown:
         raise UnanalysableError(
@@ -217,11 +245,12 @@ def _check_known(
 def _traced_channels(
     model: nn.Module, example_inputs: Tensor | tuple[Any, ...] | None
 ) -> list[UnitGroup]:
-    if looks_like_hf(model) and example_inputs is None:
-        families = "; ".join(f"{family.name}: {family.models}" for family in FAMILIES)
+    if not looks_like_hf(model):
+        return traced_groups(model, example_inputs)["channel"]
+    try:
+        return traced_groups(model, example_inputs)["channel"]
+    except (UnanalysableError, ValueError, TypeError) as error:
         raise UnanalysableError(
-            f"Expected a Hugging Face model of a known family ({families}) or example_inputs "
-            f"to trace {type(model).__name__} with, but its blocks match no family and no "
-            "example_inputs were given."
-        )
-    return traced_groups(model, example_inputs)["channel"]
+            f"Expected the channels of {type(model).__name__} to be found by tracing it with "
+            f"example_inputs, but {unknown_family(model)}, and tracing failed: {error}"
+        ) from error

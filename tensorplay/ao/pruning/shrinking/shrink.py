@@ -146,10 +146,10 @@ def shrink(
     if found is not None:
         layers_before = len(found.blocks)
         remove_blocks(found.blocks, plan.dropped_blocks)
-        for block in found.blocks:
-            found.family.sync(block)
         if found.config is not None:
             config = update_config(found, plan.kept_blocks(layers_before))
+        for block in found.blocks:  # after the config: a layer reads what the config lacks
+            found.family.sync(block)
     return ShrinkReport(before, _count(model), plan.widths, plan.partial_units, config)
 
 

@@ -40,6 +40,7 @@ __all__ = [
     "is_linear",
     "join",
     "out_in",
+    "parameter_children",
     "set_present",
     "submodule",
     "tensor_names",
@@ -58,10 +59,12 @@ class BlockUnits:
     Args:
         channel: The FFN intermediate neurons.
         head: The attention heads (under grouped-query attention, the key/value groups with
-            their query heads).
+            their query heads), or ``None`` where no head can be removed exactly.
         shared: The block's tensors (names relative to the block) that belong to no unit and
             stay whole: norms over the residual stream, output biases, per-head norms shared by
-            all heads.
+            all heads (and the attention's tensors where heads are refused).
+        head_refusal: Why heads cannot be removed (``head`` is ``None``), naming the
+            submodule that is the obstacle.
 
     Example:
         >>> from tensorplay.ao.pruning.dependency.unit_groups import Slice
@@ -71,8 +74,9 @@ class BlockUnits:
     """
 
     channel: UnitGroup
-    head: UnitGroup
+    head: UnitGroup | None
     shared: tuple[str, ...]
+    head_refusal: str | None = None
 
 
 class Family(Protocol):
@@ -82,12 +86,16 @@ class Family(Protocol):
     """Short name in summaries and errors (``"llama"``)."""
     models: str
     """The architectures it covers, for messages (``"Llama, Mistral, Qwen2, Qwen3"``)."""
+    submodules: tuple[str, ...]
+    """The submodules (dotted paths) every block of the family has: what an unknown block is
+    compared with to name what it lacks."""
 
     def matches(self, block: nn.Module) -> bool:
         """Whether ``block`` has the family's submodules (names and types)."""
 
     def units(self, prefix: str, block: nn.Module) -> BlockUnits:
-        """The block's units, parameter names prefixed by ``prefix`` (the block's name).
+        """The block's units, parameter names prefixed by ``prefix`` (the block's name); the
+        heads ``None`` with the reason where they cannot be removed exactly.
 
         Raises:
             UnanalysableError: Shapes or attributes that do not fit the family.
@@ -157,6 +165,19 @@ def has_children(module: nn.Module, paths: tuple[str, ...], kind: type | None = 
     """
     found = [child(module, path) for path in paths]
     return all(m is not None and (kind is None or isinstance(m, kind)) for m in found)
+
+
+def parameter_children(module: nn.Module) -> set[str]:
+    """The names of ``module``'s direct children that hold parameters (dropouts and
+    activations are left out): what a family's layout is compared with.
+
+    Example:
+        >>> sorted(parameter_children(nn.Sequential(nn.Linear(2, 2), nn.ReLU())))
+        ['0']
+    """
+    return {
+        name for name, sub in module.named_children() if next(sub.parameters(), None) is not None
+    }
 
 
 def is_linear(module: nn.Module | None) -> bool:
