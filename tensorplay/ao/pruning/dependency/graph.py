@@ -166,6 +166,22 @@ class DependencyGraph:
             check_groups(self._groups[kind], shapes_of(model))
         return list(self._groups[kind])
 
+    def refusal(self, kind: str) -> str | None:
+        """Why this model has no units of ``kind`` (naming the module, class or config key in
+        the way), or ``None`` where it has them.
+
+        Example:
+            >>> import transformers
+            >>> config = transformers.BertConfig(vocab_size=16, hidden_size=16,
+            ...     num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+            >>> graph = DependencyGraph(transformers.BertModel(config))
+            >>> graph.refusal("head") is None, graph.refusal("layer")[:48]
+            (True, "the blocks of BertModel ('encoder.layer.0', ...)")
+        """
+        if kind not in KINDS:
+            raise ValueError(f"Expected `kind` to be one of {KINDS}, but got {kind!r}.")
+        return self._refused.get(kind)
+
     def counts(self) -> dict[str, int]:
         """The number of units of each kind this model has (see the class example)."""
         return {kind: sum(group.size for group in self.groups(kind)) for kind in self.kinds}
