@@ -7,14 +7,19 @@ query attention, the gate and up projections of one FFN neuron) is decided in on
 
 How the model is read:
 
-* a **Hugging Face model** of a known family (Llama, Mistral, Qwen2, Qwen3; GPT-2; BERT,
-  RoBERTa; ViT, DeiT) is recognised by the names and types of its blocks' submodules, without
-  importing ``transformers``, wherever it sits (the model itself, or inside a wrapper such as a
-  ``LightningModule`` holding it as ``model``: names are then the wrapper's);
-* any **other model** is traced (:mod:`~tensorplay.ao.pruning.dependency.tracing`, torch.fx;
-  ``example_inputs`` give the shapes), which finds channels only: a Linear's or Conv's output
-  channels with their BatchNorm entries and consumers' input columns, channels joined by a
-  residual addition as one unit.
+* a **Hugging Face model** of a known family (Llama, Mistral, Qwen2, Qwen3; Gemma 2 and 3;
+  Phi-3; OLMo 2; GPT-NeoX; GPT-2; BERT, RoBERTa; ViT, DeiT:
+  :data:`~tensorplay.ao.pruning.dependency.families.FAMILIES`) is recognised by the names and
+  types of its blocks' submodules, without importing ``transformers``, wherever it sits (the
+  model itself, or inside a wrapper such as a ``LightningModule`` holding it as ``model``: names
+  are then the wrapper's);
+* a Hugging Face model of **another family** has no units: asking for a kind says so, naming its
+  block class and the submodules no family knows (with ``example_inputs`` its channels are
+  traced, where its forward traces);
+* any **other model** is traced when its channels are first asked
+  (:mod:`~tensorplay.ao.pruning.dependency.tracing`, torch.fx; ``example_inputs`` give the
+  shapes), which finds channels only: a Linear's or Conv's output channels with their BatchNorm
+  entries and consumers' input columns, channels joined by a residual addition as one unit.
 
 What each kind is on a Hugging Face family:
 
@@ -22,8 +27,10 @@ What each kind is on a Hugging Face family:
   entries, the column of the output projection);
 * ``"head"``: an attention head (the q/k/v rows with their bias entries, the output projection's
   columns); under grouped-query attention a key/value head with the query heads that read it;
+  refused where a norm spans all heads (OLMo 2's ``q_norm``);
 * ``"layer"``: a whole residual block, only where a block whose parameters are zero is the
-  identity (pre-norm blocks: Llama-style, GPT-2, ViT); BERT and RoBERTa are post-norm.
+  identity (Llama-style, Gemma 2 and 3, Phi-3, OLMo 2, GPT-NeoX, GPT-2, ViT: each sublayer's
+  output is zero, normalised or not); BERT and RoBERTa normalise after the residual addition.
 
 The residual-stream width (embeddings, norms, output biases) and the model's outputs (the LM
 head, a classifier) are never in a group.
@@ -77,9 +84,10 @@ class DependencyGraph:
 
     Raises:
         UnanalysableError: (a ``ValueError``) The model cannot be analysed, naming the
-            submodule or parameter at fault: a Hugging Face model of no known family (without
-            ``example_inputs``), two models in one wrapper, a block holding a parameter its
-            family does not know, a forward that cannot be traced.
+            submodule or parameter at fault: two models in one wrapper, a block holding a
+            parameter its family does not know. (A Hugging Face model of no known family, and a
+            forward that cannot be traced, are refused when a kind is asked:
+            :meth:`groups`.)
 
     Example:
         >>> import transformers
@@ -146,19 +154,20 @@ class DependencyGraph:
 
         Raises:
             ValueError: An unknown kind, or one this model cannot have (heads or layers of a
-                traced model, layers of a post-norm family), saying why.
+                traced model, layers of a post-norm family, heads under a norm over all heads,
+                any kind of a Hugging Face model of no known family), naming the structure
+                asked and why.
+            UnanalysableError: The channels of a plain model whose forward cannot be traced.
         """
-        if kind not in KINDS:
-            raise ValueError(f"Expected `kind` to be one of {KINDS}, but got {kind!r}.")
-        if kind in self._refused:
+        why = self.refusal(kind)
+        if why is not None:
             others = " or ".join(repr(k) for k in self.kinds)
             if self._unknown is not None or not others:  # tracing a HF model rarely works
                 hint = "prune single weights (structure='element'), which needs no analysis"
             else:
                 hint = f"try {others}"
             raise ValueError(
-                f"Expected a model with {kind} units for structure={kind!r}, but "
-                f"{self._refused[kind]}: {hint}."
+                f"Expected a model with {kind} units for structure={kind!r}, but {why}: {hint}."
             )
         if kind not in self._groups and self._trace is not None:
             model, example_inputs = self._trace
@@ -169,6 +178,9 @@ class DependencyGraph:
     def refusal(self, kind: str) -> str | None:
         """Why this model has no units of ``kind`` (naming the module, class or config key in
         the way), or ``None`` where it has them.
+
+        Raises:
+            ValueError: An unknown kind.
 
         Example:
             >>> import transformers

@@ -39,6 +39,7 @@ __all__ = [
     "is_conv1d",
     "is_linear",
     "join",
+    "laid_out",
     "out_in",
     "parameter_children",
     "set_present",
@@ -178,6 +179,20 @@ def parameter_children(module: nn.Module) -> set[str]:
     return {
         name for name, sub in module.named_children() if next(sub.parameters(), None) is not None
     }
+
+
+def laid_out(block: nn.Module, linears: tuple[str, ...], children: tuple[str, ...]) -> bool:
+    """Whether ``block`` has an ``nn.Linear`` at each of the dotted paths ``linears`` and, as
+    children holding parameters, exactly ``children``: a family's layout, which no block of
+    another family with more norms or other parts also fits.
+
+    Example:
+        >>> block = nn.Module()
+        >>> block.mlp = nn.Sequential(nn.Linear(2, 2))
+        >>> laid_out(block, ("mlp.0",), ("mlp",)), laid_out(block, ("mlp.0",), ("mlp", "norm"))
+        (True, False)
+    """
+    return has_children(block, linears, nn.Linear) and parameter_children(block) == set(children)
 
 
 def is_linear(module: nn.Module | None) -> bool:

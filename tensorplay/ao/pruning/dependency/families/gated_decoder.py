@@ -36,10 +36,9 @@ from torch import nn
 
 from tensorplay.ao.pruning.dependency.families.family import (
     BlockUnits,
-    has_children,
     join,
+    laid_out,
     out_in,
-    parameter_children,
     set_present,
     submodule,
     tensor_names,
@@ -47,6 +46,8 @@ from tensorplay.ao.pruning.dependency.families.family import (
 from tensorplay.ao.pruning.dependency.families.projections import (
     QKVO,
     channel_group,
+    decoder_counts,
+    decoder_widths,
     head_layout,
     norm_over_heads,
     qkvo_heads,
@@ -85,9 +86,7 @@ class GatedDecoderFamily:
 
     def matches(self, block: nn.Module) -> bool:
         """The q/k/v/o and gated FFN Linears, and exactly the family's norms beside them."""
-        return has_children(block, self.submodules[:7], nn.Linear) and parameter_children(
-            block
-        ) == {"self_attn", "mlp", *self.norms}
+        return laid_out(block, self.submodules[:7], ("self_attn", "mlp", *self.norms))
 
     def units(self, prefix: str, block: nn.Module) -> BlockUnits:
         """The block's FFN channels and key/value-group heads (heads refused where a norm
@@ -127,14 +126,11 @@ class GatedDecoderFamily:
     def widths(self, block: nn.Module) -> dict[str, int]:
         """``intermediate_size``, ``num_attention_heads``, ``num_key_value_heads``,
         ``head_dim``."""
-        layout = head_layout("self_attn", submodule(block, "self_attn"))
-        return {
-            "intermediate_size": out_in(submodule(block, "mlp.up_proj"))[0],
-            "num_attention_heads": layout.query,
-            "num_key_value_heads": layout.key_value,
-            "head_dim": layout.head_dim,
-        }
+        return decoder_widths(
+            out_in(submodule(block, "mlp.up_proj"))[0],
+            head_layout("self_attn", submodule(block, "self_attn")),
+        )
 
     def unit_counts(self, widths: Mapping[str, int]) -> dict[str, int]:
         """Channels: ``intermediate_size``; heads: ``num_key_value_heads``."""
-        return {"channel": widths["intermediate_size"], "head": widths["num_key_value_heads"]}
+        return decoder_counts(widths)

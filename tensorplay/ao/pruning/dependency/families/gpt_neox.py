@@ -37,11 +37,10 @@ from torch import nn
 from tensorplay.ao.pruning.dependency.families.family import (
     BlockUnits,
     UnanalysableError,
-    has_children,
     int_attribute,
     join,
+    laid_out,
     out_in,
-    parameter_children,
     submodule,
 )
 from tensorplay.ao.pruning.dependency.families.projections import (
@@ -73,9 +72,7 @@ class GptNeoxFamily:
 
     def matches(self, block: nn.Module) -> bool:
         """The four Linears and exactly the two norms beside them."""
-        return has_children(block, self.submodules[:4], nn.Linear) and parameter_children(
-            block
-        ) == {"attention", "mlp", *_NORMS}
+        return laid_out(block, self.submodules[:4], ("attention", "mlp", *_NORMS))
 
     def units(self, prefix: str, block: nn.Module) -> BlockUnits:
         """The block's FFN channels and attention heads."""

@@ -40,11 +40,10 @@ from torch import nn
 from tensorplay.ao.pruning.dependency.families.family import (
     BlockUnits,
     UnanalysableError,
-    has_children,
     int_attribute,
     join,
+    laid_out,
     out_in,
-    parameter_children,
     set_present,
     submodule,
 )
@@ -52,6 +51,8 @@ from tensorplay.ao.pruning.dependency.families.layer_config import layer_config
 from tensorplay.ao.pruning.dependency.families.projections import (
     HeadLayout,
     Rows,
+    decoder_counts,
+    decoder_widths,
     projection_group,
 )
 from tensorplay.ao.pruning.dependency.unit_groups import UnitGroup
@@ -74,9 +75,7 @@ class Phi3Family:
 
     def matches(self, block: nn.Module) -> bool:
         """The four fused and output Linears and exactly the two norms beside them."""
-        return has_children(block, self.submodules[:4], nn.Linear) and parameter_children(
-            block
-        ) == {"self_attn", "mlp", *_NORMS}
+        return laid_out(block, self.submodules[:4], ("self_attn", "mlp", *_NORMS))
 
     def units(self, prefix: str, block: nn.Module) -> BlockUnits:
         """The block's FFN channels and key/value-group heads."""
@@ -102,17 +101,13 @@ class Phi3Family:
     def widths(self, block: nn.Module) -> dict[str, int]:
         """``intermediate_size``, ``num_attention_heads``, ``num_key_value_heads``,
         ``head_dim``."""
-        layout = _layout("self_attn", block)
-        return {
-            "intermediate_size": out_in(submodule(block, "mlp.down_proj"))[1],
-            "num_attention_heads": layout.query,
-            "num_key_value_heads": layout.key_value,
-            "head_dim": layout.head_dim,
-        }
+        return decoder_widths(
+            out_in(submodule(block, "mlp.down_proj"))[1], _layout("self_attn", block)
+        )
 
     def unit_counts(self, widths: Mapping[str, int]) -> dict[str, int]:
         """Channels: ``intermediate_size``; heads: ``num_key_value_heads``."""
-        return {"channel": widths["intermediate_size"], "head": widths["num_key_value_heads"]}
+        return decoder_counts(widths)
 
 
 def _channels(name: str, block: nn.Module) -> UnitGroup:

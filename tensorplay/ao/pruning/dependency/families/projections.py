@@ -25,7 +25,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from torch import nn
@@ -45,6 +45,8 @@ __all__ = [
     "HeadLayout",
     "Rows",
     "channel_group",
+    "decoder_counts",
+    "decoder_widths",
     "head_layout",
     "norm_over_heads",
     "output_slices",
@@ -73,6 +75,32 @@ class HeadLayout:
     def group(self) -> int:
         """Query heads per key/value head."""
         return self.query // self.key_value
+
+
+def decoder_widths(intermediate_size: int, layout: HeadLayout) -> dict[str, int]:
+    """A decoder block's widths under the config keys Llama-style configs use.
+
+    Example:
+        >>> decoder_widths(24, HeadLayout(query=4, key_value=2, head_dim=8))
+        {'intermediate_size': 24, 'num_attention_heads': 4, 'num_key_value_heads': 2, 'head_dim': 8}
+    """
+    return {
+        "intermediate_size": intermediate_size,
+        "num_attention_heads": layout.query,
+        "num_key_value_heads": layout.key_value,
+        "head_dim": layout.head_dim,
+    }
+
+
+def decoder_counts(widths: Mapping[str, int]) -> dict[str, int]:
+    """The units :func:`decoder_widths` mean: channels ``intermediate_size``, heads (key/value
+    groups) ``num_key_value_heads``.
+
+    Example:
+        >>> decoder_counts({"intermediate_size": 24, "num_key_value_heads": 2})
+        {'channel': 24, 'head': 2}
+    """
+    return {"channel": widths["intermediate_size"], "head": widths["num_key_value_heads"]}
 
 
 def row_slices(name: str, module: nn.Module, width: int, offset: int = 0) -> tuple[Slice, ...]:
