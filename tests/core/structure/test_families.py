@@ -9,6 +9,7 @@ anything changes, and the docs' table of families is what these models give."""
 from __future__ import annotations
 
 import copy
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import torch
 from torch import nn
 
 from tensorplay.ao.pruning import DependencyGraph, Pruner, load_shrunk, shrink
+from tensorplay.ao.pruning.dependency.families.layer_config import shared_config
 from tensorplay.ao.pruning.dependency.graph import KINDS
 from tensorplay.ao.pruning.schedules import OneShotSchedule
 from tests.core.structure.masking import mask_units
@@ -142,6 +144,11 @@ def test_phi3_layers_with_fewer_heads_than_the_config_read_their_own() -> None:
     assert (first.num_key_value_heads, first.num_key_value_groups) == (1, 2)
     model.config._attn_implementation = "sdpa"
     assert first.config._attn_implementation == "sdpa"
+    expected = _outputs(model, False)["logits"]
+    for copied in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        view = copied.model.layers[0].self_attn.config
+        assert view.num_attention_heads == 2 and shared_config(view) is copied.config
+        torch.testing.assert_close(_outputs(copied, False)["logits"], expected, **TOLERANCE)
 
 
 def test_gemma3_without_its_sliding_layer_keeps_the_global_one() -> None:

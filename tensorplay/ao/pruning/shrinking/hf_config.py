@@ -7,15 +7,17 @@ copy loads:
   follow removed layers;
 * **uniform widths** (every layer keeps the same number of channels and heads) are written to the
   config's own keys (``intermediate_size``, ``num_attention_heads``, ``num_key_value_heads``,
-  an explicit ``head_dim``; ``n_inner``/``n_head`` for GPT-2) when the family's code builds
-  exactly the shrunk shapes from them: this is checked by building the model from the new config
-  on the meta device, so ``save_pretrained`` gives a folder plain ``from_pretrained`` loads;
-* otherwise (widths that differ per layer, or shapes the config cannot express: GPT-2 and BERT
-  derive the head width from ``hidden_size // num_attention_heads``, so fewer heads change it;
-  Llama requires ``hidden_size`` divisible by the number of heads) the widths of each layer are
-  recorded under the config key ``tensorplay_layer_widths`` and the config's own keys keep
-  values its model code builds with (those before shrinking). Plain ``from_pretrained`` then
-  stops with a size-mismatch error, never a wrong model; :func:`load_shrunk` loads it.
+  ``head_dim``; ``n_inner``/``n_head`` for GPT-2) when the family's code builds exactly the
+  shrunk shapes from them: this is checked by building the model from the new config on the
+  meta device, so ``save_pretrained`` gives a folder plain ``from_pretrained`` loads. ``head_dim``
+  is written even where the config class has no such key (Phi-3, OLMo 2): their code reads it
+  when present and would otherwise derive it from the new head count;
+* otherwise (widths that differ per layer, or shapes the config cannot express: GPT-2, BERT and
+  GPT-NeoX derive the head width from ``hidden_size // num_attention_heads``, so fewer heads
+  change it; Llama requires ``hidden_size`` divisible by the number of heads) the widths of each
+  layer are recorded under the config key ``tensorplay_layer_widths`` and the config's own keys
+  keep values its model code builds with (those before shrinking). Plain ``from_pretrained``
+  then stops with a size-mismatch error, never a wrong model; :func:`load_shrunk` loads it.
 
 Transformers' own ``per_layer_config`` is not used: a Llama whose config has it refuses to build
 and its ``config.intermediate_size`` raises.
