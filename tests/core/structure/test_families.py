@@ -163,6 +163,24 @@ def test_gemma3_without_its_sliding_layer_keeps_the_global_one() -> None:
     _assert_same(_outputs(model, True), masked)
 
 
+def test_every_list_of_one_entry_per_layer_follows_removed_layers() -> None:
+    """SmolLM3 (a Llama-style block) reads whether a layer rotates from no_rope_layers."""
+    config = transformers.SmolLM3Config(
+        vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=2, no_rope_layers=[1, 0, 1],
+        layer_types=["full_attention", "sliding_attention", "full_attention"], sliding_window=4,
+        use_sliding_window=True, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+    )  # fmt: skip
+    model = transformers.SmolLM3ForCausalLM(config).eval()
+    layers = DependencyGraph(model).groups("layer")
+    mask_units(model, [(layers[0], torch.tensor([False]))], "zeros")
+    masked = _outputs(model, True)
+    shrink(model)
+    assert (model.config.no_rope_layers, model.config.layer_types) == (
+        [0, 1], ["sliding_attention", "full_attention"])  # fmt: skip
+    _assert_same(_outputs(model, True), masked)
+
+
 @pytest.mark.parametrize(("name", "kind"), list(REFUSED))
 def test_a_refused_kind_is_refused_before_any_change(name: str, kind: str) -> None:
     model = FAMILY_MODELS[name].build()

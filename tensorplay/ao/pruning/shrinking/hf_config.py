@@ -3,8 +3,9 @@
 After :func:`~tensorplay.ao.pruning.shrink` the config must describe the model, so that a saved
 copy loads:
 
-* the number of blocks (``num_hidden_layers``/``n_layer``) and the per-layer ``layer_types``
-  follow removed layers;
+* the number of blocks (``num_hidden_layers``/``n_layer``) and the lists of one entry per layer
+  (:data:`PER_LAYER_KEYS`: ``layer_types`` with Gemma's sliding and global layers, SmolLM3's
+  ``no_rope_layers``...) follow removed layers;
 * **uniform widths** (every layer keeps the same number of channels and heads) are written to the
   config's own keys (``intermediate_size``, ``num_attention_heads``, ``num_key_value_heads``,
   ``head_dim``; ``n_inner``/``n_head`` for GPT-2) when the family's code builds exactly the
@@ -61,10 +62,21 @@ from tensorplay.ao.pruning.dependency.unit_groups import UnitGroup, shapes_of
 from tensorplay.ao.pruning.shrinking.removal import apply_cuts, plan_cuts
 from tensorplay.ao.pruning.shrinking.shrink_report import ConfigUpdate
 
-__all__ = ["WIDTHS_KEY", "check_config", "load_shrunk", "rebuild_widths", "update_config"]
+__all__ = [
+    "PER_LAYER_KEYS",
+    "WIDTHS_KEY",
+    "check_config",
+    "load_shrunk",
+    "rebuild_widths",
+    "update_config",
+]
 
 WIDTHS_KEY = "tensorplay_layer_widths"
 """The config key holding each layer's widths (a list of ``{config key: width}``)."""
+PER_LAYER_KEYS = ("layer_types", "mlp_layer_types", "no_rope_layers", "sliding_windows",
+                  "layers_block_type", "kv_sharing_modes", "indexer_types")  # fmt: skip
+"""The config keys transformers' model code indexes by layer (``config.layer_types[layer_idx]``):
+lists of one entry per layer, which keep the entries of the layers that stay."""
 
 
 def check_config(found: FoundBlocks) -> None:
@@ -89,9 +101,10 @@ def update_config(found: FoundBlocks, kept_layers: Sequence[int]) -> ConfigUpdat
         ``"uniform"`` or ``"per_layer"``.
     """
     config = found.config
-    layer_types = getattr(config, "layer_types", None)
-    if isinstance(layer_types, list) and len(layer_types) == config.num_hidden_layers:
-        config.layer_types = [layer_types[index] for index in kept_layers]
+    for key in PER_LAYER_KEYS:
+        values = getattr(config, key, None)
+        if isinstance(values, list) and len(values) == config.num_hidden_layers:
+            setattr(config, key, [values[index] for index in kept_layers])
     config.num_hidden_layers = len(found.blocks)
     widths = [found.family.widths(block) for block in found.blocks]
     if all(layer == widths[0] for layer in widths) and _rebuilds(found.owner, widths[0]):
