@@ -1,8 +1,8 @@
 """What a family of Hugging Face models tells the dependency analysis about one residual block.
 
-A family (Llama-style, GPT-2, BERT, ViT) is recognised by the names and types of a block's
-submodules, never by importing ``transformers``: a model's blocks are the entries of an
-``nn.ModuleList`` that all match one family. For each block the family names its units
+A family (Llama-style, Gemma 2, Phi-3, GPT-NeoX, GPT-2, BERT...) is recognised by the names
+and types of a block's submodules, never by importing ``transformers``: a model's blocks are the
+entries of an ``nn.ModuleList`` that all match one family. For each block the family names its units
 (:class:`BlockUnits`: the FFN channels and the attention heads as
 :class:`~tensorplay.ao.pruning.dependency.unit_groups.UnitGroup` objects), the tensors
 that belong to no unit (the residual-stream norms, the output biases), and how to bring the
