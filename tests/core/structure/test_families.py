@@ -163,6 +163,16 @@ def test_gemma3_without_its_sliding_layer_keeps_the_global_one() -> None:
     _assert_same(_outputs(model, True), masked)
 
 
+def test_olmo2_layers_are_scored_by_their_attention_too() -> None:
+    """OLMo 2's heads are refused, yet a layer is ranked by all of its projections."""
+    layer = DependencyGraph(FAMILY_MODELS["olmo2"].build()).groups("layer")[0]
+    assert [name.removeprefix("model.layers.0.") for name in layer.scored_parameters()] == [
+        "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+        "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+        "mlp.down_proj.weight",
+    ]  # fmt: skip
+
+
 def test_every_list_of_one_entry_per_layer_follows_removed_layers() -> None:
     """SmolLM3 (a Llama-style block) reads whether a layer rotates from no_rope_layers."""
     config = transformers.SmolLM3Config(

@@ -227,14 +227,12 @@ class DependencyGraph:
         for name, block in zip(found.block_names(), found.blocks, strict=True):
             units = found.family.units(name, block)
             tensors = tensor_names(name, block)
-            unit_groups = [units.channel] if units.head is None else [units.channel, units.head]
-            _check_known(name, tensors, unit_groups, units.shared, found)
+            _check_known(name, tensors, units.channel, units.head, units.shared, found)
             groups["channel"].append(units.channel)
-            if units.head is not None:
-                groups["head"].append(units.head)
-            else:
-                refusals.setdefault("head", (name, units.head_refusal or "the family says so"))
-            scored = {tensor for group in unit_groups for tensor in group.scored_parameters()}
+            groups["head"].append(units.head)
+            if units.head_refusal is not None:
+                refusals.setdefault("head", (name, units.head_refusal))
+            scored = {*units.channel.scored_parameters(), *units.head.scored_parameters()}
             slices = tuple(Slice(tensor, None, scored=tensor in scored) for tensor in tensors)
             groups["layer"].append(UnitGroup(name, "layer", 1, slices))
             refusal = found.family.layer_refusal(block)
@@ -253,14 +251,14 @@ class DependencyGraph:
 def _check_known(
     name: str,
     tensors: list[str],
-    groups: list[UnitGroup],
+    channel: UnitGroup,
+    head: UnitGroup,
     shared: tuple[str, ...],
     found: FoundBlocks,
 ) -> None:
     """Refuse a block holding a parameter its family does not place in a unit or the
     residual stream: a part the family does not know could depend on the units."""
-    known = {tensor for group in groups for tensor in group.parameters()}
-    known.update(join(name, key) for key in shared)
+    known = {*channel.parameters(), *head.parameters(), *(join(name, key) for key in shared)}
     unknown = [tensor for tensor in tensors if tensor not in known]
     if unknown:
         raise UnanalysableError(

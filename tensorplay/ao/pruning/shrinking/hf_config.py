@@ -152,8 +152,6 @@ def rebuild_widths(model: nn.Module, widths: Sequence[Mapping[str, int]]) -> Non
         units = found.family.units(name, block)
         counts = found.family.unit_counts(recorded)
         for group in (units.channel, units.head):
-            if group is None:
-                continue  # heads the family cannot remove keep their number
             count = counts[group.kind]
             if not 0 < count <= group.size:
                 raise ValueError(

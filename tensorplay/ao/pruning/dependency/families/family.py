@@ -60,12 +60,12 @@ class BlockUnits:
     Args:
         channel: The FFN intermediate neurons.
         head: The attention heads (under grouped-query attention, the key/value groups with
-            their query heads), or ``None`` where no head can be removed exactly.
+            their query heads).
         shared: The block's tensors (names relative to the block) that belong to no unit and
             stay whole: norms over the residual stream, output biases, per-head norms shared by
-            all heads (and the attention's tensors where heads are refused).
-        head_refusal: Why heads cannot be removed (``head`` is ``None``), naming the
-            submodule that is the obstacle.
+            all heads.
+        head_refusal: Why no head can be removed exactly though ``head`` lays them out (a norm
+            spanning all heads), naming the submodule in the way; ``None`` where they can.
 
     Example:
         >>> from tensorplay.ao.pruning.dependency.unit_groups import Slice
@@ -75,7 +75,7 @@ class BlockUnits:
     """
 
     channel: UnitGroup
-    head: UnitGroup | None
+    head: UnitGroup
     shared: tuple[str, ...]
     head_refusal: str | None = None
 
@@ -95,8 +95,8 @@ class Family(Protocol):
         """Whether ``block`` has the family's submodules (names and types)."""
 
     def units(self, prefix: str, block: nn.Module) -> BlockUnits:
-        """The block's units, parameter names prefixed by ``prefix`` (the block's name); the
-        heads ``None`` with the reason where they cannot be removed exactly.
+        """The block's units, parameter names prefixed by ``prefix`` (the block's name), with
+        the reason heads cannot be removed exactly where they cannot.
 
         Raises:
             UnanalysableError: Shapes or attributes that do not fit the family.

@@ -41,7 +41,6 @@ from tensorplay.ao.pruning.dependency.families.family import (
     out_in,
     set_present,
     submodule,
-    tensor_names,
 )
 from tensorplay.ao.pruning.dependency.families.projections import (
     QKVO,
@@ -97,13 +96,9 @@ class GatedDecoderFamily:
             mlp, inputs, (join(mlp, "down_proj"), submodule(block, "mlp.down_proj"))
         )
         norms = tuple(f"{norm}.{kind}" for norm in self.norms for kind in ("weight", "bias"))
-        attention = submodule(block, "self_attn")
-        name = join(prefix, "self_attn")
-        refusal = norm_over_heads(name, attention)
-        if refusal is None:
-            return BlockUnits(channel, qkvo_heads(name, attention), (*norms, *_SHARED))
-        whole = tensor_names("self_attn", attention)
-        return BlockUnits(channel, None, (*norms, *_SHARED, *whole), refusal)
+        name, attention = join(prefix, "self_attn"), submodule(block, "self_attn")
+        head = qkvo_heads(name, attention)
+        return BlockUnits(channel, head, (*norms, *_SHARED), norm_over_heads(name, attention))
 
     def layer_refusal(self, block: nn.Module) -> str | None:
         """None: a block whose parameters are zero adds zero to the residual stream."""

@@ -15,8 +15,8 @@ Example:
     ...     num_attention_heads=4, num_key_value_heads=2)
     >>> block = transformers.Olmo2ForCausalLM(config).model.layers[0]
     >>> units = OLMO2.units("model.layers.0", block)
-    >>> units.channel.size, units.head
-    (24, None)
+    >>> units.channel.size, units.head.size
+    (24, 2)
     >>> print(units.head_refusal)
     'model.layers.0.self_attn.q_norm' normalises the queries of all heads together (a weight ...
 """

@@ -260,16 +260,13 @@ def norm_over_heads(name: str, attention: nn.Module) -> str | None:
 
 
 def qkvo_heads(name: str, attention: nn.Module) -> UnitGroup:
-    """The head units of a q/k/v/o attention module (see the module docstring).
+    """The head units of a q/k/v/o attention module (see the module docstring); whether they
+    can be removed exactly is :func:`norm_over_heads`'s to say.
 
     Raises:
-        UnanalysableError: As :func:`head_layout`, or a norm over all heads
-            (:func:`norm_over_heads`).
+        UnanalysableError: As :func:`head_layout`.
     """
     layout = head_layout(name, attention)
-    refusal = norm_over_heads(name, attention)
-    if refusal is not None:
-        raise UnanalysableError(f"Expected a norm per head in {name!r}, but {refusal}.")
     query_width = layout.group * layout.head_dim
     modules = {key: _present(child(attention, key)) for key in QKVO}
     rows = [
