@@ -23,6 +23,7 @@ class ScoreLists:
 
     def __init__(self, groups: dict[str, list[float]]) -> None:
         self.names = list(groups)
+        self.collapse_share = 0.0
         self._scores = [list(scores) for scores in groups.values()]
         self._kept = [[True] * len(scores) for scores in self._scores]
 

@@ -100,6 +100,7 @@ def test_report_to_dict() -> None:
         "pruned": 4,
         "sparsity": 0.5,
         "target": None,
+        "notes": [],
     }
 
 

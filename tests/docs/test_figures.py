@@ -91,7 +91,7 @@ def test_the_built_site_has_every_image_its_pages_show_and_copy_buttons(tmp_path
     assert len(shown["performance.html"]) == 6
     assert len(shown["large_models.html"]) == 2
     assert len(shown["quickstart.html"]) == 2
-    assert len(shown["index.html"]) == 1
+    assert len(shown["index.html"]) == 2  # the speed-up of a shrunk model, the selection
     assert len(shown["results.html"]) == 1  # the sweep's, written by examples/sweep.py
     assert (html / "_static" / "copybutton.js").is_file()
     assert 'src="_static/copybutton.js' in (html / "quickstart.html").read_text(encoding="utf-8")

@@ -169,19 +169,23 @@ def global_count(
     return count if caps is None else min(count, sum(caps))
 
 
-def kept_multiple(wanted: int, kept: int, multiple: int) -> int:
+def kept_multiple(wanted: int, kept: int, multiple: int, least: int = 0) -> int:
     """The width a group of ``kept`` units keeps when a selection would leave it ``wanted`` but
     its widths are multiples of ``multiple``: ``wanted`` rounded to the nearest multiple (half
-    up), at least ``multiple`` and at most ``kept`` (a pruned unit stays pruned).
+    up), at least ``multiple`` and ``least`` (``min_density``'s floor, raised to a multiple) and
+    at most ``kept`` (a pruned unit stays pruned).
 
     Example:
         >>> kept_multiple(11, 24, 8), kept_multiple(12, 24, 8), kept_multiple(2, 24, 8)
         (8, 16, 8)
+        >>> kept_multiple(10, 32, 8, least=10)  # 8 would keep fewer than min_density's 10
+        16
     """
     if wanted >= kept:
         return kept
     rounded = multiple * math.floor(wanted / multiple + 0.5)
-    return min(kept, max(multiple, rounded))
+    floor = multiple * max(1, math.ceil(least / multiple))
+    return min(kept, max(floor, rounded))
 
 
 def row_goal(target: float, row_size: int, min_density: float) -> int:

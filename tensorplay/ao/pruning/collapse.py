@@ -8,6 +8,11 @@ target is 100% pruned it warns, naming the target and the two fixes: a floor for
 (``min_density``) or leaving the layer dense (``keep_dense=["last"]``). The functional
 ``global_unstructured`` keeps torch's behaviour and never warns.
 
+A group of structured units (a module's channels or heads) always keeps one unit, so there the
+warning comes the first time a global step leaves it 10% of its units or fewer
+(the unit space's ``collapse_share``), naming the group and the
+fixes: ``min_density``, or ``scope="layerwise"`` (every group pruned to the target on its own).
+
 Example:
     >>> import warnings
     >>> watch = CollapseWatch()
@@ -30,7 +35,8 @@ __all__ = ["CollapseWatch"]
 
 
 class CollapseWatch:
-    """Warns once per target the first time a pruning step leaves none of its units."""
+    """Warns once per group the first time a pruning step leaves none of its units (or, for a
+    space whose groups always keep one, at most ``share`` of them)."""
 
     def __init__(self) -> None:
         self._warned: set[str] = set()
@@ -42,19 +48,44 @@ class CollapseWatch:
         before: Sequence[int],
         after: Sequence[int],
         step: int,
+        share: float = 0.0,
     ) -> None:
-        """Warn for each target that ``step`` emptied (``after`` equal to its ``numel``, from
-        fewer ``before``), unless it was warned about already."""
+        """Warn for each group that ``step`` took to at most ``share`` of its units kept (0:
+        emptied; ``after`` pruned of ``numel``, from ``before``), unless it was warned about
+        already.
+
+        Example:
+            >>> import warnings
+            >>> with warnings.catch_warnings(record=True) as caught:
+            ...     warnings.simplefilter("always")
+            ...     CollapseWatch().check(["mlp"], [32], [0], [29], step=3, share=0.1)
+            >>> print(str(caught[0].message)[:72])
+            Global pruning at step 3 left 3 of the 32 units of group 'mlp' (9.38% ke
+        """
         rows = zip(names, numels, before, after, strict=True)
         for name, numel, was, now in rows:
-            if now < numel or was == numel or name in self._warned:
+            floor = share * numel
+            if numel - now > floor or numel - was <= floor or name in self._warned:
                 continue
             self._warned.add(name)
-            warnings.warn(
-                f"Global pruning at step {step} pruned all {numel} units of {name!r}: "
-                f"{name!r} is 100% pruned, and its layer no longer passes its input on (layer "
-                "collapse). Keep a share of every target with min_density=0.05 (say), or leave "
-                "the last layer dense with keep_dense=['last'] (or exclude this tensor).",
-                UserWarning,
-                stacklevel=user_stacklevel(),
-            )
+            message = _emptied(name, numel, step) if share == 0 else _nearly(name, numel, now, step)
+            warnings.warn(message, UserWarning, stacklevel=user_stacklevel())
+
+
+def _emptied(name: str, numel: int, step: int) -> str:
+    return (
+        f"Global pruning at step {step} pruned all {numel} units of {name!r}: {name!r} is 100% "
+        "pruned, and its layer no longer passes its input on (layer collapse). Keep a share of "
+        "every target with min_density=0.05 (say), or leave the last layer dense with "
+        "keep_dense=['last'] (or exclude this tensor)."
+    )
+
+
+def _nearly(name: str, numel: int, pruned: int, step: int) -> str:
+    kept = numel - pruned
+    return (
+        f"Global pruning at step {step} left {kept} of the {numel} units of group {name!r} "
+        f"({100 * kept / numel:.2f}% kept): the group is nearly gone, and its layer barely passes "
+        "its input on (layer collapse). Keep a share of every group with min_density=0.25 (say), "
+        "or prune each group to the target on its own with scope='layerwise'."
+    )

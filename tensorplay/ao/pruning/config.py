@@ -210,9 +210,10 @@ class PrunerConfig:
             fewer than two dimensions is one group): every row gets the same exact count,
             ``round(target * row_size)`` minus its pruned units (:mod:`~tensorplay.ao.pruning.
             row_pruning`), with ``l1_unstructured`` or ``random_unstructured``.
-        min_density: No target is pruned below this fraction of its units kept, in [0, 1). When
-            the caps bind, the units a capped tensor cannot give up are taken from the others,
-            still lowest score first; if all are capped, fewer units are pruned than asked.
+        min_density: No target (with a ``structure`` of units: no group) is pruned below this
+            fraction of its units kept, in [0, 1). When the caps bind, the units a capped tensor
+            cannot give up are taken from the others, still lowest score first; if all are
+            capped, fewer units are pruned than asked.
         rewind: After each pruning step that pruned something, reset the unpruned values of the
             targets (lottery tickets, Frankle & Carbin 2019; weight rewinding, Renda et al.
             2020) to their values when the pruner was made (``"init"``) or right after step
@@ -251,9 +252,11 @@ class PrunerConfig:
             ``example_inputs``).
         multiple_of: With ``"channel"`` or ``"head"``, the width each group keeps is a
             multiple of it (8 for hardware): after each pruning step a group's kept width is
-            rounded to the nearest multiple (at least one multiple), so the units pruned may
-            differ from ``round(target * units)`` by less than ``multiple_of / 2`` per group;
-            the history records the real count.
+            rounded to the nearest multiple (half up; at least one multiple and
+            ``min_density``'s floor), so the units pruned may differ from
+            ``round(target * units)`` by up to ``multiple_of // 2`` per group; the history
+            records the real count. A group narrower than it is refused when the pruner is
+            built.
 
     Raises:
         TypeError: A value of the wrong type (``schedule``, ``min_density``, ``rewind_step``,

@@ -146,6 +146,8 @@ class SparsityReport:
         row_label: What a row is: ``"tensor"``, or with a pruner's ``structure`` of channels,
             heads or layers ``"channel group"``, ``"head group"`` or ``"layer group"`` (a
             row's numbers then count units of that kind).
+        notes: Lines shown under the table (a pruner's: the selected tensors its structure
+            leaves dense).
 
     Example:
         >>> report = SparsityReport((TensorSparsity("fc.weight", (2, 5), 10, 4),), target=0.5)
@@ -153,15 +155,18 @@ class SparsityReport:
         tensor     shape   numel  pruned  sparsity
         fc.weight  (2, 5)     10       4    40.00%
         total                 10       4    40.00%  (target 50.00%)
-        >>> print(SparsityReport((TensorSparsity("mlp", (8,), 8, 2),), row_label="channel group"))
+        >>> print(SparsityReport((TensorSparsity("mlp", (8,), 8, 2),), row_label="channel group",
+        ...                      notes=("dense: 1 selected tensor ...",)))
         channel group  shape  numel  pruned  sparsity
         mlp            (8,)       8       2    25.00%
         total                     8       2    25.00%
+        dense: 1 selected tensor ...
     """
 
     rows: tuple[TensorSparsity, ...]
     target: float | None = None
     row_label: str = "tensor"
+    notes: tuple[str, ...] = ()
 
     @property
     def total(self) -> int:
@@ -192,6 +197,7 @@ class SparsityReport:
             "pruned": self.pruned,
             "sparsity": self.sparsity,
             "target": self.target,
+            "notes": list(self.notes),
         }
 
     def __str__(self) -> str:
@@ -210,7 +216,7 @@ class SparsityReport:
             rendered.append("  ".join(left + right).rstrip())
         if self.target is not None:
             rendered[-1] += f"  (target {_percent(self.target)})"
-        return "\n".join(rendered)
+        return "\n".join([*rendered, *self.notes])
 
 
 def sparsity_report(

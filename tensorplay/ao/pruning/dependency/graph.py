@@ -64,7 +64,7 @@ from tensorplay.ao.pruning.dependency.blocks import (
 )
 from tensorplay.ao.pruning.dependency.families import UnanalysableError
 from tensorplay.ao.pruning.dependency.families.family import join, tensor_names
-from tensorplay.ao.pruning.dependency.tracing import traced_groups
+from tensorplay.ao.pruning.dependency.tracing import ChannelTrace, trace_channels
 from tensorplay.ao.pruning.dependency.unit_groups import Slice, UnitGroup, check_groups, shapes_of
 
 __all__ = ["KINDS", "DependencyGraph", "Kind"]
@@ -122,6 +122,7 @@ class DependencyGraph:
         self._unknown: str | None = None
         self._groups: dict[str, list[UnitGroup]] = {}
         self._trace: tuple[nn.Module, Tensor | tuple[Any, ...] | None] | None = None
+        self._traced: ChannelTrace | None = None
         if self.blocks is not None:
             self._groups = self._family_groups(self.blocks)
             check_groups([g for groups in self._groups.values() for g in groups], shapes_of(model))
@@ -169,11 +170,24 @@ class DependencyGraph:
             raise ValueError(
                 f"Expected a model with {kind} units for structure={kind!r}, but {why}: {hint}."
             )
-        if kind not in self._groups and self._trace is not None:
-            model, example_inputs = self._trace
-            self._groups[kind] = _traced_channels(model, example_inputs)
-            check_groups(self._groups[kind], shapes_of(model))
+        if kind not in self._groups:  # a plain model's channels: traced the first time
+            self._groups[kind] = self._channel_trace().groups
         return list(self._groups[kind])
+
+    @property
+    def unprunable(self) -> dict[str, str]:
+        """For a traced model, each module whose output channels (some or all) no group holds,
+        with the first reason found (:func:`~tensorplay.ao.pruning.dependency.tracing.
+        trace_channels`; the model is traced if it was not yet); empty for a known family."""
+        return {} if self._trace is None else dict(self._channel_trace().unprunable)
+
+    def _channel_trace(self) -> ChannelTrace:
+        if self._traced is None:
+            assert self._trace is not None  # channels are refused where there is none
+            model, example_inputs = self._trace
+            self._traced = _traced_channels(model, example_inputs)
+            check_groups(self._traced.groups, shapes_of(model))
+        return self._traced
 
     def refusal(self, kind: str) -> str | None:
         """Why this model has no units of ``kind`` (naming the module, class or config key in
@@ -270,11 +284,11 @@ def _check_known(
 
 def _traced_channels(
     model: nn.Module, example_inputs: Tensor | tuple[Any, ...] | None
-) -> list[UnitGroup]:
+) -> ChannelTrace:
     if not looks_like_hf(model):
-        return traced_groups(model, example_inputs)["channel"]
+        return trace_channels(model, example_inputs)
     try:
-        return traced_groups(model, example_inputs)["channel"]
+        return trace_channels(model, example_inputs)
     except (UnanalysableError, ValueError, TypeError) as error:
         raise UnanalysableError(
             f"Expected the channels of {type(model).__name__} to be found by tracing it with "

@@ -3,8 +3,8 @@
 The count is the schedule's exact cumulative one, ``round(target * total) - already_pruned``
 (:func:`~tensorplay.ao.pruning.amount.global_count`); with ``min_density`` each group may lose at
 most what keeps that fraction of it (the units a capped group cannot give are taken from the
-others, still lowest score first). A step that empties a whole group warns once, naming it
-(:mod:`~tensorplay.ao.pruning.collapse`).
+others, still lowest score first). A step that empties a whole group (structured units: leaves
+it 10% of its units or fewer) warns once, naming it (:mod:`~tensorplay.ao.pruning.collapse`).
 
 Example:
     >>> from torch import nn
@@ -54,5 +54,5 @@ class GlobalScope:
             return 0
         space.prune(count, caps=caps)
         after = space.pruned()
-        self._collapse.check(space.names, numels, pruned, after, step)
+        self._collapse.check(space.names, numels, pruned, after, step, space.collapse_share)
         return sum(after) - sum(pruned)

@@ -47,5 +47,5 @@ class LayerwiseScope:
         counts = layerwise_counts(target, pruned, numels, caps)
         for group, count in enumerate(counts):
             if count > 0:
-                space.prune(count, groups=[group])
+                space.prune(count, groups=[group], caps=[caps[group]])
         return sum(space.pruned()) - sum(pruned)

@@ -38,9 +38,13 @@ class UnitSpace(Protocol):
 
     Attributes:
         names: One name per group, as messages name it (a target's name).
+        collapse_share: The share of a group's units kept at or below which a global step
+            warns of layer collapse (:mod:`~tensorplay.ao.pruning.collapse`): 0 where a group
+            can be emptied (single weights), 0.1 where one unit always stays (structured units).
     """
 
     names: list[str]
+    collapse_share: float
 
     def numels(self) -> list[int]:
         """Per group, its units."""

@@ -81,6 +81,7 @@ class ElementStructure:
             )
         self.targets = list(selected)
         self.scored = self.targets
+        self.notes: tuple[str, ...] = ()  # every selected tensor is pruned
 
     @classmethod
     def check_options(
@@ -143,6 +144,7 @@ class ElementSpace:
         self._score = scores
         self._scores: list[Tensor] | None = None
         self.names = [target.name for target in self._targets]
+        self.collapse_share = 0.0  # a target can be emptied: warn when it is
 
     def numels(self) -> list[int]:
         """Per target, its weights."""

@@ -47,6 +47,8 @@ class PruningStructure(Protocol):
         targets: Every tensor the pruner masks, each parameter once.
         scored: The targets the importance observes and scores (a subset of :attr:`targets`).
         row_label: What one of :meth:`rows` is, heading the report's first column.
+        notes: Lines the report shows under its table: the selected tensors the structure
+            leaves dense (:mod:`~tensorplay.ao.pruning.structures.coverage`).
     """
 
     name: ClassVar[str]
@@ -54,6 +56,7 @@ class PruningStructure(Protocol):
     row_label: ClassVar[str]
     targets: list[Target]
     scored: list[Target]
+    notes: tuple[str, ...]
 
     def __init__(
         self,

@@ -14,7 +14,9 @@ units afterwards. The selection (``parameters``, ``module_types``, ``include``, 
 ``keep_dense``) chooses the groups: a group takes part when the tensors its units are scored by
 (the weights of its Linear, Conv and ``Conv1D`` layers) are all selected. The importance
 observes and scores those tensors only (:mod:`~tensorplay.ao.pruning.structures.unit_space`
-turns their element scores into one per unit).
+turns their element scores into one per unit). A selected tensor that no group taking part spans
+stays dense, and is named when the structure is built, in a warning and under the report's table
+(:mod:`~tensorplay.ao.pruning.structures.coverage`).
 
 Example:
     >>> import torch
@@ -45,6 +47,7 @@ from tensorplay.ao.pruning.dtensor_targets import is_sharded
 from tensorplay.ao.pruning.masking.mode import MaskingMode
 from tensorplay.ao.pruning.methods import L1Unstructured, RandomUnstructured
 from tensorplay.ao.pruning.stats import TensorSparsity
+from tensorplay.ao.pruning.structures.coverage import uncovered
 from tensorplay.ao.pruning.structures.structure import Scores
 from tensorplay.ao.pruning.structures.unit_space import (
     Ranked,
@@ -71,11 +74,18 @@ class UnitStructure:
         example_inputs: Inputs of a plain model's forward (a tensor or a tuple), for tracing.
         multiple_of: Kept widths per group are multiples of it.
 
+    Attributes:
+        uncovered: The selected tensors no group taking part spans, and why
+            (:func:`~tensorplay.ao.pruning.structures.coverage.uncovered`); a
+            :class:`UserWarning` names them when the structure is built.
+        notes: The report's line about them (none when every selected tensor is spanned).
+
     Raises:
         ValueError: The model cannot be analysed (naming the submodule), has no units of this
             kind (a plain model's heads or layers, a post-norm model's layers, a model whose
-            only layer is its output), or the selection leaves none; parameters that are
-            ``DTensor`` shards (FSDP2).
+            only layer is its output), or the selection leaves none; a ``multiple_of`` wider
+            than some group (naming it and its width); parameters that are ``DTensor`` shards
+            (FSDP2).
         TypeError: ``example_inputs`` neither a tensor nor a tuple.
     """
 
@@ -93,6 +103,9 @@ class UnitStructure:
         _refuse_shards(self.name, model)
         graph = DependencyGraph(model, example_inputs)
         groups = _selected_groups(self.name, graph, model, selected)
+        _check_multiple(self.name, groups, multiple_of)
+        self.uncovered = uncovered(self.name, graph, groups, selected)
+        self.notes = self.uncovered.notes()
         if self.ranks_together:
             container = graph.blocks.name if graph.blocks is not None else self.name
             self._ranked = [Ranked(container, tuple(groups))]
@@ -106,6 +119,7 @@ class UnitStructure:
         self.scored = _targets(scored, aliases, {})
         self._shapes = shapes_of(model)
         self._multiple = multiple_of
+        self.uncovered.warn()  # once built: a refusal above comes first
 
     @classmethod
     def check_options(
@@ -229,6 +243,16 @@ def _selected_groups(
             f"{missing}; widen `parameters`, `include` or `exclude`."
         )
     return found
+
+
+def _check_multiple(kind: str, groups: Sequence[UnitGroup], multiple_of: int) -> None:
+    """Refuse a ``multiple_of`` wider than some group: it could keep no multiple of it."""
+    for group in groups:
+        if multiple_of > group.size:
+            raise ValueError(
+                f"Expected `multiple_of` to be at most the width of every {kind} group, but got "
+                f"{multiple_of}: group {group.name!r} has {group.size} units."
+            )
 
 
 def _targets(names: Sequence[str], aliases: Any, by_name: dict[str, Target]) -> list[Target]:

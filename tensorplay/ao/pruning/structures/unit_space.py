@@ -11,16 +11,23 @@ rank single weights:
 * **Scores**: one per unit, the root mean square of the element scores over the unit's scored
   slices (:func:`~tensorplay.ao.pruning.dependency.unit_groups.unit_scores`); for magnitude the
   unit's L2 norm over the square root of its size, so groups of different sizes compete fairly.
+  Entries a mask already prunes (another unit's slices) score 0 (:func:`effective_scores`): the
+  scores are those of the weights the model computes with, so both masking modes prune the same
+  units.
 * **Selection**: the exact engine of single weights
   (:func:`~tensorplay.ao.pruning.method_selection.select_in_place`) over the unit scores, with
   its tie rule and seeded random draws.
-* **At least one unit stays** in every group (``multiple_of`` of them with ``multiple_of > 1``):
-  a count that would take more is refused before anything changes.
+* **At least one unit stays** in every group (``multiple_of`` of them with ``multiple_of > 1``,
+  and with ``min_density`` the scope's floor): a count that would take more is refused before
+  anything changes.
 * **Widths as multiples**: with ``multiple_of = n > 1`` the width each group keeps after a step
-  is rounded to the nearest multiple of ``n`` (half up; at least ``n``; never more than it
-  kept), its lowest-scored units pruned to reach it. The total then differs from the count
-  asked by less than ``n / 2`` per group changed, and the pruner's history records the real
-  count.
+  is rounded to the nearest multiple of ``n`` (half up; at least ``n`` and ``min_density``'s
+  floor, raised to a multiple; never more than it kept), its lowest-scored units pruned to reach
+  it. The total then differs from the count asked by at most ``n // 2`` per group, and the
+  pruner's history records the real count. A count beyond every group's floor by at most
+  ``n // 2`` per group is what that rounding gives back (every group stops at its floor); only
+  a larger one is refused, so a schedule whose final target the rounding reaches runs to its
+  end.
 * **Masks**: the chosen units expand to element masks of every slice
   (:func:`~tensorplay.ao.pruning.dependency.unit_groups.expand_keep`), combined with the masks held,
   and the masking mode holds them (either mode).
@@ -67,7 +74,7 @@ from tensorplay.ao.pruning.method_selection import select_in_place
 from tensorplay.ao.pruning.structures.structure import Scores
 from tensorplay.ao.pruning.tied_targets import Target
 
-__all__ = ["Ranked", "StructuredSpace", "held_masks", "pruned_of"]
+__all__ = ["Ranked", "StructuredSpace", "effective_scores", "held_masks", "pruned_of"]
 
 
 @dataclass(frozen=True)
@@ -129,6 +136,22 @@ def held_masks(
     return masks
 
 
+def effective_scores(scores: Tensor, mask: Tensor | None) -> Tensor:
+    """``scores`` where ``mask`` keeps (nonzero), 0 where it prunes: the scores of the weights
+    the model computes with, whichever way the mask is held (a reparametrization's ``_orig``
+    keeps the pruned values, a lean weight is zero there), so the masking mode never changes
+    which units go.
+
+    Example:
+        >>> effective_scores(torch.tensor([3.0, -2.0]), torch.tensor([0.0, 1.0]))
+        tensor([ 0., -2.])
+    """
+    if mask is None:
+        return scores
+    keep = mask if mask.dtype == torch.bool else mask != 0
+    return scores.masked_fill(~keep, 0)
+
+
 def pruned_of(
     ranked: Ranked, masks: Mapping[str, Tensor], partial: Literal["refuse", "keep"] = "refuse"
 ) -> Tensor:
@@ -179,6 +202,7 @@ class StructuredSpace:
         self._element_scores: dict[str, Tensor] | None = None
         self._multiple = multiple_of
         self.names = [ranked.name for ranked in self._ranked]
+        self.collapse_share = 0.1  # a group keeps a unit: warn when it is nearly gone
 
     def numels(self) -> list[int]:
         """Per group, its units."""
@@ -198,7 +222,7 @@ class StructuredSpace:
         if self._element_scores is None:
             found = self._score(self._scored)
             self._element_scores = {
-                name: score
+                name: effective_scores(score, self._mode.mask(*target.pair))
                 for target, score in zip(self._scored, found, strict=True)
                 for name in target.names
             }
@@ -209,50 +233,68 @@ class StructuredSpace:
         self, count: int, groups: Sequence[int] | None = None, caps: Sequence[int] | None = None
     ) -> None:
         """Prune ``count`` more units over ``groups`` (all: ``None``), lowest score first, each
-        group keeping at least ``multiple_of`` units; with ``caps``, at most ``caps[i]`` more
-        from ``groups[i]``.
+        group keeping at least ``multiple_of`` units (one without it); with ``caps``, at most
+        ``caps[i]`` more from ``groups[i]``. With ``multiple_of = n > 1`` up to ``n // 2`` units
+        per group beyond those floors are absorbed by the rounding (see the module).
 
         Raises:
             ValueError: ``count`` would leave some group fewer units than it must keep.
         """
         chosen = list(range(len(self._ranked))) if groups is None else list(groups)
         kept = [~self._pruned(index) for index in chosen]
-        limits = [max(0, int(keep.sum()) - self._multiple) for keep in kept]
+        widths = [int(keep.sum()) for keep in kept]
+        least = [self._multiple] * len(chosen)
         if caps is not None:
-            limits = [min(limit, cap) for limit, cap in zip(limits, caps, strict=True)]
+            pairs = zip(widths, caps, strict=True)
+            least = [max(self._multiple, width - cap) for width, cap in pairs]
+        limits = [max(0, width - floor) for width, floor in zip(widths, least, strict=True)]
         if count > sum(limits):
-            self._refuse(count, sum(limits), chosen)
+            absorbed = (self._multiple // 2) * len(chosen)
+            if count > sum(limits) + absorbed:
+                self._refuse(count, sum(limits), absorbed, chosen)
+            count = sum(limits)  # every group at its floor: the rounding's width
+        if count <= 0:
+            return
         scores = [self._unit_scores(index) for index in chosen]
         labels = [self._ranked[index].name for index in chosen]
         keeps = [keep.clone() for keep in kept]
         select_in_place(self._method, count, scores, keeps, labels, limits)
         if self._multiple > 1:
             keeps = [
-                self._to_multiple(keep, new, score, label)
-                for keep, new, score, label in zip(kept, keeps, scores, labels, strict=True)
+                self._to_multiple(*row)
+                for row in zip(kept, keeps, scores, labels, least, strict=True)
             ]
         self._write([self._ranked[index] for index in chosen], kept, keeps)
 
-    def _to_multiple(self, kept: Tensor, chosen: Tensor, scores: Tensor, label: str) -> Tensor:
-        """``chosen`` with its width rounded to a multiple: the lowest units of ``kept`` pruned
-        to the rounded width (see the module)."""
-        width = kept_multiple(int(chosen.sum()), int(kept.sum()), self._multiple)
+    def _to_multiple(
+        self, kept: Tensor, chosen: Tensor, scores: Tensor, label: str, least: int
+    ) -> Tensor:
+        """``chosen`` with its width rounded to a multiple, at least ``least``: the lowest units
+        of ``kept`` pruned to the rounded width (see the module)."""
+        width = kept_multiple(int(chosen.sum()), int(kept.sum()), self._multiple, least)
         if width == int(chosen.sum()):
             return chosen
         keep = kept.clone()
         select_in_place(self._method, int(kept.sum()) - width, [scores], [keep], [label])
         return keep
 
-    def _refuse(self, count: int, most: int, chosen: Sequence[int]) -> None:
+    def _refuse(self, count: int, most: int, absorbed: int, chosen: Sequence[int]) -> None:
         where = (
             f"group {self._ranked[chosen[0]].name!r} ({self._ranked[chosen[0]].size} units)"
             if len(chosen) == 1
             else f"{len(chosen)} groups of {sum(self._ranked[i].size for i in chosen)} units"
         )
+        if self._multiple == 1:
+            raise ValueError(
+                f"Expected a pruning step that leaves every group at least 1 unit (at most "
+                f"{most} more from {where}), but the target asks for {count} more: a group with "
+                "no units left would cut the model; lower the target sparsity."
+            )
         raise ValueError(
-            f"Expected a pruning step that leaves every group at least {self._multiple} "
-            f"unit(s) (at most {most} more from {where}), but the target asks for {count} more: "
-            "a group with no units left would cut the model; lower the target sparsity."
+            f"Expected a pruning step that leaves every group at least {self._multiple} units "
+            f"(multiple_of={self._multiple}: at most {most} more from {where}, and {absorbed} "
+            f"more that rounding to multiples of {self._multiple} gives back), but the target asks "
+            f"for {count} more: lower the target sparsity or `multiple_of`."
         )
 
     def _write(
