@@ -64,7 +64,8 @@ def test_a_selection_holding_no_moe_layer_is_refused() -> None:
 
 def test_a_dense_model_has_no_experts() -> None:
     with pytest.raises(
-        ValueError, match=r"expert units, but the llama blocks of LlamaForCausalLM have none"
+        ValueError,
+        match=r"structure='expert', but the llama blocks of LlamaForCausalLM have none",
     ):
         Pruner(tiny_llama(), OneShotSchedule(0.5), structure="expert")
 

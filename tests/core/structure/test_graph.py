@@ -217,16 +217,56 @@ def test_gpt2_scaled_by_layer_index_refuses_layers() -> None:
         graph.groups("layer")
 
 
-def test_an_unknown_architecture_without_example_inputs_is_refused() -> None:
-    config = transformers.OPTConfig(
-        vocab_size=97, hidden_size=16, num_hidden_layers=1, ffn_dim=32, num_attention_heads=2,
-        word_embed_proj_dim=16,
+def _tiny_falcon() -> nn.Module:
+    config = transformers.FalconConfig(
+        vocab_size=97, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+        new_decoder_architecture=False,
     )  # fmt: skip
-    model = transformers.OPTForCausalLM(config)
-    with pytest.raises(
-        UnanalysableError, match=r"known family .*OPTForCausalLM.*no example_inputs"
-    ):
-        DependencyGraph(model)
+    return transformers.FalconForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize("kind", ["channel", "head", "layer"])
+@pytest.mark.parametrize("traced", [False, True], ids=["no-inputs", "example-inputs"])
+def test_a_model_of_an_unknown_family_is_refused_naming_its_block_and_what_is_unknown(
+    kind: str, traced: bool
+) -> None:
+    """Falcon's blocks hold a fused ``self_attention.query_key_value`` no family knows: each
+    kind is refused naming the structure asked, the block class and that submodule, and the
+    refusal suggests single weights, never example_inputs (tracing it fails inside torch.fx)."""
+    model = _tiny_falcon()
+    graph = DependencyGraph(model, torch.tensor([[1, 2, 3]]) if traced else None)
+    if traced and kind == "channel":
+        with pytest.raises(UnanalysableError, match=r"FalconDecoderLayer.*tracing failed"):
+            graph.groups(kind)
+        return
+    with pytest.raises(ValueError) as refused:
+        graph.groups(kind)
+    message = str(refused.value)
+    assert message.startswith(f"Expected a model with {kind} units for structure={kind!r}")
+    assert "'transformer.h' (FalconDecoderLayer) hold 'self_attention.query_key_value'" in message
+    assert message.endswith("prune single weights (structure='element'), which needs no analysis.")
+    assert "example_inputs" not in message and "channel analysis" not in message
+
+
+def test_a_pruner_on_an_unknown_family_refuses_before_any_change() -> None:
+    from tensorplay.ao.pruning import Pruner
+    from tensorplay.ao.pruning.schedules import OneShotSchedule
+
+    model = _tiny_falcon()
+    state = copy.deepcopy(model.state_dict())
+    with pytest.raises(ValueError, match=r"head units for structure='head'.*FalconDecoderLayer"):
+        Pruner(model, OneShotSchedule(0.5), structure="head", example_inputs=torch.tensor([[1]]))
+    assert list(model.state_dict()) == list(state)
+    assert not any(module._forward_pre_hooks for module in model.modules())
+
+
+def test_a_block_laid_out_like_no_family_names_what_the_closest_one_has() -> None:
+    model = tiny_llama()
+    for block in model.model.layers:
+        del block.self_attn.o_proj
+    graph = DependencyGraph(model)
+    with pytest.raises(ValueError, match=r"closest, llama .*also has 'self_attn.o_proj'"):
+        graph.groups("channel")
 
 
 def test_a_parameter_the_family_does_not_know_is_named() -> None:
@@ -236,11 +276,17 @@ def test_a_parameter_the_family_does_not_know_is_named() -> None:
         DependencyGraph(model)
 
 
-def test_a_per_head_norm_over_all_heads_is_refused() -> None:
+def test_a_norm_over_all_heads_refuses_heads_only() -> None:
     model = tiny_qwen3()
-    model.model.layers[0].self_attn.q_norm.weight = nn.Parameter(torch.ones(32))
-    with pytest.raises(UnanalysableError, match=r"q_norm' to normalise each head.*shape \(32,\)"):
-        DependencyGraph(model)
+    model.model.layers[1].self_attn.q_norm.weight = nn.Parameter(torch.ones(32))
+    graph = DependencyGraph(model)
+    assert graph.kinds == ("channel", "layer")
+    with pytest.raises(
+        ValueError,
+        match=r"heads of Qwen3ForCausalLM \('model.layers.1', ...\) cannot be removed exactly: "
+        r"'model.layers.1.self_attn.q_norm' normalises the queries of all heads together",
+    ):
+        graph.groups("head")
 
 
 def test_two_models_in_one_wrapper_are_refused() -> None:
@@ -265,5 +311,8 @@ def test_a_plain_model_is_traced_for_channels_only() -> None:
     assert (channels.size, channels.parameters()) == (6, ("0.weight", "0.bias", "1.weight",
                                                           "1.bias", "3.weight"))  # fmt: skip
     for kind in ("head", "layer"):
-        with pytest.raises(ValueError, match=rf"{kind} units, but Sequential is not a Hugging"):
+        with pytest.raises(
+            ValueError,
+            match=rf"{kind} units for structure='{kind}', but Sequential is not a Hugging",
+        ):
             graph.groups(kind)

@@ -302,13 +302,13 @@ NO_UNITS = [
     pytest.param(
         tiny_bert,
         {"structure": "layer"},
-        r"Expected a model with layer units, but the blocks of BertForMaskedLM",
+        r"layer units for structure='layer', but the blocks of BertForMaskedLM",
         id="layer-post-norm",
     ),
     pytest.param(
         mlp,
         {"structure": "head"},
-        r"Expected a model with head units, but Sequential is not a Hugging Face model",
+        r"head units for structure='head', but Sequential is not a Hugging Face model",
         id="head-plain",
     ),
     pytest.param(

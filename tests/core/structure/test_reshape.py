@@ -12,7 +12,7 @@ from tensorplay.ao.pruning.dependency.blocks import find_blocks
 from tensorplay.ao.pruning.dependency.unit_groups import shapes_of
 from tensorplay.ao.pruning.shrinking.reshape import ShrunkShapes, reshape
 from tests.core.structure.masking import every_other, mask_units
-from tests.hf_models import tiny_gpt2, tiny_llama
+from tests.hf_models import tiny_gpt2, tiny_gpt_neox, tiny_llama, tiny_phi3
 
 TOKENS = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
 
@@ -35,6 +35,8 @@ def _shrunk(build, kinds, layers_dropped=(1,)):  # type: ignore[no-untyped-def]
     [
         pytest.param(tiny_llama, ("channel", "head"), id="llama-channels-heads-a-layer"),
         pytest.param(tiny_gpt2, ("head",), id="gpt2-heads-a-layer"),
+        pytest.param(tiny_phi3, ("channel", "head"), id="phi3-channels-heads-a-layer"),
+        pytest.param(tiny_gpt_neox, ("head",), id="gpt_neox-heads-a-layer"),
     ],
 )
 def test_a_fresh_model_reshaped_loads_the_shrunk_weights_strictly(build, kinds) -> None:  # type: ignore[no-untyped-def]

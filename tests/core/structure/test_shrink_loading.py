@@ -23,7 +23,16 @@ from tests.core.structure.test_shrink import (
     uneven_keeps,
     uniform_keeps,
 )
-from tests.hf_models import tiny_bert, tiny_llama, tiny_qwen3, tiny_vit
+from tests.hf_models import (
+    tiny_bert,
+    tiny_gemma3,
+    tiny_gpt_neox,
+    tiny_llama,
+    tiny_olmo2,
+    tiny_phi3,
+    tiny_qwen3,
+    tiny_vit,
+)
 
 transformers = pytest.importorskip("transformers")
 
@@ -34,11 +43,16 @@ UNIFORM = {
     "gpt2": (gpt2, ("channel", "layer"), "AutoModelForCausalLM"),
     "bert": (tiny_bert, ("channel",), "AutoModelForMaskedLM"),
     "vit": (tiny_vit, ("channel", "head", "layer"), "AutoModelForImageClassification"),
+    "gemma3": (tiny_gemma3, ("channel", "head", "layer"), "AutoModelForCausalLM"),
+    "phi3": (tiny_phi3, ("channel", "head", "layer"), "AutoModelForCausalLM"),
+    "olmo2": (tiny_olmo2, ("channel", "layer"), "AutoModelForCausalLM"),
+    "gpt_neox": (tiny_gpt_neox, ("channel", "layer"), "AutoModelForCausalLM"),
 }
 PER_LAYER = {
     "llama-uneven": (tiny_llama, None, "AutoModelForCausalLM"),
     "gpt2-heads": (gpt2, ("head",), "AutoModelForCausalLM"),
     "bert-heads": (tiny_bert, ("head",), "AutoModelForMaskedLM"),
+    "gpt_neox-heads": (tiny_gpt_neox, ("head",), "AutoModelForCausalLM"),
 }
 
 # Runs in a fresh interpreter: loads each folder with the auto class it names and saves the

@@ -220,8 +220,8 @@ def test_a_model_the_graph_cannot_read_without_inputs_shrinks_by_its_record() ->
     report = shrink(model)
     assert report.parameters_after == _parameters(4, 4)
     torch.testing.assert_close(model.eval()(_example()), masked(_example()), atol=1e-10, rtol=0)
-    with pytest.raises(ValueError, match=r"^Expected a Hugging Face model of a known family"):
-        shrink(_UnknownFamily())  # no record: the graph's error, naming example_inputs
+    with pytest.raises(ValueError, match=r"^Expected a model whose units shrink can find, but "):
+        shrink(_UnknownFamily())  # no record: the graph's refusal
 
 
 def test_a_record_that_no_longer_fits_is_refused_naming_it() -> None:

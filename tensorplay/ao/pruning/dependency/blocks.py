@@ -27,9 +27,9 @@ from typing import Any
 from torch import nn
 
 from tensorplay.ao.pruning.dependency.families import FAMILIES, Family, UnanalysableError
-from tensorplay.ao.pruning.dependency.families.family import join
+from tensorplay.ao.pruning.dependency.families.family import child, join
 
-__all__ = ["FoundBlocks", "find_blocks", "hf_config_of", "looks_like_hf"]
+__all__ = ["FoundBlocks", "find_blocks", "hf_config_of", "looks_like_hf", "unknown_family"]
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,51 @@ def find_blocks(model: nn.Module) -> FoundBlocks | None:
             f"{lists}: analyse the model to prune on its own."
         )
     return found[0] if found else None
+
+
+def unknown_family(model: nn.Module) -> str:
+    """Why ``model`` (a Hugging Face model whose blocks match no family) cannot be analysed,
+    naming its block class and the submodules no family knows (or, where every submodule is
+    one some family has, what the closest family needs that the block lacks).
+
+    The blocks are taken to be the longest ``nn.ModuleList`` of one class of module.
+
+    Example:
+        >>> from torch import nn
+        >>> block = nn.Module()
+        >>> block.self_attention = nn.Module()
+        >>> block.self_attention.query_key_value = nn.Linear(4, 12)
+        >>> model = nn.Module()
+        >>> model.h = nn.ModuleList([block])
+        >>> why = unknown_family(model)
+        >>> print(why[:why.index(" (known")])
+        Module is a Hugging Face model of no known family: its blocks 'h' (Module) hold
+        'self_attention.query_key_value', which no known family has
+    """
+    known = "; ".join(f"{family.name}: {family.models}" for family in FAMILIES)
+    where = f"{type(model).__name__} is a Hugging Face model of no known family"
+    lists = [
+        (name, module)
+        for name, module in model.named_modules()
+        if isinstance(module, nn.ModuleList) and len(module) and len({type(m) for m in module}) == 1
+    ]
+    if not lists:
+        return f"{where}: it holds no list of blocks (known: {known})"
+    name, blocks = max(lists, key=lambda item: len(item[1]))
+    block = blocks[0]
+    holders = [path for path, sub in block.named_modules() if path and sub._parameters]
+    familiar = {path for family in FAMILIES for path in family.submodules}
+    strange = [path for path in holders if path not in familiar]
+    what = f"its blocks {name!r} ({type(block).__name__})"
+    if strange:
+        listed = ", ".join(repr(path) for path in strange)
+        return f"{where}: {what} hold {listed}, which no known family has (known: {known})"
+    closest = max(FAMILIES, key=lambda f: sum(child(block, p) is not None for p in f.submodules))
+    lacking = [path for path in closest.submodules if child(block, path) is None]
+    return (
+        f"{where}: {what} are laid out like no family's; the closest, {closest.name} "
+        f"({closest.models}), also has {', '.join(repr(p) for p in lacking) or 'other children'}"
+    )
 
 
 def _family_of(name: str, blocks: nn.ModuleList) -> Family | None:

@@ -3,19 +3,22 @@
 After :func:`~tensorplay.ao.pruning.shrink` the config must describe the model, so that a saved
 copy loads:
 
-* the number of blocks (``num_hidden_layers``/``n_layer``) and the per-layer ``layer_types``
-  follow removed layers;
+* the number of blocks (``num_hidden_layers``/``n_layer``) and the lists of one entry per layer
+  (:data:`PER_LAYER_KEYS`: ``layer_types`` with Gemma's sliding and global layers, SmolLM3's
+  ``no_rope_layers``...) follow removed layers;
 * **uniform widths** (every layer keeps the same number of channels and heads) are written to the
   config's own keys (``intermediate_size``, ``num_attention_heads``, ``num_key_value_heads``,
-  an explicit ``head_dim``; ``n_inner``/``n_head`` for GPT-2) when the family's code builds
-  exactly the shrunk shapes from them: this is checked by building the model from the new config
-  on the meta device, so ``save_pretrained`` gives a folder plain ``from_pretrained`` loads;
-* otherwise (widths that differ per layer, or shapes the config cannot express: GPT-2 and BERT
-  derive the head width from ``hidden_size // num_attention_heads``, so fewer heads change it;
-  Llama requires ``hidden_size`` divisible by the number of heads) the widths of each layer are
-  recorded under the config key ``tensorplay_layer_widths`` and the config's own keys keep
-  values its model code builds with (those before shrinking). Plain ``from_pretrained`` then
-  stops with a size-mismatch error, never a wrong model; :func:`load_shrunk` loads it.
+  ``head_dim``; ``n_inner``/``n_head`` for GPT-2) when the family's code builds exactly the
+  shrunk shapes from them: this is checked by building the model from the new config on the
+  meta device, so ``save_pretrained`` gives a folder plain ``from_pretrained`` loads. ``head_dim``
+  is written even where the config class has no such key (Phi-3, OLMo 2): their code reads it
+  when present and would otherwise derive it from the new head count;
+* otherwise (widths that differ per layer, or shapes the config cannot express: GPT-2, BERT and
+  GPT-NeoX derive the head width from ``hidden_size // num_attention_heads``, so fewer heads
+  change it; Llama requires ``hidden_size`` divisible by the number of heads) the widths of each
+  layer are recorded under the config key ``tensorplay_layer_widths`` and the config's own keys
+  keep values its model code builds with (those before shrinking). Plain ``from_pretrained``
+  then stops with a size-mismatch error, never a wrong model; :func:`load_shrunk` loads it.
 
 Transformers' own ``per_layer_config`` is not used: a Llama whose config has it refuses to build
 and its ``config.intermediate_size`` raises.
@@ -60,10 +63,21 @@ from tensorplay.ao.pruning.dependency.unit_groups import UnitGroup, shapes_of
 from tensorplay.ao.pruning.shrinking.removal import apply_cuts, plan_cuts
 from tensorplay.ao.pruning.shrinking.shrink_report import ConfigUpdate
 
-__all__ = ["WIDTHS_KEY", "check_config", "load_shrunk", "rebuild_widths", "update_config"]
+__all__ = [
+    "PER_LAYER_KEYS",
+    "WIDTHS_KEY",
+    "check_config",
+    "load_shrunk",
+    "rebuild_widths",
+    "update_config",
+]
 
 WIDTHS_KEY = "tensorplay_layer_widths"
 """The config key holding each layer's widths (a list of ``{config key: width}``)."""
+PER_LAYER_KEYS = ("layer_types", "mlp_layer_types", "no_rope_layers", "sliding_windows",
+                  "layers_block_type", "kv_sharing_modes", "indexer_types")  # fmt: skip
+"""The config keys transformers' model code indexes by layer (``config.layer_types[layer_idx]``):
+lists of one entry per layer, which keep the entries of the layers that stay."""
 
 
 def check_config(found: FoundBlocks) -> None:
@@ -88,9 +102,10 @@ def update_config(found: FoundBlocks, kept_layers: Sequence[int]) -> ConfigUpdat
         ``"uniform"`` or ``"per_layer"``.
     """
     config = found.config
-    layer_types = getattr(config, "layer_types", None)
-    if isinstance(layer_types, list) and len(layer_types) == config.num_hidden_layers:
-        config.layer_types = [layer_types[index] for index in kept_layers]
+    for key in PER_LAYER_KEYS:
+        values = getattr(config, key, None)
+        if isinstance(values, list) and len(values) == config.num_hidden_layers:
+            setattr(config, key, [values[index] for index in kept_layers])
     config.num_hidden_layers = len(found.blocks)
     widths = [found.family.widths(block) for block in found.blocks]
     if all(layer == widths[0] for layer in widths) and _rebuilds(found.owner, widths[0]):
@@ -140,6 +155,8 @@ def rebuild_widths(model: nn.Module, widths: Sequence[Mapping[str, int]]) -> Non
         units = found.family.units(name, block)
         counts = found.family.unit_counts(recorded)
         for group in units.groups():
+            if group.kind not in counts:
+                continue  # units the family lays out but never removes (heads under a shared norm)
             count = counts[group.kind]
             if not group.min_kept <= count <= group.size:
                 raise ValueError(

@@ -127,10 +127,10 @@ def reshape(model: nn.Module, record: ShrunkShapes) -> None:
         remove_blocks(found.blocks, record.dropped_layers)  # type: ignore[union-attr]
     apply_cuts(cuts)
     if found is not None:
-        for block in found.blocks:
-            found.family.sync(block)
         if found.config is not None and (cuts or record.dropped_layers):
             update_config(found, kept)
+        for block in found.blocks:
+            found.family.sync(block)
 
 
 def _renamed(blocks: Sequence[str], dropped: Sequence[int]) -> dict[str, str | None]:

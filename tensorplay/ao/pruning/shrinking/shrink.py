@@ -194,10 +194,10 @@ def shrink(
     if found is not None:
         layers_before = len(found.blocks)
         remove_blocks(found.blocks, plan.dropped_blocks)
-        for block in found.blocks:
-            found.family.sync(block)
         if found.config is not None:
             config = update_config(found, plan.kept_blocks(layers_before))
+        for block in found.blocks:  # after the config: a layer reads what the config lacks
+            found.family.sync(block)
     changed = aliases if plan.dropped_blocks else plan.tensors  # blocks renumbered: every name
     forget_groups(model, {alias for name in changed for alias in aliases[name].names})
     return ShrinkReport(

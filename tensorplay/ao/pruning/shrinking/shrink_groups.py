@@ -77,11 +77,16 @@ def default_groups(
     _check_recorded(model, recorded)
     try:
         graph = DependencyGraph(model, example_inputs)
+        found = [group for kind in graph.kinds for group in graph.groups(kind)]
     except ValueError:  # an UnanalysableError, or a forward torch.fx cannot trace
         if not recorded or example_inputs is not None:
             raise
         return DefaultGroups(list(recorded), recorded, find_blocks(model))
-    found = [group for kind in graph.kinds for group in graph.groups(kind)]
+    if not graph.kinds and not recorded:
+        raise ValueError(
+            f"Expected a model whose units shrink can find, but {graph.refusal('channel')}: pass "
+            "`groups=`, or shrink after a structured Pruner (which records the groups it masks)."
+        )
     taken = _indices(model, recorded)
     extra = [group for group in recorded if group not in found]
     groups: list[UnitGroup] = []

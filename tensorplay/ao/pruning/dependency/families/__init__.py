@@ -1,6 +1,11 @@
 """The Hugging Face families the dependency analysis recognises, one module each.
 
 * :mod:`~tensorplay.ao.pruning.dependency.families.llama`: Llama, Mistral, Qwen2, Qwen3;
+* :mod:`~tensorplay.ao.pruning.dependency.families.gemma`: Gemma 2, Gemma 3;
+* :mod:`~tensorplay.ao.pruning.dependency.families.olmo2`: OLMo 2 (no heads: its q/k norms span
+  all heads);
+* :mod:`~tensorplay.ao.pruning.dependency.families.phi3`: Phi-3 (fused projections);
+* :mod:`~tensorplay.ao.pruning.dependency.families.gpt_neox`: GPT-NeoX, Pythia;
 * :mod:`~tensorplay.ao.pruning.dependency.families.gpt2`: GPT-2;
 * :mod:`~tensorplay.ao.pruning.dependency.families.bert`: BERT, RoBERTa;
 * :mod:`~tensorplay.ao.pruning.dependency.families.vit`: ViT, DeiT;
@@ -8,24 +13,30 @@
   Qwen3-MoE, Mixtral, OLMoE.
 
 A new family is one module implementing
-:class:`~tensorplay.ao.pruning.dependency.families.family.Family` and its line in
-:data:`FAMILIES`.
+:class:`~tensorplay.ao.pruning.dependency.families.family.Family` (or one table of
+:class:`~tensorplay.ao.pruning.dependency.families.gated_decoder.GatedDecoderFamily` where its
+blocks differ from Llama's in their norms only) and its line in :data:`FAMILIES`. A block
+matches one family at most: each checks the exact children its blocks hold.
 
 Example:
     >>> [family.name for family in FAMILIES]
-    ['llama', 'gpt2', 'bert', 'vit', 'moe']
+    ['llama', 'gemma2', 'olmo2', 'phi3', 'gpt_neox', 'gpt2', 'bert', 'vit', 'moe']
 """
 
 from __future__ import annotations
 
 from tensorplay.ao.pruning.dependency.families.bert import BERT
 from tensorplay.ao.pruning.dependency.families.family import BlockUnits, Family, UnanalysableError
+from tensorplay.ao.pruning.dependency.families.gemma import GEMMA
 from tensorplay.ao.pruning.dependency.families.gpt2 import GPT2
+from tensorplay.ao.pruning.dependency.families.gpt_neox import GPT_NEOX
 from tensorplay.ao.pruning.dependency.families.llama import LLAMA
 from tensorplay.ao.pruning.dependency.families.moe import MOE
+from tensorplay.ao.pruning.dependency.families.olmo2 import OLMO2
+from tensorplay.ao.pruning.dependency.families.phi3 import PHI3
 from tensorplay.ao.pruning.dependency.families.vit import VIT
 
 __all__ = ["FAMILIES", "BlockUnits", "Family", "UnanalysableError"]
 
-FAMILIES: tuple[Family, ...] = (LLAMA, GPT2, BERT, VIT, MOE)
+FAMILIES: tuple[Family, ...] = (LLAMA, GEMMA, OLMO2, PHI3, GPT_NEOX, GPT2, BERT, VIT, MOE)
 """Every family, tried in this order on a model's blocks."""

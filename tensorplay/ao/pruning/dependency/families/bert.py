@@ -70,6 +70,7 @@ class BertFamily:
 
     name = "bert"
     models = "BERT, RoBERTa"
+    submodules: tuple[str, ...] = _LINEARS
 
     def matches(self, block: nn.Module) -> bool:
         """The six Linears of the BERT layout."""

@@ -1,8 +1,9 @@
 """What a family of Hugging Face models tells the dependency analysis about one residual block.
 
-A family (Llama-style, GPT-2, BERT, ViT) is recognised by the names and types of a block's
-submodules, never by importing ``transformers``: a model's blocks are the entries of an
-``nn.ModuleList`` that all match one family. For each block the family names its units
+A family (Llama-style, Gemma 2, Phi-3, GPT-NeoX, GPT-2, BERT, mixtures of experts...) is
+recognised by the names and types of a block's submodules, never by importing ``transformers``:
+a model's blocks are the entries of an ``nn.ModuleList`` that all match one family. For each
+block the family names its units
 (:class:`BlockUnits`: the FFN channels and the attention heads as
 :class:`~tensorplay.ao.pruning.dependency.unit_groups.UnitGroup` objects), the tensors
 that belong to no unit (the residual-stream norms, the output biases), and how to bring the
@@ -40,7 +41,9 @@ __all__ = [
     "is_conv1d",
     "is_linear",
     "join",
+    "laid_out",
     "out_in",
+    "parameter_children",
     "set_present",
     "submodule",
     "tensor_names",
@@ -86,6 +89,8 @@ class BlockUnits:
             all heads.
         expert: The experts of a mixture-of-experts block (``None`` elsewhere).
         routing: How that block's router routes (with ``expert``).
+        head_refusal: Why no head can be removed exactly though ``head`` lays them out (a norm
+            spanning all heads), naming the submodule in the way; ``None`` where they can.
 
     Example:
         >>> from tensorplay.ao.pruning.dependency.unit_groups import Slice
@@ -99,6 +104,7 @@ class BlockUnits:
     shared: tuple[str, ...]
     expert: UnitGroup | None = None
     routing: Routing | None = None
+    head_refusal: str | None = None
 
     def groups(self) -> tuple[UnitGroup, ...]:
         """The block's unit groups, those it has (channel, head, expert).
@@ -119,6 +125,9 @@ class Family(Protocol):
     """Short name in summaries and errors (``"llama"``)."""
     models: str
     """The architectures it covers, for messages (``"Llama, Mistral, Qwen2, Qwen3"``)."""
+    submodules: tuple[str, ...]
+    """The submodules (dotted paths) every block of the family has: what an unknown block is
+    compared with to name what it lacks."""
 
     def matches(self, block: nn.Module) -> bool:
         """Whether ``block`` has the family's submodules (names and types)."""
@@ -299,3 +308,30 @@ def set_present(module: nn.Module, values: Mapping[str, int]) -> None:
     for name, value in values.items():
         if hasattr(module, name):
             setattr(module, name, value)
+
+
+def parameter_children(module: nn.Module) -> set[str]:
+    """The names of ``module``'s direct children that hold parameters (dropouts and
+    activations are left out): what a family's layout is compared with.
+
+    Example:
+        >>> sorted(parameter_children(nn.Sequential(nn.Linear(2, 2), nn.ReLU())))
+        ['0']
+    """
+    return {
+        name for name, sub in module.named_children() if next(sub.parameters(), None) is not None
+    }
+
+
+def laid_out(block: nn.Module, linears: tuple[str, ...], children: tuple[str, ...]) -> bool:
+    """Whether ``block`` has an ``nn.Linear`` at each of the dotted paths ``linears`` and, as
+    children holding parameters, exactly ``children``: a family's layout, which no block of
+    another family with more norms or other parts also fits.
+
+    Example:
+        >>> block = nn.Module()
+        >>> block.mlp = nn.Sequential(nn.Linear(2, 2))
+        >>> laid_out(block, ("mlp.0",), ("mlp",)), laid_out(block, ("mlp.0",), ("mlp", "norm"))
+        (True, False)
+    """
+    return has_children(block, linears, nn.Linear) and parameter_children(block) == set(children)

@@ -58,6 +58,7 @@ class Gpt2Family:
 
     name = "gpt2"
     models = "GPT-2"
+    submodules: tuple[str, ...] = (*_LAYERS, "ln_1", "ln_2")
 
     def matches(self, block: nn.Module) -> bool:
         """``attn`` with ``c_attn``/``c_proj`` and ``mlp`` with ``c_fc``/``c_proj``, all

@@ -69,6 +69,7 @@ from tensorplay.ao.pruning.dependency.families.projections import (
     QKVO,
     channel_group,
     head_layout,
+    norm_over_heads,
     qkvo_heads,
 )
 from tensorplay.ao.pruning.dependency.unit_groups import Slice, UnitGroup
@@ -88,15 +89,16 @@ _SHARED = (
     "mlp.shared_expert_gate.bias",
 )
 
-_ATTENTION = tuple(f"self_attn.{key}.{kind}" for key in QKVO for kind in ("weight", "bias"))
-"""The attention's tensors, whole where the heads cannot be removed one by one (OLMoE)."""
-
 
 class MoeFamily:
     """Mixture-of-experts blocks (see the module docstring)."""
 
     name = "moe"
     models = "Qwen2-MoE, Qwen3-MoE, Mixtral, OLMoE"
+    submodules: tuple[str, ...] = (
+        *(f"self_attn.{key}" for key in QKVO), "mlp.gate", "mlp.experts",
+        "input_layernorm", "post_attention_layernorm",
+    )  # fmt: skip
 
     def matches(self, block: nn.Module) -> bool:
         """Llama-style attention and norms, a router ``mlp.gate`` with a 2-D ``weight`` and an
@@ -135,11 +137,13 @@ class MoeFamily:
             channel = channel_group(
                 name, inputs, (f"{name}.down_proj", submodule(shared, "down_proj"))
             )
-        attention = submodule(block, "self_attn")
-        head = None if _norms_all_heads(attention) else qkvo_heads(f"{prefix}.self_attn", attention)
+        attention, name = submodule(block, "self_attn"), f"{prefix}.self_attn"
+        head = qkvo_heads(name, attention)
         expert, routing = _experts(mlp, block)
-        whole = () if head is not None else _ATTENTION
-        return BlockUnits(channel, head, (*_SHARED, *whole), expert=expert, routing=routing)
+        return BlockUnits(
+            channel, head, _SHARED, expert=expert, routing=routing,
+            head_refusal=norm_over_heads(name, attention),
+        )  # fmt: skip
 
     def layer_refusal(self, block: nn.Module) -> str | None:
         """None: a pre-norm block whose parameters are zero adds zero to the residual."""

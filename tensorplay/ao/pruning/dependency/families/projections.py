@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from torch import nn
@@ -42,9 +43,14 @@ from tensorplay.ao.pruning.dependency.unit_groups import Slice, UnitGroup
 __all__ = [
     "QKVO",
     "HeadLayout",
+    "Rows",
     "channel_group",
+    "decoder_counts",
+    "decoder_widths",
     "head_layout",
+    "norm_over_heads",
     "output_slices",
+    "projection_group",
     "qkvo_heads",
     "row_slices",
 ]
@@ -69,6 +75,32 @@ class HeadLayout:
     def group(self) -> int:
         """Query heads per key/value head."""
         return self.query // self.key_value
+
+
+def decoder_widths(intermediate_size: int, layout: HeadLayout) -> dict[str, int]:
+    """A decoder block's widths under the config keys Llama-style configs use.
+
+    Example:
+        >>> decoder_widths(24, HeadLayout(query=4, key_value=2, head_dim=8))
+        {'intermediate_size': 24, 'num_attention_heads': 4, 'num_key_value_heads': 2, 'head_dim': 8}
+    """
+    return {
+        "intermediate_size": intermediate_size,
+        "num_attention_heads": layout.query,
+        "num_key_value_heads": layout.key_value,
+        "head_dim": layout.head_dim,
+    }
+
+
+def decoder_counts(widths: Mapping[str, int]) -> dict[str, int]:
+    """The units :func:`decoder_widths` mean: channels ``intermediate_size``, heads (key/value
+    groups) ``num_key_value_heads``.
+
+    Example:
+        >>> decoder_counts({"intermediate_size": 24, "num_key_value_heads": 2})
+        {'channel': 24, 'head': 2}
+    """
+    return {"channel": widths["intermediate_size"], "head": widths["num_key_value_heads"]}
 
 
 def row_slices(name: str, module: nn.Module, width: int, offset: int = 0) -> tuple[Slice, ...]:
@@ -97,6 +129,43 @@ def output_slices(name: str, module: nn.Module, width: int) -> tuple[Slice, ...]
     return (Slice(join(name, "weight"), 0 if _is_in_out(module) else 1, 0, width),)
 
 
+@dataclass(frozen=True)
+class Rows:
+    """Where the units of a group sit in one projection: ``width`` outputs per unit from
+    ``offset`` (a section of a fused projection), or, for the layer consuming them, ``width``
+    inputs per unit.
+
+    Example:
+        >>> Rows("attn.qkv", nn.Linear(4, 12), width=2, offset=4).offset
+        4
+    """
+
+    name: str
+    module: nn.Module
+    width: int
+    offset: int = 0
+
+
+def projection_group(
+    name: str, kind: str, size: int, rows: Sequence[Rows], output: Rows
+) -> UnitGroup:
+    """``size`` units of ``kind``: their outputs in each of ``rows`` (weights and bias
+    entries) and their inputs of ``output`` (the layer consuming them; its bias stays whole).
+
+    Example:
+        >>> fused, out = nn.Linear(4, 12), nn.Linear(6, 4)  # q, k, v sections of 6 heads of 1
+        >>> group = projection_group(
+        ...     "attn", "head", 6, [Rows("attn.qkv", fused, 1, offset) for offset in (0, 6)],
+        ...     Rows("attn.out", out, 1))
+        >>> [(s.parameter, s.dim, s.offset) for s in group.slices if s.scored]
+        [('attn.qkv.weight', 0, 0), ('attn.qkv.weight', 0, 6), ('attn.out.weight', 1, 0)]
+    """
+    slices = [piece for part in rows for piece in row_slices(part.name, part.module, part.width,
+                                                             part.offset)]  # fmt: skip
+    slices.extend(output_slices(output.name, output.module, output.width))
+    return UnitGroup(name, kind, size, tuple(slices))
+
+
 def _is_in_out(module: nn.Module) -> bool:
     return type(module).__name__ == "Conv1D"
 
@@ -123,9 +192,8 @@ def channel_group(
                 f"Expected {input_name!r} to have as many outputs as {output_name!r} has inputs "
                 f"({width}), but got {out_in(module)[0]}."
             )
-    slices = [piece for key, module in inputs.items() for piece in row_slices(key, module, 1)]
-    slices.extend(output_slices(output_name, output_module, 1))
-    return UnitGroup(name, "channel", width, tuple(slices))
+    rows = [Rows(key, module, 1) for key, module in inputs.items()]
+    return projection_group(name, "channel", width, rows, Rows(output_name, output_module, 1))
 
 
 def head_layout(name: str, attention: nn.Module) -> HeadLayout:
@@ -164,31 +232,50 @@ def head_layout(name: str, attention: nn.Module) -> HeadLayout:
     return layout
 
 
-def qkvo_heads(name: str, attention: nn.Module) -> UnitGroup:
-    """The head units of a q/k/v/o attention module (see the module docstring).
+def norm_over_heads(name: str, attention: nn.Module) -> str | None:
+    """Why the heads of a q/k/v/o attention cannot be removed exactly, or ``None``: a
+    ``q_norm``/``k_norm`` whose weight spans the whole projection (OLMo 2) normalises all heads
+    together, so its root mean square changes when one head goes.
 
-    Raises:
-        UnanalysableError: As :func:`head_layout`, or a per-head norm not over ``head_dim``.
+    Example:
+        >>> attention = nn.Module()
+        >>> attention.head_dim = 2
+        >>> for key, outputs in zip(QKVO, (4, 4, 4, 4)):
+        ...     setattr(attention, key, nn.Linear(4, outputs))
+        >>> attention.q_norm = nn.RMSNorm(4)
+        >>> print(norm_over_heads("attn", attention))
+        'attn.q_norm' normalises the queries of all heads together (a weight of 4 entries, ...
     """
     layout = head_layout(name, attention)
-    for norm_name in ("q_norm", "k_norm"):
+    for norm_name, role in (("q_norm", "queries"), ("k_norm", "keys")):
         norm = child(attention, norm_name)
-        norm_weight = None if norm is None else weight_of(norm)
-        if norm_weight is not None and tuple(norm_weight.shape) != (layout.head_dim,):
-            raise UnanalysableError(
-                f"Expected {join(name, norm_name)!r} to normalise each head (a weight of "
-                f"{layout.head_dim}), but its weight has shape {tuple(norm_weight.shape)}: a "
-                "norm over all heads mixes them, so removing one changes the others."
+        weight = None if norm is None else weight_of(norm)
+        if weight is not None and weight.numel() != layout.head_dim:
+            return (
+                f"{join(name, norm_name)!r} normalises the {role} of all heads together (a "
+                f"weight of {weight.numel()} entries, not one head's {layout.head_dim}): its "
+                "root mean square over every head changes when one head goes"
             )
+    return None
+
+
+def qkvo_heads(name: str, attention: nn.Module) -> UnitGroup:
+    """The head units of a q/k/v/o attention module (see the module docstring); whether they
+    can be removed exactly is :func:`norm_over_heads`'s to say.
+
+    Raises:
+        UnanalysableError: As :func:`head_layout`.
+    """
+    layout = head_layout(name, attention)
     query_width = layout.group * layout.head_dim
-    modules = {key: child(attention, key) for key in QKVO}
-    slices = (
-        *row_slices(join(name, "q_proj"), _present(modules["q_proj"]), query_width),
-        *row_slices(join(name, "k_proj"), _present(modules["k_proj"]), layout.head_dim),
-        *row_slices(join(name, "v_proj"), _present(modules["v_proj"]), layout.head_dim),
-        *output_slices(join(name, "o_proj"), _present(modules["o_proj"]), query_width),
-    )
-    return UnitGroup(name, "head", layout.key_value, slices)
+    modules = {key: _present(child(attention, key)) for key in QKVO}
+    rows = [
+        Rows(join(name, "q_proj"), modules["q_proj"], query_width),
+        Rows(join(name, "k_proj"), modules["k_proj"], layout.head_dim),
+        Rows(join(name, "v_proj"), modules["v_proj"], layout.head_dim),
+    ]
+    output = Rows(join(name, "o_proj"), modules["o_proj"], query_width)
+    return projection_group(name, "head", layout.key_value, rows, output)
 
 
 def _present(module: nn.Module | None) -> nn.Module:

@@ -53,13 +53,15 @@ class VitFamily:
 
     name = "vit"
     models = "ViT, DeiT"
+    submodules: tuple[str, ...] = (
+        *(f"attention.{key}" for key in QKVO), "mlp.fc1", "mlp.fc2", "layernorm_before",
+        "layernorm_after",
+    )  # fmt: skip
 
     def matches(self, block: nn.Module) -> bool:
         """``attention`` with q/k/v/o Linears, ``mlp`` with ``fc1``/``fc2``, the two norms."""
-        return (
-            has_children(block, tuple(f"attention.{key}" for key in QKVO), nn.Linear)
-            and has_children(block, ("mlp.fc1", "mlp.fc2"), nn.Linear)
-            and has_children(block, ("layernorm_before", "layernorm_after"))
+        return has_children(block, self.submodules[:6], nn.Linear) and has_children(
+            block, self.submodules[6:]
         )
 
     def units(self, prefix: str, block: nn.Module) -> BlockUnits:
