@@ -134,14 +134,24 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         teacher: The teacher, used from the first step; ``None`` (default): a frozen dense copy
             of the model taken just before the first pruning step, written into each
             checkpoint's folder (``tensorplay_teacher.pt``) and read back on resume.
+        example_inputs: With ``structure="channel"`` on a plain PyTorch model (no Hugging Face
+            family), the inputs of its forward (a tensor or a tuple of positional inputs) that
+            tracing it takes to find every layer's channels. ``None`` (default): the inputs of
+            its first training forward (the keyword arguments the Trainer passes, put in the
+            forward's order): the pruner is then built before the first optimizer step, and
+            its step 0 taken then. Resuming such a run needs ``example_inputs``.
 
     Raises:
         TypeError: As :class:`~tensorplay.ao.pruning.config.PrunerConfig`; a distillation
-            argument of the wrong type.
+            argument of the wrong type; ``example_inputs`` neither a tensor nor a tuple.
         ValueError: As it; ``distill_weight`` < 0 or ``distill_temperature`` <= 0; when the
             ``Trainer`` is made, as the ``Pruner`` (an unknown or empty selection), with FSDP or
             DeepSpeed (not supported yet), or with ``restore_callback_states_from_checkpoint=True``
-            and a schedule that has no plain-data form (a lambda) or a ``teacher`` module.
+            and a schedule that has no plain-data form (a lambda), a ``teacher`` module or
+            ``example_inputs``; ``example_inputs`` with ``structure="element"``; when resuming
+            a run whose pruner waits for the first training forward.
+        RuntimeError: The pruner waits for the first training forward, and the first optimizer
+            step came without one (the loss computed without calling the model).
 
     Example:
         >>> from tensorplay.ao.pruning.schedules import CubicSchedule
@@ -186,6 +196,7 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         distill_weight: float = 0.0,
         distill_temperature: float = 2.0,
         teacher: nn.Module | None = None,
+        example_inputs: Tensor | tuple[Any, ...] | None = None,
     ) -> None:
         # Every argument, by name, to the one place that reads them (a test keeps the signature
         # equal to the Lightning callback's).
@@ -259,8 +270,9 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
                 "Expected arguments that are plain data with "
                 "`TrainingArguments(restore_callback_states_from_checkpoint=True)` (the Trainer "
                 "rebuilds the callback from them), but the schedule or a class has no import "
-                f"path: {self.config.schedule!r}; or a `teacher` module was given. Define the "
-                "schedule at the top level of a module; leave `teacher` to its default."
+                f"path: {self.config.schedule!r}; or a `teacher` module or `example_inputs` were "
+                "given. Define the schedule at the top level of a module; leave `teacher` and "
+                "`example_inputs` to their defaults."
             )
         for option in ("fsdp", "deepspeed"):
             if getattr(args, option, None):
@@ -288,9 +300,21 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         step ``global_step`` (0 unless resumed): a schedule may prune before training."""
         if model is None:
             raise ValueError("Expected the Trainer to pass its model to the callbacks.")
-        if not self._session.built_for(model):
+        if not (self._session.built_for(model) or self._session.waiting):
             self._take_over_or_build(model, state)
         self._args = args
+        if self._session.waiting:
+            if state.global_step > 0:
+                self._session.stop_waiting()
+                raise ValueError(
+                    "Expected `example_inputs` for GradualPruningCallback(structure='channel') "
+                    f"to resume training {type(model).__name__} (not a Hugging Face model of a "
+                    "known family: it is traced), but got none: the masks must exist before the "
+                    "checkpoint's weights are loaded, and the inputs of the first training "
+                    "forward come after. Pass `example_inputs` (a batch of the forward's "
+                    "positional inputs)."
+                )
+            return  # built before the first optimizer step, from the first forward's inputs
         if state.global_step > 0:  # resumed: the checkpoint's trainer_state.json is loaded
             self._session.load_state_dict(*self._saved_state(state))
             self._load_teacher(args, state)
@@ -305,9 +329,16 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         """Before each optimizer step (the one place the callback calls into the pruner
         before a step): with an attached optimizer, zero the pruned weights' gradients; add the
         final gradients to a gradient score (once per optimizer step, accumulation folded in);
-        check that every distillation term reached the backward."""
+        check that every distillation term reached the backward. A pruner waiting for the
+        first training forward is built first (its step 0 taken)."""
         self._session.distilling.check_reached()
-        self._session.before_optimizer_step(kwargs.get("optimizer"))
+        optimizer = kwargs.get("optimizer")
+        if self._session.build_from_first_forward():
+            self._registered()
+            self._session.start([] if optimizer is None else [optimizer])
+            self._session.step(state.global_step)
+            self._hook_loss()
+        self._session.before_optimizer_step(optimizer)
 
     @override
     def on_step_end(
@@ -443,7 +474,10 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         return _state_key(session.config) == self.state_key
 
     def _build(self, model: nn.Module) -> None:
-        self._session.build(model)
+        if self._session.build_or_wait(model):
+            self._registered()
+
+    def _registered(self) -> None:
         _SESSIONS[:] = [ref for ref in _SESSIONS if ref() is not None]
         _SESSIONS.append(weakref.ref(self._session))
 

@@ -1,0 +1,135 @@
+"""The callbacks trace a plain model with example inputs for structure="channel": given, the
+module's ``example_input_array``, or those of its first training forward; every conv is then a
+unit, and the schedule's sparsity is spread over all of them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from tensorplay.ao.pruning import DependencyGraph
+from tensorplay.ao.pruning.schedules import LinearSchedule, OneShotSchedule
+from tensorplay.callbacks import GradualPruning
+from tests.callbacks.cnn_helpers import CHANNELS, CnnModule, CnnNet, Images, cnn, images
+
+CONVS = ["net.0", "net.3"]
+
+
+class BuiltAtStart(Callback):
+    """Whether the pruning callback (first in the list) had built its pruner when training
+    started, and the hooks on the module then."""
+
+    def __init__(self) -> None:
+        self.built: bool | None = None
+        self.pre_hooks = -1
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.built = trainer.callbacks[0].built  # type: ignore[attr-defined]
+        self.pre_hooks = len(pl_module._forward_pre_hooks)
+
+
+def convs_pruned(pruner: Any) -> dict[str, int]:
+    """Output channels pruned per conv (rows of its weight mask that are all zero)."""
+    masks = {name: pruner.model.get_submodule(name).weight_mask for name in CONVS}
+    return {name: int((mask.flatten(1) == 0).all(dim=1).sum()) for name, mask in masks.items()}
+
+
+def test_the_tracing_without_inputs_misses_the_pooled_conv() -> None:
+    """Why the callbacks need inputs: the second conv's output is pooled into the Linear."""
+    without = DependencyGraph(cnn()).groups("channel")
+    traced = DependencyGraph(cnn(), images(2)[0]).groups("channel")
+    assert sum(group.size for group in without) == 8
+    assert sum(group.size for group in traced) == CHANNELS
+
+
+@pytest.mark.parametrize("source", ["first_forward", "example_input_array", "example_inputs"])
+def test_every_conv_is_a_unit_whatever_gives_the_inputs(make_trainer, source: str) -> None:
+    x = images(2)[0]
+    module = CnnModule(example_input_array=x if source == "example_input_array" else None)
+    pruning = GradualPruning(
+        OneShotSchedule(0.5), structure="channel", verbose=False,
+        example_inputs=x if source == "example_inputs" else None,
+    )  # fmt: skip
+    start = BuiltAtStart()
+    make_trainer(max_steps=2, callbacks=[pruning, start]).fit(module)
+
+    assert pruning.pruner.total_count() == CHANNELS
+    assert [row.name for row in pruning.pruner.report().rows] == CONVS
+    assert pruning.pruner.history == [(0, 0.5, CHANNELS // 2)]  # step 0, as always
+    pruned = convs_pruned(pruning.pruner)
+    assert sum(pruned.values()) == CHANNELS // 2 and min(pruned.values()) > 0
+    # Given inputs build at set-up; the first forward's build the pruner after it.
+    assert start.built is (source != "first_forward")
+    assert start.pre_hooks == (1 if source == "first_forward" else 0)
+    assert len(module._forward_pre_hooks) == 0
+
+
+def test_the_first_forward_build_follows_a_schedule(make_trainer) -> None:
+    schedule = LinearSchedule(0.5, end_step=4, frequency=2)
+    pruning = GradualPruning(schedule, structure="channel", verbose=False)
+    make_trainer(max_steps=4, accumulate_grad_batches=1, callbacks=[pruning]).fit(CnnModule())
+    expected = [round(schedule(step) * CHANNELS) for step in (2, 4)]
+    assert [(step, count) for step, _, count in pruning.pruner.history] == [
+        (2, expected[0]),
+        (4, expected[1] - expected[0]),
+    ]
+
+
+def test_a_step_without_a_forward_of_the_module_is_an_error(make_trainer) -> None:
+    module = CnnModule(forward_in_step=False)
+    pruning = GradualPruning(OneShotSchedule(0.5), structure="channel", verbose=False)
+    with pytest.raises(RuntimeError, match=r"expected a training forward of CnnModule .*"
+                       r"Pass `example_inputs`"):  # fmt: skip
+        make_trainer(max_steps=2, callbacks=[pruning]).fit(module)
+    assert not pruning.built and len(module._forward_pre_hooks) == 0
+
+
+def test_example_inputs_are_checked_when_the_callback_is_made() -> None:
+    with pytest.raises(TypeError, match=r"`example_inputs` to be a tensor, a tuple .* got list"):
+        GradualPruning(OneShotSchedule(0.5), structure="channel", example_inputs=[1])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="structure` to be 'channel' with `example_inputs`"):
+        GradualPruning(OneShotSchedule(0.5), example_inputs=torch.ones(1))
+
+
+def test_the_trainer_callback_traces_a_plain_model_with_its_first_inputs(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    from tensorplay.callbacks.transformers import GradualPruningCallback
+    from tests.callbacks.hf_trainer_helpers import training_args
+
+    pruning = GradualPruningCallback(OneShotSchedule(0.5), structure="channel", verbose=False)
+    model = CnnNet()
+    args = training_args(tmp_path, max_steps=2, per_device_train_batch_size=8)
+    trainer = transformers.Trainer(
+        model=model, args=args, train_dataset=Images(), callbacks=[pruning]
+    )
+    assert not pruning._session.built  # waits for the first forward
+    trainer.train()
+
+    assert pruning.pruner.total_count() == CHANNELS
+    assert pruning.pruner.history == [(0, 0.5, CHANNELS // 2)]
+    assert [row.name for row in pruning.pruner.report().rows] == CONVS
+    assert min(convs_pruned(pruning.pruner).values()) > 0
+    assert len(model._forward_pre_hooks) == 0
+
+
+def test_the_trainer_callback_refuses_to_resume_a_run_built_from_the_first_forward(
+    tmp_path: Path,
+) -> None:
+    transformers = pytest.importorskip("transformers")
+    from tensorplay.callbacks.transformers import GradualPruningCallback
+    from tests.callbacks.hf_trainer_helpers import training_args
+
+    pruning = GradualPruningCallback(OneShotSchedule(0.5), structure="channel", verbose=False)
+    model = CnnNet()
+    args, control = training_args(tmp_path), transformers.TrainerControl()
+    pruning.on_init_end(args, transformers.TrainerState(), control, model=model)
+    resumed = transformers.TrainerState(global_step=3)
+    with pytest.raises(ValueError, match=r"Expected `example_inputs` .* to resume training CnnNet"):
+        pruning.on_train_begin(args, resumed, control, model=model)
+    assert not pruning._session.built and len(model._forward_pre_hooks) == 0
