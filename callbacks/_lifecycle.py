@@ -49,6 +49,7 @@ from tensorplay.ao.pruning.config import PrunerConfig
 from tensorplay.ao.pruning.dependency.blocks import find_blocks
 from tensorplay.ao.pruning.dependency.graph import DependencyGraph
 from tensorplay.ao.pruning.dependency.unit_groups import UnitGroup
+from tensorplay.ao.pruning.distillation import attached_distillation
 from tensorplay.ao.pruning.imports import import_path
 from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerAttachment
 from tensorplay.ao.pruning.permanent_saves import (
@@ -385,6 +386,8 @@ class PruningSession:
         rollback_hint: What the user can do when a checkpoint loaded after training takes the
             model back to fewer pruned units (the framework's best-model reload), appended to
             the :class:`PruningRollbackWarning`.
+        on_error: Called after :meth:`close` when a forward of the run failed in a hook of the
+            session (a teacher refused): the adapter takes its own hooks off there.
     """
 
     def __init__(
@@ -397,6 +400,7 @@ class PruningSession:
         inform: Callable[[str], None] = inform_on_rank_zero,
         permanent_saves: bool = False,
         rollback_hint: str = "",
+        on_error: Callable[[], None] | None = None,
     ) -> None:
         self.config = config
         self.options = options
@@ -416,7 +420,8 @@ class PruningSession:
         self._inputs: ExampleInputs | None = None  # what the pruner's model was traced with
         self._first_forward: FirstForward | None = None
         #: The distillation from the teacher (``distill_weight > 0``).
-        self.distilling = Distilling(name)
+        self.distilling = Distilling(name, on_error=self._failed)
+        self._on_error = on_error
 
     @property
     def built(self) -> bool:
@@ -465,6 +470,7 @@ class PruningSession:
             broadcast: As :meth:`build`.
             check: As :meth:`build`.
         """
+        self.check_no_distillation(model)
         if self.needs_inputs(model, example_inputs):
             self.stop_waiting()
             self._first_forward = FirstForward(model)
@@ -500,6 +506,21 @@ class PruningSession:
         self._first_forward = None
         self.build(first.model, first.inputs, broadcast=broadcast, check=check)
         return True
+
+    def check_no_distillation(self, model: nn.Module) -> None:
+        """With ``distill_weight`` > 0, refuse a model that has a
+        :class:`~tensorplay.ao.pruning.Distillation` attached already (before anything changes).
+
+        Raises:
+            RuntimeError: Naming the model and the fix.
+        """
+        if self.options.distilling and attached_distillation(model) is not None:
+            raise RuntimeError(
+                f"{self.name}: expected no Distillation attached to {type(model).__name__} "
+                f"with distill_weight={self.options.distill_weight!r} (the callback attaches "
+                "its own), but one is attached: two would each add a KD term to the loss. Set "
+                "distill_weight=0 to distil with yours, or detach it (`distillation.detach()`)."
+            )
 
     def stop_waiting(self) -> None:
         """Take the first-forward hook off the model, if it is still there."""
@@ -617,13 +638,11 @@ class PruningSession:
         return pruning_metrics(self.pruner, self._report, self.options.log_per_tensor)
 
     def finish(self) -> None:
-        """Training ended: detach the optimizers and the teacher, report the final sparsity,
-        shrink the model or make the pruning permanent if asked."""
-        self.stop_waiting()
-        self.distilling.detach()
+        """Training ended: :meth:`close`, report the final sparsity, shrink the model or make
+        the pruning permanent if asked."""
+        self.close()
         if self._pruner is None:
             return
-        self.detach()
         if self.options.verbose and self._shrunk is None:
             self._inform(f"{self.name}: final sparsity\n{self._pruner.report()}")
         if self.options.shrink_at_end and self._shrunk is None:
@@ -678,6 +697,19 @@ class PruningSession:
             UserWarning,
             stacklevel=3,
         )
+
+    def close(self) -> None:
+        """Take off every hook the run put on the model and its optimizers: the first-forward
+        hook, the teacher's, the optimizer attachment (the masks stay: they are the model's
+        pruning). On every exit of a run, an exception's included."""
+        self.stop_waiting()
+        self.distilling.detach()
+        self.detach()
+
+    def _failed(self) -> None:
+        self.close()
+        if self._on_error is not None:
+            self._on_error()
 
     def detach(self) -> None:
         """Take the hooks off the attached optimizers."""

@@ -316,6 +316,22 @@ class GradualPruning(SessionOptions, Callback):
         self._session.finish()
 
     @override
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        """Fit failed (or was interrupted): take the run's hooks off the model and optimizers
+        (the teacher's, the first-forward hook, the optimizer attachment), so that later
+        forwards, in any loop, run as without the callback; the masks stay."""
+        self._session.close()
+
+    @override
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        """Take the run's hooks off (as :meth:`on_exception`; after a fit that ended, nothing
+        is left to take off)."""
+        if stage == "fit":
+            self._session.close()
+
+    @override
     def on_save_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -209,12 +210,15 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
             inform=_inform_on_main_process,
             permanent_saves=True,
             rollback_hint=ROLLBACK_HINT,
+            on_error=self._close,
         )
         # Set by the Trainer on a callback it rebuilds from a checkpoint's trainer_state.json
         # (restore_callback_states_from_checkpoint=True); the state itself is read from the
         # Trainer's state, whose latest entry is the checkpoint's.
         self.saved_state: dict[str, Any] | None = None
         self._loss_hook: RemovableHandle | None = None
+        self._guards: tuple[RemovableHandle, ...] = ()
+        self._forward_failed = False
         self._args: TrainingArguments | None = None
         self._teacher_ids: tuple[object, str] = (None, "")
 
@@ -300,12 +304,18 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         step ``global_step`` (0 unless resumed): a schedule may prune before training."""
         if model is None:
             raise ValueError("Expected the Trainer to pass its model to the callbacks.")
+        if self._guards:  # an earlier run was left by an exception: take its hooks off
+            self._close()
+        self._guards = (
+            model.register_forward_pre_hook(self._close_if_failed),
+            model.register_forward_hook(self._on_forward_error, always_call=True),
+        )
         if not (self._session.built_for(model) or self._session.waiting):
             self._take_over_or_build(model, state)
         self._args = args
         if self._session.waiting:
             if state.global_step > 0:
-                self._session.stop_waiting()
+                self._close()
                 raise ValueError(
                     "Expected `example_inputs` for GradualPruningCallback(structure='channel') "
                     f"to resume training {type(model).__name__} (not a Hugging Face model of a "
@@ -383,9 +393,7 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         if args.load_best_model_at_end and best and self._session.weights_loaded():
             saved = TrainerState.load_from_json(os.path.join(best, TRAINER_STATE_NAME))
             self._session.load_state_dict(*self._saved_state(saved))
-        if self._loss_hook is not None:
-            self._loss_hook.remove()
-            self._loss_hook = None
+        self._close()
         self._session.finish()
 
     @override
@@ -413,13 +421,38 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
                 saved[TEACHER_ENTRY] = self._teacher_id()
         return {"args": self._arguments() or {}, "attributes": {"saved_state": saved}}
 
+    def _close(self) -> None:
+        """Take the run's hooks off the model and optimizer: the loss hook, the guards and the
+        session's (the teacher's, the first-forward hook, the optimizer attachment)."""
+        for handle in (self._loss_hook, *self._guards):
+            if handle is not None:
+                handle.remove()
+        self._loss_hook, self._guards, self._forward_failed = None, (), False
+        self._session.close()
+
+    # The Trainer has no exception event: a forward of the model that raises is seen by a
+    # forward hook torch calls also then (`always_call`). It cannot take forward hooks off
+    # there (torch is iterating over them), so it takes off the optimizer's and the
+    # first-forward hook, makes the loss hook inert, and the next forward of the model (in any
+    # loop) takes the rest off before it runs, in a pre-hook.
+
+    def _on_forward_error(self, model: nn.Module, args: Any, output: Any) -> None:
+        if sys.exc_info()[0] is not None:
+            self._forward_failed = True
+            self._session.stop_waiting()
+            self._session.detach()
+
+    def _close_if_failed(self, model: nn.Module, args: Any) -> None:
+        if self._forward_failed:
+            self._close()
+
     def _hook_loss(self) -> None:
         """Once the teacher is attached, hook the student to add the distillation term to the
         loss its output carries (``outputs.loss``, what the Trainer back-propagates)."""
         distillation = self._session.distilling.distillation
         if self._loss_hook is not None or distillation is None or distillation.student is None:
             return
-        hook = _AddToOutputLoss(self._session.distilling, self._args)
+        hook = _AddToOutputLoss(self._session.distilling, self._args, self._close)
         self._loss_hook = distillation.student.register_forward_hook(hook.add, with_kwargs=True)
 
     def _teacher_id(self) -> str:
@@ -508,15 +541,25 @@ class _AddToOutputLoss(LeftOutOfCopies):
     :class:`~tensorplay.ao.pruning.dense_copy.LeftOutOfCopies`: a copy of the student, such as a
     teacher, never carries it.)"""
 
-    def __init__(self, distilling: Distilling, args: TrainingArguments | None) -> None:
+    def __init__(
+        self, distilling: Distilling, args: TrainingArguments | None, close: Callable[[], None]
+    ) -> None:
         self.distilling = distilling
         self.args = args
+        self.close = close  # the run's hooks off, when adding fails
 
     def add(
         self, model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
     ) -> Any:
-        if not (model.training and torch.is_grad_enabled()):
-            return None
+        if not (model.training and torch.is_grad_enabled() and self.distilling.attached):
+            return None  # not a training forward, or a run closed by a failed forward
+        try:
+            return self._add(output, kwargs)
+        except Exception:
+            self.close()
+            raise
+
+    def _add(self, output: Any, kwargs: dict[str, Any]) -> Any:
         loss = output.get("loss") if isinstance(output, Mapping) else None
         if not isinstance(loss, Tensor):
             raise ValueError(
