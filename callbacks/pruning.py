@@ -35,6 +35,7 @@ from tensorplay.ao.pruning.targets import KeepDense
 from ._example_inputs import as_example_inputs
 from ._lifecycle import PruningSession, SessionOptions, split_arguments
 from ._loading import SHRUNK_KEY
+from ._metrics import PREFIX, metric_prefix, with_prefix
 from ._state import state_key_fields
 from ._strategies import check_disjoint, check_shrinkable, check_strategy
 
@@ -71,7 +72,9 @@ class GradualPruning(SessionOptions, Callback):
     (documented there), checked by it as the pruner's are. Logged through
     :meth:`~lightning.pytorch.core.LightningModule.log` after every optimizer step (filed under
     the batch that ended): ``pruning/sparsity``, ``pruning/target_sparsity``, ``pruning/pruned``
-    (cumulative units) and, with ``log_per_tensor``, ``pruning/sparsity/<module>.<name>``.
+    (cumulative units) and, with ``log_per_tensor``, ``pruning/sparsity/<module>.<name>``; with
+    several ``GradualPruning`` callbacks in one trainer, the ``i``-th of them (in
+    ``trainer.callbacks``) logs ``pruning/<i>/sparsity`` and so on.
     Masks exist before a checkpoint is restored, so ``Trainer.fit(ckpt_path=...)`` loads
     strictly and resumes exactly; a fresh model loads a pruned checkpoint with
     :class:`~tensorplay.callbacks.PrunableMixin`. See :doc:`/callback` for YAML, several
@@ -298,17 +301,17 @@ class GradualPruning(SessionOptions, Callback):
         if self._should_skip(trainer):
             return
         self._build_after_first_forward(trainer)
+        prefix = self._metric_prefix(trainer)
         distill_loss = self._session.distilling.mean_value()
         if distill_loss is not None:
-            pl_module.log("pruning/distill_loss", distill_loss, on_step=True, on_epoch=False)
+            pl_module.log(f"{prefix}distill_loss", distill_loss, on_step=True, on_epoch=False)
         if self._session.step(trainer.global_step, report_every=self._log_every(trainer)) is None:
             return
-        for name, value in self._session.metrics().items():
+        for name, value in with_prefix(self._session.metrics(), prefix).items():
             # float64: Lightning turns a Python number into float32, exact only up to 2**24 units.
             value64 = torch.tensor(value, dtype=torch.float64)
-            pl_module.log(
-                name, value64, on_step=True, on_epoch=False, prog_bar=name == "pruning/sparsity"
-            )
+            prog_bar = name == f"{prefix}sparsity"
+            pl_module.log(name, value64, on_step=True, on_epoch=False, prog_bar=prog_bar)
 
     @override
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -362,6 +365,13 @@ class GradualPruning(SessionOptions, Callback):
         if teacher is not None:
             self._session.distilling.load_teacher_state(teacher)
         self._session.load_state_dict(state)
+
+    def _metric_prefix(self, trainer: pl.Trainer) -> str:
+        # Several callbacks in one trainer would log under the same names: each gets its own.
+        pruning = [c for c in trainer.callbacks if isinstance(c, GradualPruning)]  # type: ignore[attr-defined]
+        if self not in pruning:
+            return PREFIX
+        return metric_prefix(pruning.index(self), len(pruning))
 
     def _should_skip(self, trainer: pl.Trainer) -> bool:
         return trainer.sanity_checking or not trainer.training

@@ -60,6 +60,7 @@ from ._lifecycle import (
     plain_arguments,
     split_arguments,
 )
+from ._metrics import metric_prefix, with_prefix
 from ._state import state_key_fields
 
 __all__ = ["GradualPruningCallback"]
@@ -84,7 +85,8 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
     ``pruning/target_sparsity``, ``pruning/pruned`` (cumulative units) and, with
     ``log_per_tensor``, ``pruning/sparsity/<module>.<name>`` join the logs: in
     ``trainer.state.log_history`` always, and in the reporting integrations (TensorBoard, W&B,
-    ...) that run after this callback, which :meth:`put_first` arranges.
+    ...) that run after this callback, which :meth:`put_first` arranges. With several of these
+    callbacks in one ``Trainer``, the ``i``-th of them logs ``pruning/<i>/sparsity`` and so on.
 
     With ``masking="inplace"`` the trainer's optimizer (Accelerate's wrapper, unwrapped) is
     attached to the pruner; the pruned gradients are zero as soon as autograd accumulates them,
@@ -286,6 +288,7 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
                     f"{option}={getattr(args, option)!r}."
                 )
         self._args = args
+        _join(args, self)
         if model is not None:
             # The Trainer loads a checkpoint's weights into the model's keys: they must match.
             self._build(model)
@@ -313,6 +316,7 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         if not (self._session.built_for(model) or self._session.waiting):
             self._take_over_or_build(model, state)
         self._args = args
+        _join(args, self)
         if self._session.waiting:
             if state.global_step > 0:
                 self._close()
@@ -377,6 +381,7 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         distill_loss = self._session.distilling.mean_value()
         if distill_loss is not None:
             metrics["pruning/distill_loss"] = distill_loss
+        metrics = with_prefix(metrics, self._metric_prefix(args))
         logs.update(metrics)
         last = state.log_history[-1] if state.log_history else {}
         if last.get("step") == state.global_step and last.get("loss") == logs["loss"]:
@@ -455,6 +460,17 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         hook = _AddToOutputLoss(self._session.distilling, self._args, self._close)
         self._loss_hook = distillation.student.register_forward_hook(hook.add, with_kwargs=True)
 
+    def _metric_prefix(self, args: TrainingArguments) -> str:
+        # Several callbacks of one Trainer (the one whose arguments they were given) would log
+        # under the same names: each gets its own. A callback the Trainer rebuilt from a
+        # checkpoint shares the session of the one it replaced: counted once.
+        sessions: list[PruningSession] = []
+        for callback in _peers(args):
+            if not any(callback._session is seen for seen in sessions):
+                sessions.append(callback._session)
+        index = next((i for i, seen in enumerate(sessions) if seen is self._session), 0)
+        return metric_prefix(index, len(sessions))
+
     def _teacher_id(self) -> str:
         """A random id of the teacher taken, saved with it and in trainer_state.json, so that a
         resumed run loads the teacher of its own checkpoint."""
@@ -528,6 +544,22 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
             f"this GradualPruningCallback (key {self.state_key}), but its trainer_state.json "
             "has none: it was saved without this callback, or with another configuration."
         )
+
+
+# The callbacks by the Trainer whose arguments they were given (its callbacks, in its order),
+# held weakly: several in one Trainer log under names of their own.
+_TRAINERS: list[tuple[weakref.ref[TrainingArguments], weakref.ref[GradualPruningCallback]]] = []
+
+
+def _join(args: TrainingArguments, callback: GradualPruningCallback) -> None:
+    _TRAINERS[:] = [(a, c) for a, c in _TRAINERS if a() is not None and c() is not None]
+    if callback not in _peers(args):
+        _TRAINERS.append((weakref.ref(args), weakref.ref(callback)))
+
+
+def _peers(args: TrainingArguments) -> list[GradualPruningCallback]:
+    found = [c() for a, c in _TRAINERS if a() is args]
+    return [callback for callback in found if callback is not None]
 
 
 # The sessions built here, held weakly: a callback the Trainer rebuilds from a checkpoint takes
