@@ -10,12 +10,13 @@ from typing import Any
 import lightning.pytorch as pl
 import pytest
 import torch
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from tensorplay.ao.pruning import DependencyGraph
 from tensorplay.ao.pruning.schedules import LinearSchedule, OneShotSchedule
-from tensorplay.callbacks import GradualPruning
+from tensorplay.callbacks import GradualPruning, PrunableMixin
 from tests.callbacks.cnn_helpers import CHANNELS, CnnModule, CnnNet, Images, cnn, images
+from tests.callbacks.lit_helpers import masks_of
 
 CONVS = ["net.0", "net.3"]
 
@@ -78,6 +79,49 @@ def test_the_first_forward_build_follows_a_schedule(make_trainer) -> None:
         (2, expected[0]),
         (4, expected[1] - expected[0]),
     ]
+
+
+class PrunableCnn(PrunableMixin, CnnModule):
+    """Loads pruned checkpoints: the masks exist before the first forward builds the pruner."""
+
+
+def test_a_run_built_from_the_first_forward_resumes_with_prunable_mixin(
+    make_trainer, tmp_path: Path
+) -> None:
+    schedule = LinearSchedule(0.5, end_step=4)
+
+    def pruning() -> GradualPruning:
+        # Random units depend on the seed, the step and the units pruned before alone.
+        return GradualPruning(
+            schedule, structure="channel", method="random_unstructured", seed=3, verbose=False
+        )
+
+    whole, uninterrupted = pruning(), PrunableCnn()
+    make_trainer(max_steps=4, callbacks=[whole]).fit(uninterrupted)
+    saving = ModelCheckpoint(tmp_path / "ckpt", every_n_train_steps=2, save_top_k=-1)
+    trainer = make_trainer(max_steps=2, callbacks=[pruning(), saving], enable_checkpointing=True)
+    trainer.fit(PrunableCnn())
+    resumed, model = pruning(), PrunableCnn()
+    make_trainer(max_steps=4, callbacks=[resumed]).fit(
+        model, ckpt_path=tmp_path / "ckpt" / "epoch=0-step=2.ckpt"
+    )
+    assert resumed.pruner.history == whole.pruner.history
+    assert [count for _, _, count in whole.pruner.history] == [3, 3, 3, 3]
+    ours, theirs = masks_of(model), masks_of(uninterrupted)
+    assert sorted(ours) == sorted(theirs) and len(ours) == 9  # 2 convs, 2 norms, the Linear
+    assert all(torch.equal(ours[name], theirs[name]) for name in theirs)
+
+
+def test_shrink_at_end_removes_the_units_traced_from_the_first_forward(make_trainer) -> None:
+    pruning = GradualPruning(
+        OneShotSchedule(0.5), structure="channel", shrink_at_end=True, verbose=False
+    )
+    module = CnnModule()
+    make_trainer(max_steps=2, callbacks=[pruning]).fit(module)
+    kept = {name: module.get_submodule(name).out_channels for name in CONVS}
+    assert sum(kept.values()) == CHANNELS // 2 and min(kept.values()) > 0
+    assert module.net[8].in_features == kept["net.3"]
+    assert module(images(2)[0]).shape == (2, 4)
 
 
 def test_a_step_without_a_forward_of_the_module_is_an_error(make_trainer) -> None:
