@@ -66,7 +66,8 @@ def positional_inputs(
 
     Raises:
         ValueError: A keyword argument that no position reaches (it follows a parameter that
-            was not given, or is keyword-only), naming it.
+            was not given, or is keyword-only), or that ``forward`` has no parameter for,
+            naming it.
 
     Example:
         >>> def forward(x, mask=None, labels=None): ...
@@ -79,7 +80,13 @@ def positional_inputs(
     """  # noqa: E501
     if not kwargs:
         return tuple(args)
-    bound = inspect.signature(forward).bind(*args, **kwargs)
+    try:
+        bound = inspect.signature(forward).bind_partial(*args, **kwargs)
+    except TypeError as error:
+        raise ValueError(
+            f"Expected inputs that the model's forward takes, but {error}. Pass "
+            "`example_inputs` (a tensor or a tuple) to the callback."
+        ) from error
     if bound.kwargs:
         raise ValueError(
             "Expected the model's forward to be called with inputs that can be passed by "

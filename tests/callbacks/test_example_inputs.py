@@ -11,6 +11,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from torch import nn
 
 from tensorplay.ao.pruning import DependencyGraph
 from tensorplay.ao.pruning.schedules import LinearSchedule, OneShotSchedule
@@ -177,3 +178,30 @@ def test_the_trainer_callback_refuses_to_resume_a_run_built_from_the_first_forwa
     with pytest.raises(ValueError, match=r"Expected `example_inputs` .* to resume training CnnNet"):
         pruning.on_train_begin(args, resumed, control, model=model)
     assert not pruning._session.built and len(model._forward_pre_hooks) == 0
+
+
+def test_a_frameworks_example_inputs_become_positional_inputs() -> None:
+    from tensorplay.callbacks._example_inputs import as_example_inputs
+
+    model, x = CnnNet(), images(2)[0]
+    assert as_example_inputs(model, [x])[0] is x  # type: ignore[index]
+    assert as_example_inputs(model, {"pixel_values": x})[0] is x  # type: ignore[index]
+    with pytest.raises(ValueError, match=r"but 'labels' follows a parameter that was not given"):
+        as_example_inputs(model, {"labels": x})
+    with pytest.raises(ValueError, match=r"but got an unexpected keyword argument 'labels'"):
+        as_example_inputs(nn.Linear(2, 2), {"labels": x})
+    with pytest.raises(TypeError, match=r"example inputs of CnnNet to be a tensor, .* got set"):
+        as_example_inputs(model, {1})
+
+
+def test_example_inputs_have_no_plain_form_for_restored_callback_states(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    from tensorplay.callbacks.transformers import GradualPruningCallback
+    from tests.callbacks.hf_trainer_helpers import training_args
+
+    pruning = GradualPruningCallback(
+        OneShotSchedule(0.5), structure="channel", example_inputs=images(2)[0]
+    )
+    args = training_args(tmp_path, restore_callback_states_from_checkpoint=True)
+    with pytest.raises(ValueError, match=r"`example_inputs` were given"):
+        pruning.on_init_end(args, transformers.TrainerState(), transformers.TrainerControl())
