@@ -28,6 +28,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from tensorplay.ao.pruning.dense_copy import LeftOutOfCopies
+
 __all__ = [
     "ExampleInputs",
     "FirstForward",
@@ -119,10 +121,10 @@ def as_example_inputs(model: nn.Module, value: object) -> ExampleInputs | None:
     )
 
 
-class FirstForward:
+class FirstForward(LeftOutOfCopies):
     """Record the positional inputs of ``model``'s first training forward (in train mode, with
     gradients enabled), with a forward pre-hook that removes itself right after it, or when it
-    fails.
+    fails (a copy of the model never carries it).
 
     Args:
         model: The model whose inputs tracing will take.

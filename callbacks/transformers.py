@@ -309,9 +309,10 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
             raise ValueError("Expected the Trainer to pass its model to the callbacks.")
         if self._guards:  # an earlier run was left by an exception: take its hooks off
             self._close()
+        guard = _RunGuard(self)
         self._guards = (
-            model.register_forward_pre_hook(self._close_if_failed),
-            model.register_forward_hook(self._on_forward_error, always_call=True),
+            model.register_forward_pre_hook(guard.before),
+            model.register_forward_hook(guard.after, always_call=True),
         )
         if not (self._session.built_for(model) or self._session.waiting):
             self._take_over_or_build(model, state)
@@ -435,21 +436,13 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         self._loss_hook, self._guards, self._forward_failed = None, (), False
         self._session.close()
 
-    # The Trainer has no exception event: a forward of the model that raises is seen by a
-    # forward hook torch calls also then (`always_call`). It cannot take forward hooks off
-    # there (torch is iterating over them), so it takes off the optimizer's and the
-    # first-forward hook, makes the loss hook inert, and the next forward of the model (in any
-    # loop) takes the rest off before it runs, in a pre-hook.
-
-    def _on_forward_error(self, model: nn.Module, args: Any, output: Any) -> None:
-        if sys.exc_info()[0] is not None:
-            self._forward_failed = True
-            self._session.stop_waiting()
-            self._session.detach()
-
-    def _close_if_failed(self, model: nn.Module, args: Any) -> None:
-        if self._forward_failed:
-            self._close()
+    def _forward_raised(self) -> None:
+        """A forward of the model raised (seen by :class:`_RunGuard`): take off what can be
+        taken off while torch runs the model's forward hooks (the optimizer's, the
+        first-forward hook), make the loss hook inert; the next forward closes the run."""
+        self._forward_failed = True
+        self._session.stop_waiting()
+        self._session.detach()
 
     def _hook_loss(self) -> None:
         """Once the teacher is attached, hook the student to add the distillation term to the
@@ -544,6 +537,26 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
             f"this GradualPruningCallback (key {self.state_key}), but its trainer_state.json "
             "has none: it was saved without this callback, or with another configuration."
         )
+
+
+class _RunGuard(LeftOutOfCopies):
+    """The Trainer has no exception event: a forward of the model that raises is seen by a
+    forward hook torch calls also then (``always_call``), :meth:`after`. It cannot take forward
+    hooks off there (torch is iterating over them), so the next forward of the model, in any
+    loop, closes the run before it runs, in the pre-hook :meth:`before`. (A
+    :class:`~tensorplay.ao.pruning.dense_copy.LeftOutOfCopies`: a teacher copied from the model
+    never carries it.)"""
+
+    def __init__(self, callback: GradualPruningCallback) -> None:
+        self.callback = callback
+
+    def before(self, model: nn.Module, args: Any) -> None:
+        if self.callback._forward_failed:
+            self.callback._close()
+
+    def after(self, model: nn.Module, args: Any, output: Any) -> None:
+        if sys.exc_info()[0] is not None:
+            self.callback._forward_raised()
 
 
 # The callbacks by the Trainer whose arguments they were given (its callbacks, in its order),

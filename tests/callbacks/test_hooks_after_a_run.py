@@ -169,6 +169,8 @@ def test_the_trainer_callback_leaves_no_hook_after_a_forward_fails(tmp_path: Pat
     with pytest.raises(RuntimeError, match="boom at step 2"):
         trainer.train()
     assert pruning.pruner.last_step == 2
+    teacher = pruning._session.distilling.distillation.teacher  # type: ignore[union-attr]
+    assert hooks(teacher) == before  # the model's own hooks only: none of the run's
     # The optimizer's hooks are off at once; the model's forward hooks cannot be taken off
     # while torch runs them, and the next forward takes them off before it runs.
     assert optimizer_hooks(trainer.optimizer) == 0
