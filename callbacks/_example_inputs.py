@@ -64,7 +64,8 @@ def positional_inputs(
     forward: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
 ) -> tuple[Any, ...]:
     """The inputs of a call ``forward(*args, **kwargs)`` as positional inputs, in the order of
-    ``forward``'s parameters (tracing takes positional inputs only).
+    ``forward``'s parameters (tracing takes positional inputs only). Keyword arguments that only
+    a ``**kwargs`` of ``forward`` takes (the Trainer's ``num_items_in_batch``) are left out.
 
     Raises:
         ValueError: A keyword argument that no position reaches (it follows a parameter that
@@ -75,6 +76,8 @@ def positional_inputs(
         >>> def forward(x, mask=None, labels=None): ...
         >>> positional_inputs(forward, (), {"x": 1, "mask": 2})
         (1, 2)
+        >>> positional_inputs(lambda x, **kwargs: x, (1,), {"num_items_in_batch": 8})
+        (1,)
         >>> positional_inputs(forward, (), {"x": 1, "labels": 3})
         Traceback (most recent call last):
         ...
@@ -83,16 +86,18 @@ def positional_inputs(
     if not kwargs:
         return tuple(args)
     try:
-        bound = inspect.signature(forward).bind_partial(*args, **kwargs)
+        signature = inspect.signature(forward)
+        bound = signature.bind_partial(*args, **kwargs)
     except TypeError as error:
         raise ValueError(
             f"Expected inputs that the model's forward takes, but {error}. Pass "
             "`example_inputs` (a tensor or a tuple) to the callback."
         ) from error
-    if bound.kwargs:
+    named = [name for name in bound.kwargs if name in signature.parameters]
+    if named:
         raise ValueError(
             "Expected the model's forward to be called with inputs that can be passed by "
-            f"position (tracing takes positional inputs), but {next(iter(bound.kwargs))!r} "
+            f"position (tracing takes positional inputs), but {named[0]!r} "
             "follows a parameter that was not given, or is keyword-only. Pass `example_inputs` "
             "(a tensor or a tuple) to the callback."
         )

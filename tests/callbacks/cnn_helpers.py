@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-__all__ = ["CHANNELS", "CnnModule", "CnnNet", "Images", "cnn", "images"]
+__all__ = ["CHANNELS", "CnnModule", "CnnNet", "CnnNetTakingKwargs", "Images", "cnn", "images"]
 
 # Every conv's output channels: the units of structure="channel" (the Linear's are its outputs).
 CHANNELS = 8 + 16
@@ -92,3 +92,13 @@ class Images(Dataset[dict[str, Tensor]]):
 
     def __getitem__(self, index: int) -> dict[str, Tensor]:
         return {"pixel_values": self.x[index], "labels": self.y[index]}
+
+
+class CnnNetTakingKwargs(CnnNet):
+    """:class:`CnnNet` whose forward takes ``**kwargs``: the Trainer then passes
+    ``num_items_in_batch`` too."""
+
+    def forward(  # type: ignore[override]
+        self, pixel_values: Tensor, labels: Tensor | None = None, **kwargs: Any
+    ) -> dict[str, Tensor]:
+        return super().forward(pixel_values, labels)

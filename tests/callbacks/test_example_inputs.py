@@ -16,7 +16,15 @@ from torch import nn
 from tensorplay.ao.pruning import DependencyGraph
 from tensorplay.ao.pruning.schedules import LinearSchedule, OneShotSchedule
 from tensorplay.callbacks import GradualPruning, PrunableMixin
-from tests.callbacks.cnn_helpers import CHANNELS, CnnModule, CnnNet, Images, cnn, images
+from tests.callbacks.cnn_helpers import (
+    CHANNELS,
+    CnnModule,
+    CnnNet,
+    CnnNetTakingKwargs,
+    Images,
+    cnn,
+    images,
+)
 from tests.callbacks.lit_helpers import masks_of
 
 CONVS = ["net.0", "net.3"]
@@ -141,14 +149,17 @@ def test_example_inputs_are_checked_when_the_callback_is_made() -> None:
         GradualPruning(OneShotSchedule(0.5), example_inputs=torch.ones(1))
 
 
-def test_the_trainer_callback_traces_a_plain_model_with_its_first_inputs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("net", [CnnNet, CnnNetTakingKwargs])
+def test_the_trainer_callback_traces_a_plain_model_with_its_first_inputs(
+    tmp_path: Path, net: type[CnnNet]
+) -> None:
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
     from tensorplay.callbacks.transformers import GradualPruningCallback
     from tests.callbacks.hf_trainer_helpers import training_args
 
     pruning = GradualPruningCallback(OneShotSchedule(0.5), structure="channel", verbose=False)
-    model = CnnNet()
+    model = net()
     args = training_args(tmp_path, max_steps=2, per_device_train_batch_size=8)
     trainer = transformers.Trainer(
         model=model, args=args, train_dataset=Images(), callbacks=[pruning]
