@@ -94,10 +94,13 @@ class Distilling(LeftOutOfCopies):
 
     Args:
         name: The adapter's name, heading its errors.
+        on_error: Called when the teacher, refused or failing in a forward, detached itself
+            (the adapter takes the rest of its run's hooks off).
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, on_error: Callable[[], None] | None = None) -> None:
         self.name = name
+        self.on_error = on_error
         #: The attached :class:`Distillation`, ``None`` before the teacher exists.
         self.distillation: Distillation | None = None
         self._copied = False  # whether the teacher is the dense copy taken here (saved)
@@ -151,9 +154,10 @@ class Distilling(LeftOutOfCopies):
 
     def _attach(self, student: nn.Module, teacher: nn.Module | None, weight: float,
                 temperature: float, *, copied: bool) -> None:  # fmt: skip
-        self.distillation = Distillation(teacher, temperature=temperature, weight=weight).attach(
-            student
+        distillation = Distillation(
+            teacher, temperature=temperature, weight=weight, on_error=self.on_error
         )
+        self.distillation = distillation.attach(student)
         self._copied = copied
         self._seen = self.distillation.forwards
 

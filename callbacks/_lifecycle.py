@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import torch
@@ -49,6 +49,7 @@ from tensorplay.ao.pruning.config import PrunerConfig
 from tensorplay.ao.pruning.dependency.blocks import find_blocks
 from tensorplay.ao.pruning.dependency.graph import DependencyGraph
 from tensorplay.ao.pruning.dependency.unit_groups import UnitGroup
+from tensorplay.ao.pruning.distillation import attached_distillation
 from tensorplay.ao.pruning.imports import import_path
 from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerAttachment
 from tensorplay.ao.pruning.permanent_saves import (
@@ -66,6 +67,7 @@ from tensorplay.ao.pruning.stats import SparsityReport
 from tensorplay.ao.pruning.targets import method_name
 
 from ._distilling import Distilling, check_distill_arguments
+from ._example_inputs import ExampleInputs, FirstForward, check_example_inputs
 from ._metrics import pruning_metrics
 from ._state import pruner_state
 
@@ -108,9 +110,14 @@ class AdapterOptions:
         distill_temperature: Its temperature.
         teacher: The teacher; ``None``: a frozen dense copy of the model taken just before the
             first pruning step.
+        example_inputs: Inputs of a plain model's forward (a tensor or a tuple of positional
+            inputs) that tracing it for ``structure="channel"`` takes; ``None``: the
+            framework's, or those of the model's first training forward. Like ``teacher``, it
+            has no plain-data form (a YAML config leaves it out).
 
     Raises:
-        TypeError: A distillation argument of the wrong type.
+        TypeError: A distillation argument of the wrong type; ``example_inputs`` neither a
+            tensor nor a tuple.
         ValueError: ``distill_weight`` < 0 or ``distill_temperature`` <= 0.
     """
 
@@ -122,9 +129,11 @@ class AdapterOptions:
     distill_weight: float = 0.0
     distill_temperature: float = 2.0
     teacher: nn.Module | None = None
+    example_inputs: ExampleInputs | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         check_distill_arguments(self.distill_weight, self.distill_temperature, self.teacher)
+        check_example_inputs(self.example_inputs)
 
     @property
     def distilling(self) -> bool:
@@ -194,6 +203,7 @@ class SessionOptions:
     distill_weight = Option()
     distill_temperature = Option()
     teacher = Option()
+    example_inputs = Option()
 
 
 _CONFIG_FIELDS = tuple(field.name for field in fields(PrunerConfig))
@@ -236,11 +246,18 @@ def split_arguments(arguments: Mapping[str, Any]) -> tuple[PrunerConfig, Adapter
 
 
 def check_options(config: PrunerConfig, options: AdapterOptions) -> None:
-    """Refuse options that contradict the configuration: ``shrink_at_end`` with single weights.
+    """Refuse options that contradict the configuration: ``shrink_at_end`` or
+    ``example_inputs`` with single weights.
 
     Raises:
         ValueError: Naming both.
     """
+    if options.example_inputs is not None and config.structure == "element":
+        raise ValueError(
+            "Expected `structure` to be 'channel' with `example_inputs` (they are traced to find "
+            "a plain model's channels), but got structure='element': single weights need no "
+            "tracing. Choose structure='channel', or leave example_inputs=None."
+        )
     if options.shrink_at_end and config.structure == "element":
         raise ValueError(
             "Expected `structure` to be 'channel', 'head' or 'layer' with shrink_at_end=True, "
@@ -277,8 +294,8 @@ def plain_arguments(config: PrunerConfig, options: AdapterOptions) -> dict[str, 
             if None in value:
                 return None
         plain[name] = value
-    if options.teacher is not None:  # a module has no plain-data form
-        return None
+    if options.teacher is not None or options.example_inputs is not None:
+        return None  # a module and tensors have no plain-data form
     plain.update({name: getattr(options, name) for name in _OPTION_FIELDS})
     return plain
 
@@ -286,10 +303,11 @@ def plain_arguments(config: PrunerConfig, options: AdapterOptions) -> dict[str, 
 _FAR_STEP = 2**62  # "any later step" for a schedule's latest pruning step
 
 
-def shrink_groups(pruner: Pruner) -> list[UnitGroup]:
+def shrink_groups(pruner: Pruner, example_inputs: ExampleInputs | None = None) -> list[UnitGroup]:
     """The groups of units of ``pruner``'s structure (channels, heads or layers), whose pruned
-    units shrinking removes: the model's dependency graph asked for that kind."""
-    return DependencyGraph(pruner.model).groups(pruner.config.structure)
+    units shrinking removes: the model's dependency graph (traced with ``example_inputs``, as
+    the pruner's was) asked for that kind."""
+    return DependencyGraph(pruner.model, example_inputs).groups(pruner.config.structure)
 
 
 def refuse_steps(optimizer: Optimizer, name: str) -> None:
@@ -368,6 +386,8 @@ class PruningSession:
         rollback_hint: What the user can do when a checkpoint loaded after training takes the
             model back to fewer pruned units (the framework's best-model reload), appended to
             the :class:`PruningRollbackWarning`.
+        on_error: Called after :meth:`close` when a forward of the run failed in a hook of the
+            session (a teacher refused): the adapter takes its own hooks off there.
     """
 
     def __init__(
@@ -380,6 +400,7 @@ class PruningSession:
         inform: Callable[[str], None] = inform_on_rank_zero,
         permanent_saves: bool = False,
         rollback_hint: str = "",
+        on_error: Callable[[], None] | None = None,
     ) -> None:
         self.config = config
         self.options = options
@@ -396,8 +417,11 @@ class PruningSession:
         self._optimizers: list[Optimizer] = []
         self._shrunk: tuple[ShrinkReport, ShrunkShapes] | None = None
         self._state_when_shrunk: dict[str, Any] = {}  # the spent pruner's last state
+        self._inputs: ExampleInputs | None = None  # what the pruner's model was traced with
+        self._first_forward: FirstForward | None = None
         #: The distillation from the teacher (``distill_weight > 0``).
-        self.distilling = Distilling(name)
+        self.distilling = Distilling(name, on_error=self._failed)
+        self._on_error = on_error
 
     @property
     def built(self) -> bool:
@@ -415,9 +439,99 @@ class PruningSession:
         """Whether the pruner exists and prunes ``model``."""
         return self._pruner is not None and self._pruner.model is model
 
+    @property
+    def waiting(self) -> bool:
+        """Whether the pruner waits for the inputs of the model's first training forward (see
+        :meth:`build_or_wait`)."""
+        return self._first_forward is not None
+
+    def needs_inputs(self, model: nn.Module, example_inputs: ExampleInputs | None) -> bool:
+        """Whether building the pruner of ``model`` needs example inputs that neither the
+        options nor ``example_inputs`` give: ``structure="channel"`` on a model of no Hugging
+        Face family, which is traced."""
+        given = self.options.example_inputs if example_inputs is None else example_inputs
+        return self.config.structure == "channel" and given is None and find_blocks(model) is None
+
+    def build_or_wait(
+        self,
+        model: nn.Module,
+        example_inputs: ExampleInputs | None = None,
+        *,
+        broadcast: Callable[[int], int] = rank_zero_value,
+        check: Callable[[Pruner], None] | None = None,
+    ) -> bool:
+        """:meth:`build` the pruner now and return ``True``; or, if tracing ``model`` needs
+        inputs none gave (:meth:`needs_inputs`), record the inputs of its first training
+        forward and return ``False``: :meth:`build_from_first_forward` builds it then.
+
+        Args:
+            model: The model the framework trains.
+            example_inputs: The framework's example inputs (the options' come first).
+            broadcast: As :meth:`build`.
+            check: As :meth:`build`.
+        """
+        self.check_no_distillation(model)
+        if self.needs_inputs(model, example_inputs):
+            self.stop_waiting()
+            self._first_forward = FirstForward(model)
+            return False
+        self.build(model, example_inputs, broadcast=broadcast, check=check)
+        return True
+
+    def build_from_first_forward(
+        self,
+        *,
+        broadcast: Callable[[int], int] = rank_zero_value,
+        check: Callable[[Pruner], None] | None = None,
+    ) -> bool:
+        """If the pruner waits and the model's first training forward has given its inputs:
+        build it, traced with them, and return ``True``.
+
+        Raises:
+            RuntimeError: The framework's step ended with no training forward of the model
+                (the loss was computed from a submodule: ``self.net(x)``, not ``self(x)``).
+        """
+        first = self._first_forward
+        if first is None:
+            return False
+        if first.inputs is None:
+            self.stop_waiting()
+            raise RuntimeError(
+                f"{self.name}: expected a training forward of {type(first.model).__name__} (the "
+                "model the callback prunes) before the first optimizer step, to take the inputs "
+                "that tracing it for structure='channel' needs, but none was seen: the loss was "
+                "computed without calling the model itself. Pass `example_inputs` to the "
+                "callback (in Lightning, or set `example_input_array`)."
+            )
+        self._first_forward = None
+        self.build(first.model, first.inputs, broadcast=broadcast, check=check)
+        return True
+
+    def check_no_distillation(self, model: nn.Module) -> None:
+        """With ``distill_weight`` > 0, refuse a model that has a
+        :class:`~tensorplay.ao.pruning.Distillation` attached already (before anything changes).
+
+        Raises:
+            RuntimeError: Naming the model and the fix.
+        """
+        if self.options.distilling and attached_distillation(model) is not None:
+            raise RuntimeError(
+                f"{self.name}: expected no Distillation attached to {type(model).__name__} "
+                f"with distill_weight={self.options.distill_weight!r} (the callback attaches "
+                "its own), but one is attached: two would each add a KD term to the loss. Set "
+                "distill_weight=0 to distil with yours, or detach it (`distillation.detach()`)."
+            )
+
+    def stop_waiting(self) -> None:
+        """Take the first-forward hook off the model, if it is still there."""
+        if self._first_forward is not None:
+            self._first_forward.remove()
+            self._first_forward = None
+
     def build(
         self,
         model: nn.Module,
+        example_inputs: ExampleInputs | None = None,
         *,
         broadcast: Callable[[int], int] = rank_zero_value,
         check: Callable[[Pruner], None] | None = None,
@@ -427,6 +541,8 @@ class PruningSession:
 
         Args:
             model: The model the framework trains.
+            example_inputs: Inputs for tracing a plain model with ``structure="channel"`` (the
+                options' come first); not used with single weights.
             broadcast: Rank zero's value of an int (the seed, so random methods draw the same
                 masks on every rank).
             check: Called with the new pruner before the model changes (may raise).
@@ -434,7 +550,12 @@ class PruningSession:
         check_options(self.config, self.options)  # an option may be set after construction
         seed = torch.initial_seed() if self.config.seed is None else self.config.seed
         kwargs = {**self.config.as_kwargs(), "seed": int(broadcast(int(seed)))}
-        pruner = Pruner(model, **kwargs)
+        given = self.options.example_inputs
+        inputs = example_inputs if given is None else given
+        if self.config.structure == "element":
+            inputs = None  # single weights are not traced (the framework's inputs are ignored)
+        pruner = Pruner(model, **kwargs, example_inputs=inputs)
+        self._inputs = inputs
         if check is not None:
             check(pruner)
         self._pruner = pruner
@@ -517,12 +638,11 @@ class PruningSession:
         return pruning_metrics(self.pruner, self._report, self.options.log_per_tensor)
 
     def finish(self) -> None:
-        """Training ended: detach the optimizers and the teacher, report the final sparsity,
-        shrink the model or make the pruning permanent if asked."""
-        self.distilling.detach()
+        """Training ended: :meth:`close`, report the final sparsity, shrink the model or make
+        the pruning permanent if asked."""
+        self.close()
         if self._pruner is None:
             return
-        self.detach()
         if self.options.verbose and self._shrunk is None:
             self._inform(f"{self.name}: final sparsity\n{self._pruner.report()}")
         if self.options.shrink_at_end and self._shrunk is None:
@@ -548,7 +668,7 @@ class PruningSession:
         self._warn_unfinished()
         found = find_blocks(pruner.model)
         layers = found.block_names() if found is not None else []
-        groups = shrink_groups(pruner)
+        groups = shrink_groups(pruner, self._inputs)
         if not pruner.permanent:
             pruner.make_permanent()
         # Shrinking spends the pruner: its last counts stay the metrics, its last state the
@@ -577,6 +697,19 @@ class PruningSession:
             UserWarning,
             stacklevel=3,
         )
+
+    def close(self) -> None:
+        """Take off every hook the run put on the model and its optimizers: the first-forward
+        hook, the teacher's, the optimizer attachment (the masks stay: they are the model's
+        pruning). On every exit of a run, an exception's included."""
+        self.stop_waiting()
+        self.distilling.detach()
+        self.detach()
+
+    def _failed(self) -> None:
+        self.close()
+        if self._on_error is not None:
+            self._on_error()
 
     def detach(self) -> None:
         """Take the hooks off the attached optimizers."""

@@ -2,7 +2,9 @@
 
 ``pruning/sparsity`` (of all targets, as the weights hold it), ``pruning/target_sparsity`` (the
 schedule's, at the last step), ``pruning/pruned`` (cumulative units) and, on request,
-``pruning/sparsity/<module>.<name>`` per target.
+``pruning/sparsity/<module>.<name>`` per target. With several pruning callbacks in one
+trainer, each logs under ``pruning/<i>/`` instead (``i``: its place among them), so that no
+series overwrites another's.
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ from __future__ import annotations
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.stats import SparsityReport
 
-__all__ = ["pruning_metrics"]
+__all__ = ["PREFIX", "metric_prefix", "pruning_metrics", "with_prefix"]
+
+PREFIX = "pruning/"
 
 
 def pruning_metrics(pruner: Pruner, report: SparsityReport, per_tensor: bool) -> dict[str, float]:
@@ -33,3 +37,24 @@ def pruning_metrics(pruner: Pruner, report: SparsityReport, per_tensor: bool) ->
     metrics["pruning/target_sparsity"] = pruner.target_sparsity()
     metrics["pruning/pruned"] = float(report.pruned)
     return metrics
+
+
+def metric_prefix(index: int, count: int) -> str:
+    """The prefix of the metrics of the ``index``-th of ``count`` pruning callbacks of one
+    trainer: ``pruning/`` for a single one (the stable names), else ``pruning/<index>/``.
+
+    Example:
+        >>> metric_prefix(0, 1), metric_prefix(1, 2)
+        ('pruning/', 'pruning/1/')
+    """
+    return PREFIX if count < 2 else f"{PREFIX}{index}/"
+
+
+def with_prefix(metrics: dict[str, float], prefix: str) -> dict[str, float]:
+    """``metrics`` (named ``pruning/...``) named ``<prefix>...``.
+
+    Example:
+        >>> with_prefix({"pruning/sparsity": 0.5}, "pruning/1/")
+        {'pruning/1/sparsity': 0.5}
+    """
+    return {prefix + name.removeprefix(PREFIX): value for name, value in metrics.items()}

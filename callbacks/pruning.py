@@ -17,7 +17,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
-from torch import nn
+from torch import Tensor, nn
 from typing_extensions import override
 
 from tensorplay.ao.pruning.config import (
@@ -32,8 +32,10 @@ from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.shrinking.shrink_report import ShrinkReport
 from tensorplay.ao.pruning.targets import KeepDense
 
+from ._example_inputs import as_example_inputs
 from ._lifecycle import PruningSession, SessionOptions, split_arguments
 from ._loading import SHRUNK_KEY
+from ._metrics import PREFIX, metric_prefix, with_prefix
 from ._state import state_key_fields
 from ._strategies import check_disjoint, check_shrinkable, check_strategy
 
@@ -70,7 +72,9 @@ class GradualPruning(SessionOptions, Callback):
     (documented there), checked by it as the pruner's are. Logged through
     :meth:`~lightning.pytorch.core.LightningModule.log` after every optimizer step (filed under
     the batch that ended): ``pruning/sparsity``, ``pruning/target_sparsity``, ``pruning/pruned``
-    (cumulative units) and, with ``log_per_tensor``, ``pruning/sparsity/<module>.<name>``.
+    (cumulative units) and, with ``log_per_tensor``, ``pruning/sparsity/<module>.<name>``; with
+    several ``GradualPruning`` callbacks in one trainer, the ``i``-th of them (in
+    ``trainer.callbacks``) logs ``pruning/<i>/sparsity`` and so on.
     Masks exist before a checkpoint is restored, so ``Trainer.fit(ckpt_path=...)`` loads
     strictly and resumes exactly; a fresh model loads a pruned checkpoint with
     :class:`~tensorplay.callbacks.PrunableMixin`. See :doc:`/callback` for YAML, several
@@ -119,16 +123,25 @@ class GradualPruning(SessionOptions, Callback):
         distill_temperature: The KD term's temperature (> 0).
         teacher: The teacher, used from the first step; ``None`` (default): a frozen dense copy
             of the module taken just before the first pruning step, saved in the checkpoints.
+        example_inputs: With ``structure="channel"`` on a plain PyTorch model (no Hugging Face
+            family), the inputs of its forward (a tensor or a tuple of positional inputs) that
+            tracing it takes to find every layer's channels. ``None`` (default): the module's
+            ``example_input_array``, or else the inputs of its first training forward
+            (``self(...)`` in ``training_step``): the pruner is then built after that forward,
+            and its step 0 taken then. Not a YAML option (tensors have no plain-data form).
 
     Raises:
         TypeError: As :class:`~tensorplay.ao.pruning.config.PrunerConfig`; a distillation
-            argument of the wrong type.
+            argument of the wrong type; ``example_inputs`` neither a tensor nor a tuple.
         ValueError: As it; ``distill_weight`` < 0 or ``distill_temperature`` <= 0; at set-up,
             under ``FSDPStrategy``, or under ``ModelParallelStrategy`` without
             ``masking="inplace"`` or with rewinding; with ``shrink_at_end`` under
             ``ModelParallelStrategy``, ``DeepSpeedStrategy`` or a strategy launched in worker
             processes; with ``distill_weight`` > 0 under ``ModelParallelStrategy``,
-            ``DeepSpeedStrategy`` or manual optimization.
+            ``DeepSpeedStrategy`` or manual optimization; ``example_inputs`` with
+            ``structure="element"``.
+        RuntimeError: The pruner waits for the first training forward, and the first batch
+            ended without one (the loss computed from a submodule, not ``self(...)``).
 
     Example:
         >>> from tensorplay.ao.pruning.schedules import CubicSchedule
@@ -175,6 +188,7 @@ class GradualPruning(SessionOptions, Callback):
         distill_weight: float = 0.0,
         distill_temperature: float = 2.0,
         teacher: nn.Module | None = None,
+        example_inputs: Tensor | tuple[Any, ...] | None = None,
     ) -> None:
         # Every argument, by name, to the one place that reads them (LightningCLI reads the
         # signature above, so it stays explicit; a test keeps it equal to the Trainer callback's).
@@ -232,9 +246,10 @@ class GradualPruning(SessionOptions, Callback):
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Build the pruner if :meth:`setup` did not; hand it the optimizers and weights."""
-        if not self._session.built_for(pl_module):
+        if not (self._session.built_for(pl_module) or self._session.waiting):
             self._build(trainer, pl_module)
-        self._session.start(trainer.optimizers)
+        if self._session.built:
+            self._session.start(trainer.optimizers)
 
     @override
     def on_before_backward(
@@ -258,14 +273,17 @@ class GradualPruning(SessionOptions, Callback):
     ) -> None:
         """With attached optimizers, zero the pruned weights' gradients before clipping; add the
         final gradients to a gradient score (once per optimizer step); check that every
-        distillation term reached the backward."""
+        distillation term reached the backward. A pruner waiting for the first training
+        forward is built first (its step 0 taken)."""
         self._session.distilling.check_reached()
+        self._build_after_first_forward(trainer)
         self._session.before_optimizer_step(optimizer)
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """Take step ``global_step`` (0 unless resumed): a schedule may prune before training."""
-        if self._should_skip(trainer):
+        """Take step ``global_step`` (0 unless resumed): a schedule may prune before training
+        (once built, if the pruner waits for the first training forward)."""
+        if self._should_skip(trainer) or not self._session.built:
             return
         self._session.step(trainer.global_step, report_every=self._log_every(trainer))
 
@@ -278,25 +296,43 @@ class GradualPruning(SessionOptions, Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        """Take a pruning step if this batch ended with an optimizer step, and log."""
+        """Take a pruning step if this batch ended with an optimizer step, and log. (A pruner
+        waiting for the first training forward is built first, its step 0 taken.)"""
         if self._should_skip(trainer):
             return
+        self._build_after_first_forward(trainer)
+        prefix = self._metric_prefix(trainer)
         distill_loss = self._session.distilling.mean_value()
         if distill_loss is not None:
-            pl_module.log("pruning/distill_loss", distill_loss, on_step=True, on_epoch=False)
+            pl_module.log(f"{prefix}distill_loss", distill_loss, on_step=True, on_epoch=False)
         if self._session.step(trainer.global_step, report_every=self._log_every(trainer)) is None:
             return
-        for name, value in self._session.metrics().items():
+        for name, value in with_prefix(self._session.metrics(), prefix).items():
             # float64: Lightning turns a Python number into float32, exact only up to 2**24 units.
             value64 = torch.tensor(value, dtype=torch.float64)
-            pl_module.log(
-                name, value64, on_step=True, on_epoch=False, prog_bar=name == "pruning/sparsity"
-            )
+            prog_bar = name == f"{prefix}sparsity"
+            pl_module.log(name, value64, on_step=True, on_epoch=False, prog_bar=prog_bar)
 
     @override
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Report the final sparsity; make the pruning permanent if asked."""
         self._session.finish()
+
+    @override
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        """Fit failed (or was interrupted): take the run's hooks off the model and optimizers
+        (the teacher's, the first-forward hook, the optimizer attachment), so that later
+        forwards, in any loop, run as without the callback; the masks stay."""
+        self._session.close()
+
+    @override
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        """Take the run's hooks off (as :meth:`on_exception`; after a fit that ended, nothing
+        is left to take off)."""
+        if stage == "fit":
+            self._session.close()
 
     @override
     def on_save_checkpoint(
@@ -330,6 +366,13 @@ class GradualPruning(SessionOptions, Callback):
             self._session.distilling.load_teacher_state(teacher)
         self._session.load_state_dict(state)
 
+    def _metric_prefix(self, trainer: pl.Trainer) -> str:
+        # Several callbacks in one trainer would log under the same names: each gets its own.
+        pruning = [c for c in trainer.callbacks if isinstance(c, GradualPruning)]  # type: ignore[attr-defined]
+        if self not in pruning:
+            return PREFIX
+        return metric_prefix(pruning.index(self), len(pruning))
+
     def _should_skip(self, trainer: pl.Trainer) -> bool:
         return trainer.sanity_checking or not trainer.training
 
@@ -339,9 +382,20 @@ class GradualPruning(SessionOptions, Callback):
         return max(1, int(getattr(trainer, "log_every_n_steps", 1)))  # set by the Trainer
 
     def _build(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # Lightning loads the model's state before any callback's: the keys must match already.
-        self._session.build(
+        # Lightning loads the model's state before any callback's: the keys must match already
+        # (a pruner that waits for the first forward needs PrunableMixin to resume).
+        self._session.build_or_wait(
             pl_module,
+            as_example_inputs(pl_module, pl_module.example_input_array),
             broadcast=lambda seed: int(trainer.strategy.broadcast(seed, 0)),
             check=lambda pruner: check_disjoint(trainer, self, pruner),
         )
+
+    def _build_after_first_forward(self, trainer: pl.Trainer) -> None:
+        built = self._session.build_from_first_forward(
+            broadcast=lambda seed: int(trainer.strategy.broadcast(seed, 0)),
+            check=lambda pruner: check_disjoint(trainer, self, pruner),
+        )
+        if built:
+            self._session.start(trainer.optimizers)
+            self._session.step(trainer.global_step, report_every=self._log_every(trainer))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -59,6 +60,7 @@ from ._lifecycle import (
     plain_arguments,
     split_arguments,
 )
+from ._metrics import metric_prefix, with_prefix
 from ._state import state_key_fields
 
 __all__ = ["GradualPruningCallback"]
@@ -83,7 +85,8 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
     ``pruning/target_sparsity``, ``pruning/pruned`` (cumulative units) and, with
     ``log_per_tensor``, ``pruning/sparsity/<module>.<name>`` join the logs: in
     ``trainer.state.log_history`` always, and in the reporting integrations (TensorBoard, W&B,
-    ...) that run after this callback, which :meth:`put_first` arranges.
+    ...) that run after this callback, which :meth:`put_first` arranges. With several of these
+    callbacks in one ``Trainer``, the ``i``-th of them logs ``pruning/<i>/sparsity`` and so on.
 
     With ``masking="inplace"`` the trainer's optimizer (Accelerate's wrapper, unwrapped) is
     attached to the pruner; the pruned gradients are zero as soon as autograd accumulates them,
@@ -134,14 +137,24 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         teacher: The teacher, used from the first step; ``None`` (default): a frozen dense copy
             of the model taken just before the first pruning step, written into each
             checkpoint's folder (``tensorplay_teacher.pt``) and read back on resume.
+        example_inputs: With ``structure="channel"`` on a plain PyTorch model (no Hugging Face
+            family), the inputs of its forward (a tensor or a tuple of positional inputs) that
+            tracing it takes to find every layer's channels. ``None`` (default): the inputs of
+            its first training forward (the keyword arguments the Trainer passes, put in the
+            forward's order): the pruner is then built before the first optimizer step, and
+            its step 0 taken then. Resuming such a run needs ``example_inputs``.
 
     Raises:
         TypeError: As :class:`~tensorplay.ao.pruning.config.PrunerConfig`; a distillation
-            argument of the wrong type.
+            argument of the wrong type; ``example_inputs`` neither a tensor nor a tuple.
         ValueError: As it; ``distill_weight`` < 0 or ``distill_temperature`` <= 0; when the
             ``Trainer`` is made, as the ``Pruner`` (an unknown or empty selection), with FSDP or
             DeepSpeed (not supported yet), or with ``restore_callback_states_from_checkpoint=True``
-            and a schedule that has no plain-data form (a lambda) or a ``teacher`` module.
+            and a schedule that has no plain-data form (a lambda), a ``teacher`` module or
+            ``example_inputs``; ``example_inputs`` with ``structure="element"``; when resuming
+            a run whose pruner waits for the first training forward.
+        RuntimeError: The pruner waits for the first training forward, and the first optimizer
+            step came without one (the loss computed without calling the model).
 
     Example:
         >>> from tensorplay.ao.pruning.schedules import CubicSchedule
@@ -186,6 +199,7 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         distill_weight: float = 0.0,
         distill_temperature: float = 2.0,
         teacher: nn.Module | None = None,
+        example_inputs: Tensor | tuple[Any, ...] | None = None,
     ) -> None:
         # Every argument, by name, to the one place that reads them (a test keeps the signature
         # equal to the Lightning callback's).
@@ -198,12 +212,15 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
             inform=_inform_on_main_process,
             permanent_saves=True,
             rollback_hint=ROLLBACK_HINT,
+            on_error=self._close,
         )
         # Set by the Trainer on a callback it rebuilds from a checkpoint's trainer_state.json
         # (restore_callback_states_from_checkpoint=True); the state itself is read from the
         # Trainer's state, whose latest entry is the checkpoint's.
         self.saved_state: dict[str, Any] | None = None
         self._loss_hook: RemovableHandle | None = None
+        self._guards: tuple[RemovableHandle, ...] = ()
+        self._forward_failed = False
         self._args: TrainingArguments | None = None
         self._teacher_ids: tuple[object, str] = (None, "")
 
@@ -259,8 +276,9 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
                 "Expected arguments that are plain data with "
                 "`TrainingArguments(restore_callback_states_from_checkpoint=True)` (the Trainer "
                 "rebuilds the callback from them), but the schedule or a class has no import "
-                f"path: {self.config.schedule!r}; or a `teacher` module was given. Define the "
-                "schedule at the top level of a module; leave `teacher` to its default."
+                f"path: {self.config.schedule!r}; or a `teacher` module or `example_inputs` were "
+                "given. Define the schedule at the top level of a module; leave `teacher` and "
+                "`example_inputs` to their defaults."
             )
         for option in ("fsdp", "deepspeed"):
             if getattr(args, option, None):
@@ -270,6 +288,7 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
                     f"{option}={getattr(args, option)!r}."
                 )
         self._args = args
+        _join(args, self)
         if model is not None:
             # The Trainer loads a checkpoint's weights into the model's keys: they must match.
             self._build(model)
@@ -288,9 +307,29 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         step ``global_step`` (0 unless resumed): a schedule may prune before training."""
         if model is None:
             raise ValueError("Expected the Trainer to pass its model to the callbacks.")
-        if not self._session.built_for(model):
+        if self._guards:  # an earlier run was left by an exception: take its hooks off
+            self._close()
+        guard = _RunGuard(self)
+        self._guards = (
+            model.register_forward_pre_hook(guard.before),
+            model.register_forward_hook(guard.after, always_call=True),
+        )
+        if not (self._session.built_for(model) or self._session.waiting):
             self._take_over_or_build(model, state)
         self._args = args
+        _join(args, self)
+        if self._session.waiting:
+            if state.global_step > 0:
+                self._close()
+                raise ValueError(
+                    "Expected `example_inputs` for GradualPruningCallback(structure='channel') "
+                    f"to resume training {type(model).__name__} (not a Hugging Face model of a "
+                    "known family: it is traced), but got none: the masks must exist before the "
+                    "checkpoint's weights are loaded, and the inputs of the first training "
+                    "forward come after. Pass `example_inputs` (a batch of the forward's "
+                    "positional inputs)."
+                )
+            return  # built before the first optimizer step, from the first forward's inputs
         if state.global_step > 0:  # resumed: the checkpoint's trainer_state.json is loaded
             self._session.load_state_dict(*self._saved_state(state))
             self._load_teacher(args, state)
@@ -305,9 +344,16 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         """Before each optimizer step (the one place the callback calls into the pruner
         before a step): with an attached optimizer, zero the pruned weights' gradients; add the
         final gradients to a gradient score (once per optimizer step, accumulation folded in);
-        check that every distillation term reached the backward."""
+        check that every distillation term reached the backward. A pruner waiting for the
+        first training forward is built first (its step 0 taken)."""
         self._session.distilling.check_reached()
-        self._session.before_optimizer_step(kwargs.get("optimizer"))
+        optimizer = kwargs.get("optimizer")
+        if self._session.build_from_first_forward():
+            self._registered()
+            self._session.start([] if optimizer is None else [optimizer])
+            self._session.step(state.global_step)
+            self._hook_loss()
+        self._session.before_optimizer_step(optimizer)
 
     @override
     def on_step_end(
@@ -336,6 +382,7 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         distill_loss = self._session.distilling.mean_value()
         if distill_loss is not None:
             metrics["pruning/distill_loss"] = distill_loss
+        metrics = with_prefix(metrics, self._metric_prefix(args))
         logs.update(metrics)
         last = state.log_history[-1] if state.log_history else {}
         if last.get("step") == state.global_step and last.get("loss") == logs["loss"]:
@@ -352,9 +399,7 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         if args.load_best_model_at_end and best and self._session.weights_loaded():
             saved = TrainerState.load_from_json(os.path.join(best, TRAINER_STATE_NAME))
             self._session.load_state_dict(*self._saved_state(saved))
-        if self._loss_hook is not None:
-            self._loss_hook.remove()
-            self._loss_hook = None
+        self._close()
         self._session.finish()
 
     @override
@@ -382,14 +427,42 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
                 saved[TEACHER_ENTRY] = self._teacher_id()
         return {"args": self._arguments() or {}, "attributes": {"saved_state": saved}}
 
+    def _close(self) -> None:
+        """Take the run's hooks off the model and optimizer: the loss hook, the guards and the
+        session's (the teacher's, the first-forward hook, the optimizer attachment)."""
+        for handle in (self._loss_hook, *self._guards):
+            if handle is not None:
+                handle.remove()
+        self._loss_hook, self._guards, self._forward_failed = None, (), False
+        self._session.close()
+
+    def _forward_raised(self) -> None:
+        """A forward of the model raised (seen by :class:`_RunGuard`): take off what can be
+        taken off while torch runs the model's forward hooks (the optimizer's, the
+        first-forward hook), make the loss hook inert; the next forward closes the run."""
+        self._forward_failed = True
+        self._session.stop_waiting()
+        self._session.detach()
+
     def _hook_loss(self) -> None:
         """Once the teacher is attached, hook the student to add the distillation term to the
         loss its output carries (``outputs.loss``, what the Trainer back-propagates)."""
         distillation = self._session.distilling.distillation
         if self._loss_hook is not None or distillation is None or distillation.student is None:
             return
-        hook = _AddToOutputLoss(self._session.distilling, self._args)
+        hook = _AddToOutputLoss(self._session.distilling, self._args, self._close)
         self._loss_hook = distillation.student.register_forward_hook(hook.add, with_kwargs=True)
+
+    def _metric_prefix(self, args: TrainingArguments) -> str:
+        # Several callbacks of one Trainer (the one whose arguments they were given) would log
+        # under the same names: each gets its own. A callback the Trainer rebuilt from a
+        # checkpoint shares the session of the one it replaced: counted once.
+        sessions: list[PruningSession] = []
+        for callback in _peers(args):
+            if not any(callback._session is seen for seen in sessions):
+                sessions.append(callback._session)
+        index = next((i for i, seen in enumerate(sessions) if seen is self._session), 0)
+        return metric_prefix(index, len(sessions))
 
     def _teacher_id(self) -> str:
         """A random id of the teacher taken, saved with it and in trainer_state.json, so that a
@@ -443,7 +516,10 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         return _state_key(session.config) == self.state_key
 
     def _build(self, model: nn.Module) -> None:
-        self._session.build(model)
+        if self._session.build_or_wait(model):
+            self._registered()
+
+    def _registered(self) -> None:
         _SESSIONS[:] = [ref for ref in _SESSIONS if ref() is not None]
         _SESSIONS.append(weakref.ref(self._session))
 
@@ -463,6 +539,42 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         )
 
 
+class _RunGuard(LeftOutOfCopies):
+    """The Trainer has no exception event: a forward of the model that raises is seen by a
+    forward hook torch calls also then (``always_call``), :meth:`after`. It cannot take forward
+    hooks off there (torch is iterating over them), so the next forward of the model, in any
+    loop, closes the run before it runs, in the pre-hook :meth:`before`. (A
+    :class:`~tensorplay.ao.pruning.dense_copy.LeftOutOfCopies`: a teacher copied from the model
+    never carries it.)"""
+
+    def __init__(self, callback: GradualPruningCallback) -> None:
+        self.callback = callback
+
+    def before(self, model: nn.Module, args: Any) -> None:
+        if self.callback._forward_failed:
+            self.callback._close()
+
+    def after(self, model: nn.Module, args: Any, output: Any) -> None:
+        if sys.exc_info()[0] is not None:
+            self.callback._forward_raised()
+
+
+# The callbacks by the Trainer whose arguments they were given (its callbacks, in its order),
+# held weakly: several in one Trainer log under names of their own.
+_TRAINERS: list[tuple[weakref.ref[TrainingArguments], weakref.ref[GradualPruningCallback]]] = []
+
+
+def _join(args: TrainingArguments, callback: GradualPruningCallback) -> None:
+    _TRAINERS[:] = [(a, c) for a, c in _TRAINERS if a() is not None and c() is not None]
+    if callback not in _peers(args):
+        _TRAINERS.append((weakref.ref(args), weakref.ref(callback)))
+
+
+def _peers(args: TrainingArguments) -> list[GradualPruningCallback]:
+    found = [c() for a, c in _TRAINERS if a() is args]
+    return [callback for callback in found if callback is not None]
+
+
 # The sessions built here, held weakly: a callback the Trainer rebuilds from a checkpoint takes
 # over the session of the one it replaces (see GradualPruningCallback._take_over_or_build).
 _SESSIONS: list[weakref.ref[PruningSession]] = []
@@ -474,15 +586,25 @@ class _AddToOutputLoss(LeftOutOfCopies):
     :class:`~tensorplay.ao.pruning.dense_copy.LeftOutOfCopies`: a copy of the student, such as a
     teacher, never carries it.)"""
 
-    def __init__(self, distilling: Distilling, args: TrainingArguments | None) -> None:
+    def __init__(
+        self, distilling: Distilling, args: TrainingArguments | None, close: Callable[[], None]
+    ) -> None:
         self.distilling = distilling
         self.args = args
+        self.close = close  # the run's hooks off, when adding fails
 
     def add(
         self, model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
     ) -> Any:
-        if not (model.training and torch.is_grad_enabled()):
-            return None
+        if not (model.training and torch.is_grad_enabled() and self.distilling.attached):
+            return None  # not a training forward, or a run closed by a failed forward
+        try:
+            return self._add(output, kwargs)
+        except Exception:
+            self.close()
+            raise
+
+    def _add(self, output: Any, kwargs: dict[str, Any]) -> Any:
         loss = output.get("loss") if isinstance(output, Mapping) else None
         if not isinstance(loss, Tensor):
             raise ValueError(

@@ -249,7 +249,7 @@ def test_bad_distillation_arguments_fail_at_construction() -> None:
 
 def test_a_given_teacher_has_no_plain_form_for_restored_callback_states(tmp_path: Path) -> None:
     pruning = GradualPruningCallback(OneShotSchedule(0.5), distill_weight=1.0, teacher=tiny_gpt2())
-    with pytest.raises(ValueError, match=r"`teacher` module was given"):
+    with pytest.raises(ValueError, match=r"`teacher` module or `example_inputs` were given"):
         make_trainer(
             tiny_gpt2().train(), tmp_path, [pruning], restore_callback_states_from_checkpoint=True
         )

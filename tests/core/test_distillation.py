@@ -337,8 +337,9 @@ def test_detach_leaves_no_hook():
 
 def test_teacher_dtype_bfloat16_halves_the_teacher_and_stays_close():
     student = gpt2().train()
+    twin = copy.deepcopy(student)  # one Distillation per student
     full = Distillation().attach(student)
-    half = Distillation(teacher_dtype=torch.bfloat16).attach(student)
+    half = Distillation(teacher_dtype=torch.bfloat16).attach(twin)
     assert half.teacher is not None and full.teacher is not None
     assert {p.dtype for p in half.teacher.parameters()} == {torch.bfloat16}
     assert {p.dtype for p in student.parameters()} == {torch.float32}
@@ -348,7 +349,7 @@ def test_teacher_dtype_bfloat16_halves_the_teacher_and_stays_close():
 
     assert 2 * size(half.teacher) == size(full.teacher)
     ids = torch.randint(0, VOCAB, (2, 8), generator=torch.Generator().manual_seed(0))
-    student(input_ids=ids)
+    student(input_ids=ids), twin(input_ids=ids)
     kd_full, kd_half = full.loss().detach(), half.loss().detach()
     assert float(kd_full) == pytest.approx(0, abs=1e-6)  # the student is its full teacher
     assert 0 < float(kd_half) < 1e-3  # bfloat16 rounding only
@@ -370,8 +371,8 @@ def test_a_pruned_student_gives_a_dense_plain_teacher(model, masking):
     dense_parameters = [name for name, _ in student.named_parameters()]
     Pruner(student, OneShotSchedule(0.6), masking=masking).step(0)
     other = Distillation().attach(student)  # a Distillation's hook is on the student
-    teacher = Distillation().attach(student).teacher
-    assert teacher is not None and other.teacher is not None
+    teacher = dense_copy(student)  # the teacher a second one would take (one is allowed)
+    assert other.teacher is not None
     assert list(teacher.state_dict()) == dense_keys
     assert [name for name, _ in teacher.named_parameters()] == dense_parameters
     for module in teacher.modules():
@@ -542,3 +543,18 @@ def test_dense_copy_refuses_a_sharded_model(tmp_path):
 def test_l1_unstructured_student_copy_keeps_the_dense_key_order():
     layer = l1_unstructured(nn.Linear(3, 2), "weight", amount=2)
     assert list(dense_copy(layer).state_dict()) == ["weight", "bias"]
+
+
+def test_a_refused_teacher_detaches_itself_and_calls_on_error():
+    student = mlp().train()
+    errors: list[bool] = []
+    other_classes = nn.Linear(6, 4)  # the student gives 5 logits
+    distill = Distillation(other_classes, on_error=lambda: errors.append(distill.attached))
+    distill.attach(student)
+    with pytest.raises(ValueError, match="teacher's logits to have the student's shape"):
+        student(torch.randn(3, 6))
+    assert errors == [False]  # called once, detached by then
+    assert not student._forward_hooks and not student._forward_pre_hooks
+    student(torch.randn(3, 6))  # a later forward runs no teacher
+    with pytest.raises(TypeError, match="`on_error` to be callable or None, but got 3"):
+        Distillation(on_error=3)  # type: ignore[arg-type]

@@ -54,7 +54,7 @@ from torch.utils.hooks import RemovableHandle
 
 from tensorplay.ao.pruning.dense_copy import LeftOutOfCopies, dense_copy
 
-__all__ = ["Distillation", "kd_loss"]
+__all__ = ["Distillation", "attached_distillation", "kd_loss"]
 
 
 def kd_loss(
@@ -135,6 +135,10 @@ class Distillation(LeftOutOfCopies):
     are shifted against its logits, and the KD term is defined on every position the logits
     have; pass those positions' mask yourself to :func:`kd_loss` if you need that.
 
+    One distillation per student: attaching a second one is refused. A forward in which the
+    teacher is refused (logits of another shape: another vocabulary) or fails raises; with
+    ``on_error`` the distillation detaches itself first, so that no later forward runs it.
+
     Args:
         teacher: The teacher module, or ``None`` (default): a frozen dense copy of the student
             taken at the first :meth:`attach` (:func:`~tensorplay.ao.pruning.dense_copy.dense_copy`:
@@ -149,11 +153,15 @@ class Distillation(LeftOutOfCopies):
             given teacher its own.
         padding_mask: The name of the student's keyword argument that marks real positions (1)
             and padding (0), e.g. ``"attention_mask"``; ``None`` (default): every position.
+        on_error: Called (with no argument) when a forward's teacher is refused or fails,
+            after the distillation detached itself, before the error propagates: a training
+            framework's adapter takes its own hooks of the run off there. ``None`` (default):
+            the distillation stays attached (yours to :meth:`detach`).
 
     Raises:
         TypeError: A ``teacher`` that is not a module, a ``temperature`` or ``weight`` that is
             not a real number, a ``teacher_dtype`` that is not a floating-point dtype, or a
-            ``padding_mask`` that is not a non-empty string.
+            ``padding_mask`` that is not a non-empty string, an ``on_error`` not callable.
         ValueError: ``temperature`` <= 0 or not finite, ``weight`` < 0 or not finite.
 
     Example:
@@ -180,6 +188,7 @@ class Distillation(LeftOutOfCopies):
         weight: float = 1.0,
         teacher_dtype: torch.dtype | None = None,
         padding_mask: str | None = None,
+        on_error: Callable[[], None] | None = None,
     ) -> None:
         if teacher is not None and not isinstance(teacher, nn.Module):
             raise TypeError(
@@ -203,7 +212,10 @@ class Distillation(LeftOutOfCopies):
         self.temperature = float(temperature)
         self.weight = float(weight)
         self.teacher_dtype = teacher_dtype
+        if on_error is not None and not callable(on_error):
+            raise TypeError(f"Expected `on_error` to be callable or None, but got {on_error!r}.")
         self.padding_mask = padding_mask
+        self.on_error = on_error
         #: The student hooked by :meth:`attach`, ``None`` when detached.
         self.student: nn.Module | None = None
         #: The value of the last :meth:`loss` (detached), for logging; ``None`` before one.
@@ -277,7 +289,8 @@ class Distillation(LeftOutOfCopies):
 
         Raises:
             TypeError: ``student`` is not a module.
-            RuntimeError: Already attached.
+            RuntimeError: Already attached, or another distillation is attached to
+                ``student`` (naming it).
             ValueError: The teacher is the student, or shares a parameter's memory with it.
 
         Example:
@@ -297,6 +310,14 @@ class Distillation(LeftOutOfCopies):
             raise RuntimeError(
                 f"Expected a Distillation attached once, but it is already attached to a "
                 f"{type(self.student).__name__}: call detach() first."
+            )
+        if attached_distillation(student) is not None:
+            raise RuntimeError(
+                f"Expected one Distillation per student, but the {type(student).__name__} "
+                "given has one attached already: two would each add a KD term to its loss. "
+                "Detach the other first (`distillation.detach()`), or distil with one of them "
+                "(a pruning callback with `distill_weight` > 0 attaches its own: set "
+                "distill_weight=0 to keep yours)."
             )
         if self.teacher is not None:
             _check_separate(self.teacher, student)
@@ -391,6 +412,17 @@ class Distillation(LeftOutOfCopies):
         self._entered.append(self._forwards)
 
     def _after_forward(
+        self, student: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
+    ) -> None:
+        try:
+            self._take_forward(student, args, kwargs, output)
+        except Exception:
+            if self.on_error is not None:
+                self.detach()  # a teacher refused (or failing) is never run again
+                self.on_error()
+            raise
+
+    def _take_forward(
         self, student: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
     ) -> None:
         entered = self._entered.pop() if self._entered else self._forwards
@@ -507,3 +539,27 @@ def _logits(output: Any, whose: str) -> Tensor:
             f"Hugging Face output), but got {type(output).__name__}."
         )
     return logits
+
+
+def attached_distillation(student: nn.Module) -> Distillation | None:
+    """The :class:`Distillation` attached to ``student``, or ``None``.
+
+    Example:
+        >>> from torch import nn
+        >>> student = nn.Linear(2, 2)
+        >>> distill = Distillation().attach(student)
+        >>> attached_distillation(student) is distill
+        True
+        >>> Distillation().attach(student)
+        Traceback (most recent call last):
+        ...
+        RuntimeError: Expected one Distillation per student, but the Linear given has one ...
+        >>> distill.detach()
+        >>> attached_distillation(student) is None
+        True
+    """
+    for hook in student._forward_hooks.values():
+        owner = getattr(hook, "__self__", None)
+        if isinstance(owner, Distillation) and owner.student is student:
+            return owner
+    return None
