@@ -48,6 +48,7 @@ from torch.optim import Optimizer
 from tensorplay.ao.pruning.config import PrunerConfig
 from tensorplay.ao.pruning.dependency.blocks import find_blocks
 from tensorplay.ao.pruning.dependency.graph import DependencyGraph
+from tensorplay.ao.pruning.dependency.recorded import recorded_groups
 from tensorplay.ao.pruning.dependency.unit_groups import UnitGroup
 from tensorplay.ao.pruning.distillation import attached_distillation
 from tensorplay.ao.pruning.imports import import_path
@@ -304,10 +305,13 @@ _FAR_STEP = 2**62  # "any later step" for a schedule's latest pruning step
 
 
 def shrink_groups(pruner: Pruner, example_inputs: ExampleInputs | None = None) -> list[UnitGroup]:
-    """The groups of units of ``pruner``'s structure (channels, heads or layers), whose pruned
-    units shrinking removes: the model's dependency graph (traced with ``example_inputs``, as
-    the pruner's was) asked for that kind."""
-    return DependencyGraph(pruner.model, example_inputs).groups(pruner.config.structure)
+    """The groups of units of ``pruner``'s structure (channels, heads, layers or experts), whose
+    pruned units shrinking removes: those the pruner recorded on the model when it was built
+    (never re-derived), else the model's dependency graph (traced with ``example_inputs``, as the
+    pruner's was) asked for that kind."""
+    kind = pruner.config.structure
+    recorded = [group for group in recorded_groups(pruner.model) if group.kind == kind]
+    return recorded or DependencyGraph(pruner.model, example_inputs).groups(kind)
 
 
 def refuse_steps(optimizer: Optimizer, name: str) -> None:
