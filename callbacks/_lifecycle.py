@@ -654,6 +654,13 @@ class PruningSession:
         elif self.options.make_permanent and not self._pruner.permanent:
             self._pruner.make_permanent()
 
+    def report(self) -> SparsityReport:
+        """The pruner's sparsity report: read now while the pruner is live, the one read just
+        before ``shrink_at_end`` once the model is shrunk (the pruner is then spent)."""
+        if self._shrunk is None or self._report is None:
+            self._report = self.pruner.report()
+        return self._report
+
     @property
     def shrink_report(self) -> ShrinkReport | None:
         """What :meth:`finish` removed with ``shrink_at_end`` (``None`` before)."""

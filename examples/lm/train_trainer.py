@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     pruned, trainer, pruning = train(options, options.out / "gradual", prune=True)
     assert pruning is not None
     pruned_ppl = perplexity(pruned, batches)
-    report = pruning.pruner.report()
+    report = pruning.report
     saved = options.out / "gradual" / "hf_model"
     trainer.save_model(str(saved))
     reloaded_ppl = perplexity(GPT2LMHeadModel.from_pretrained(saved), batches)

@@ -231,10 +231,13 @@ def test_the_session_keeps_its_counts_and_state_from_before_shrinking() -> None:
     for step in range(5):
         session.step(step)
     metrics, state = session.metrics(fresh=True), session.state_dict()
+    before = session.pruner.report()
     session.finish()
     assert model.config.intermediate_size == 24
     with pytest.raises(SpentPrunerError):
         session.pruner.report()
+    # What the callbacks' `report` gives: the report read just before shrinking.
+    assert session.report().to_dict() == before.to_dict()
     assert session.metrics(fresh=True) == metrics
     after = session.state_dict()
     assert after.keys() == state.keys()
