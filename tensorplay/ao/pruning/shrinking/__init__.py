@@ -1,0 +1,8 @@
+"""Shrinking: removing pruned units physically, so the model is smaller and faster.
+
+:func:`~tensorplay.ao.pruning.shrinking.shrink.shrink` reads which units are masked (the groups a
+structured pruner recorded, then the dependency graph's), cuts them from every tensor they span
+(:mod:`.removal`, :mod:`.resize`), brings a Hugging Face config in line (:mod:`.hf_config`) and
+reports what it did (:mod:`.shrink_report`); :mod:`.reshape` builds a fresh model at a shrunk one's
+widths so its checkpoint loads.
+"""
