@@ -142,14 +142,16 @@ class DependencyGraph:
         """The kinds this model has groups of, in :data:`KINDS` order."""
         return tuple(kind for kind in KINDS if kind in self._groups)
 
-    def groups(self, kind: str) -> list[UnitGroup]:
+    def groups(self, kind: str | tuple[str, ...]) -> list[UnitGroup]:
         """The groups of ``kind`` (``"channel"``, ``"head"``, ``"layer"`` or ``"expert"``), in
-        model order.
+        model order; of a tuple of kinds, those of each kind in turn.
 
         Raises:
             ValueError: An unknown kind, or one this model cannot have (heads or layers of a
                 traced model, layers of a post-norm family), saying why.
         """
+        if isinstance(kind, tuple):
+            return [group for each in kind for group in self.groups(each)]
         if kind not in KINDS:
             raise ValueError(f"Expected `kind` to be one of {KINDS}, but got {kind!r}.")
         if kind in self._refused:
