@@ -185,11 +185,20 @@ def _structure_of(structure: object) -> object:
     return structure
 
 
-def _check_target_params(target_params: object, structure: object, multiple_of: int) -> None:
-    """``target_params``: a positive int or a float in (0, 1], with units that shrink;
-    a tuple of kinds needs it."""
+def _check_target_params(
+    target_params: object, schedule: Schedule, structure: object, multiple_of: int
+) -> None:
+    """``target_params``: a positive int or a float in (0, 1], with units that shrink and a
+    schedule without a target of its own; a tuple of kinds needs it."""
     from tensorplay.ao.pruning.structures.budget import resolve_budget
 
+    if (target_params is None) != schedule.has_target():
+        given = "both" if target_params is not None else "neither"
+        raise ValueError(
+            "Expected exactly one of the schedule's final sparsity and `target_params`, but got "
+            f"{given} ({schedule!r}, target_params={target_params!r}): leave the schedule's "
+            "target out to prune to a parameter budget."
+        )
     if target_params is None:
         if isinstance(structure, tuple):
             raise ValueError(
@@ -313,10 +322,11 @@ class PrunerConfig:
             (:mod:`~tensorplay.ao.pruning.structures.budget`): an int, the parameters of the
             whole model after :func:`~tensorplay.ao.pruning.shrinking.shrink.shrink` (tied
             ones once), or a float in (0, 1], that fraction of the model's parameters when the
-            pruner is built. The schedule then gives the shape of the way there: at step ``t``
-            the parameters pruned are ``schedule(t) / schedule's final target`` of those the
-            budget removes. Needs ``"channel"``, ``"head"``, ``"layer"`` or a tuple of them (a
-            YAML list; a tuple needs it) and ``multiple_of=1``.
+            pruner is built. The schedule then has no target of its own (``CubicSchedule(
+            end_step=...)``, ``OneShotSchedule()``) and gives the way there: at step ``t`` the
+            parameters pruned are ``schedule(t) * (total - budget)``. Needs ``"channel"``,
+            ``"head"``, ``"layer"`` or a tuple of them (a YAML list; a tuple needs it) and
+            ``multiple_of=1``.
 
     Raises:
         TypeError: A value of the wrong type (``schedule``, ``min_density``, ``rewind_step``,
@@ -379,7 +389,7 @@ class PrunerConfig:
         _check_structure(
             self.structure, self.multiple_of, self.method_class, self.scope, self.importance
         )
-        _check_target_params(self.target_params, self.structure, self.multiple_of)
+        _check_target_params(self.target_params, self.schedule, self.structure, self.multiple_of)
 
     def as_kwargs(self) -> dict[str, Any]:
         """The fields by name: the keyword arguments of

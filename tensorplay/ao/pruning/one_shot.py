@@ -114,16 +114,15 @@ def one_shot_schedule(sparsity: float | None, target_params: int | float | None)
         ValueError: Both or neither given.
 
     Example:
-        >>> one_shot_schedule(0.5, None), one_shot_schedule(None, 0.8).sparsity
-        (OneShotSchedule(sparsity=0.5, step=0), 0.5)
+        >>> one_shot_schedule(0.5, None), one_shot_schedule(None, 0.8)
+        (OneShotSchedule(sparsity=0.5, step=0), OneShotSchedule(sparsity=None, step=0))
     """
     if (sparsity is None) == (target_params is None):
         raise ValueError(
             "Expected exactly one of `sparsity` and `target_params`, but got "
             f"sparsity={sparsity!r} and target_params={target_params!r}."
         )
-    # With a budget the schedule's value divided by its final one is the way there: all of it.
-    return OneShotSchedule(0.5 if sparsity is None else sparsity)
+    return OneShotSchedule(sparsity)  # without one: the whole way to the budget
 
 
 def prune_one_shot(

@@ -386,7 +386,7 @@ class Pruner(OptimizerLinks):
             return 0
         space = self._structure.space(self._mode, self.method, self._scores)
         if self._budget is not None:
-            return self._budget.prune_to(space, target / self._budget.final(self.schedule))
+            return self._budget.prune_to(space, target)
         return self._scope.prune_to(space, target, step)
 
     def _scores(self, targets: Sequence[Target]) -> list[Tensor]:

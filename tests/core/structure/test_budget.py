@@ -127,17 +127,18 @@ def test_refusals_name_the_culprit_and_leave_the_model_unchanged(
 
 
 def test_a_list_of_kinds_from_yaml_is_a_tuple_and_one_kind_is_that_kind() -> None:
-    schedule = OneShotSchedule(0.5)
+    schedule = OneShotSchedule()
     kinds: object = ["channel", "head"]  # as a LightningCLI YAML file gives them
     assert PrunerConfig(schedule, structure=kinds, target_params=0.5).structure == BOTH  # type: ignore[arg-type]
-    assert PrunerConfig(schedule, structure=("head",)).structure == "head"
+    assert PrunerConfig(OneShotSchedule(0.5), structure=("head",)).structure == "head"
 
 
 def test_a_gradual_schedule_reaches_the_budget_at_its_end_step() -> None:
     model = tiny_llama()
     sizes = _unit_sizes(model, BOTH)
     budget = int(0.75 * _params(model))
-    schedule = CubicSchedule(0.5, end_step=4, frequency=1)
+    schedule = CubicSchedule(end_step=4, frequency=1)
+    assert not schedule.has_target() and schedule(4) == 1.0  # the whole way at its end
     pruner = Pruner(model, schedule, structure=BOTH, target_params=0.75)
     removed = []
     for step in range(5):
@@ -149,3 +150,18 @@ def test_a_gradual_schedule_reaches_the_budget_at_its_end_step() -> None:
     pruner.make_permanent()
     shrink(model)
     assert budget - max(sizes.values()) < _params(model) <= budget
+
+
+@pytest.mark.parametrize(
+    ("schedule", "target_params", "given"),
+    [
+        pytest.param(CubicSchedule(0.5, end_step=4), 0.8, "both", id="both"),
+        pytest.param(CubicSchedule(end_step=4), None, "neither", id="neither"),
+        pytest.param(OneShotSchedule(), None, "neither", id="one-shot-neither"),
+    ],
+)
+def test_the_pruner_takes_exactly_one_of_the_schedule_target_and_the_budget(
+    schedule: CubicSchedule | OneShotSchedule, target_params: float | None, given: str
+) -> None:
+    with pytest.raises(ValueError, match=f"final sparsity and `target_params`, but got {given}"):
+        PrunerConfig(schedule, structure="channel", target_params=target_params)

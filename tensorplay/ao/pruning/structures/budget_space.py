@@ -14,7 +14,7 @@ Example:
     >>> from tensorplay.ao.pruning.pruner import Pruner
     >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
     >>> model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))  # 58 parameters
-    >>> pruner = Pruner(model, OneShotSchedule(0.5), structure="channel", target_params=40,
+    >>> pruner = Pruner(model, OneShotSchedule(), structure="channel", target_params=40,
     ...                 example_inputs=torch.randn(2, 4))
     >>> pruner.step()  # a channel is 4 + 1 + 2 = 7 parameters: 3 go, 37 stay
     3

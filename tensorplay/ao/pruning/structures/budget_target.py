@@ -2,8 +2,8 @@
 
 :func:`make_budget` is called when the :class:`~tensorplay.ao.pruning.pruner.Pruner` is built:
 it resolves the budget against the model's parameters then (tied ones once), prices the
-structure's units and refuses a budget the floors cannot reach, before anything changes. At a
-pruning step the schedule's value, divided by its final one, is the fraction of the way:
+structure's units and refuses a budget the floors cannot reach, before anything changes. The
+schedule has no target of its own: its value at a pruning step is the fraction of the way, and
 :meth:`BudgetTarget.prune_to` prunes until ``fraction * (total - budget)`` parameters are gone.
 
 Example:
@@ -12,7 +12,7 @@ Example:
     >>> from tensorplay.ao.pruning.pruner import Pruner
     >>> from tensorplay.ao.pruning.schedules import LinearSchedule
     >>> model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))  # 58; 7 a channel
-    >>> pruner = Pruner(model, LinearSchedule(0.5, end_step=2), structure="channel",
+    >>> pruner = Pruner(model, LinearSchedule(end_step=2), structure="channel",
     ...                 target_params=30, example_inputs=torch.randn(2, 4))
     >>> [pruner.step(s) for s in (0, 1, 2)]  # 0, then 14 of 28 (2 channels), then 2 more
     [0, 2, 2]
@@ -27,7 +27,6 @@ from torch import nn
 from tensorplay.ao.pruning.aliases import alias_map
 from tensorplay.ao.pruning.dependency.unit_groups import shapes_of
 from tensorplay.ao.pruning.methods import L1Unstructured
-from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.scopes.space import UnitSpace
 from tensorplay.ao.pruning.structures.budget import model_params, resolve_budget
 from tensorplay.ao.pruning.structures.budget_space import BudgetPlanner
@@ -39,8 +38,6 @@ if TYPE_CHECKING:
     from tensorplay.ao.pruning.masking.mode import MaskingMode
 
 __all__ = ["BudgetTarget", "make_budget"]
-
-_FAR = 2**62  # a step past every schedule's window: its final target
 
 
 class BudgetTarget:
@@ -57,11 +54,6 @@ class BudgetTarget:
         self.total = total
         self._planner = planner
 
-    @staticmethod
-    def final(schedule: Schedule) -> float:
-        """The schedule's final target (its value past its window)."""
-        return schedule(_FAR)
-
     def prune_to(self, space: UnitSpace, fraction: float) -> int:
         """Prune until ``fraction`` of ``total - budget`` parameters are gone; the units newly
         pruned."""
@@ -77,17 +69,12 @@ def make_budget(
     floors.
 
     Raises:
-        ValueError: A schedule whose final target is 0; a budget below the smallest reachable
-            size (naming it); units a budget cannot price (:class:`~tensorplay.ao.pruning.
-            structures.budget_space.BudgetPlanner`).
+        ValueError: A budget below the smallest reachable size (naming it); units a budget
+            cannot price (:class:`~tensorplay.ao.pruning.structures.budget_space.
+            BudgetPlanner`).
     """
     if config.target_params is None:
         return None
-    if BudgetTarget.final(config.schedule) <= 0:
-        raise ValueError(
-            f"Expected a schedule with a final target above 0 with `target_params`, but got "
-            f"{config.schedule!r}: its shape is the way to the budget."
-        )
     space = _structured(structure.space(mode, L1Unstructured, lambda targets: []))
     total = model_params(model)
     budget = resolve_budget(config.target_params, total)
