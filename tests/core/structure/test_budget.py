@@ -66,6 +66,15 @@ def test_an_int_budget_counts_every_parameter_embeddings_included() -> None:
     assert budget - max(sizes.values()) < _params(model) <= budget
 
 
+def test_layers_are_priced_whole_and_a_budget_between_two_sizes_rounds_down() -> None:
+    model = tiny_llama()
+    layer = max(_unit_sizes(model, ("layer",)).values())  # 7744: attention, FFN, two norms
+    budget = _params(model) - layer - 1  # one layer is not enough: two go
+    prune_one_shot(model, _batches(), target_params=budget, structure="layer")
+    shrink(model)
+    assert len(model.model.layers) == 1 and _params(model) == budget + 1 - layer
+
+
 def test_units_of_two_kinds_are_standardised_before_being_priced() -> None:
     # Heads score 100x higher raw; standardised, the lowest head is as cheap as the lowest channel.
     channels, heads = torch.tensor([1.0, 2.0, 3.0]), torch.tensor([100.0, 200.0, 300.0])
