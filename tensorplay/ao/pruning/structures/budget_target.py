@@ -20,22 +20,18 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from torch import nn
 
 from tensorplay.ao.pruning.aliases import alias_map
+from tensorplay.ao.pruning.config import PrunerConfig
 from tensorplay.ao.pruning.dependency.unit_groups import shapes_of
+from tensorplay.ao.pruning.masking.mode import MaskingMode
 from tensorplay.ao.pruning.methods import L1Unstructured
 from tensorplay.ao.pruning.scopes.space import UnitSpace
 from tensorplay.ao.pruning.structures.budget import model_params, resolve_budget
 from tensorplay.ao.pruning.structures.budget_space import BudgetPlanner
 from tensorplay.ao.pruning.structures.structure import PruningStructure
 from tensorplay.ao.pruning.structures.unit_space import StructuredSpace
-
-if TYPE_CHECKING:
-    from tensorplay.ao.pruning.config import PrunerConfig
-    from tensorplay.ao.pruning.masking.mode import MaskingMode
 
 __all__ = ["BudgetTarget", "make_budget"]
 
