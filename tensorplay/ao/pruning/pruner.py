@@ -429,7 +429,8 @@ class Pruner(OptimizerLinks):
 
     def report(self) -> SparsityReport:
         """Per-target (with a structure of units: per-group) and global sparsity against the
-        current target; the first column says which (``tensor``, ``channel group``, ``head
+        current target (none with ``target_params``: the budget counts parameters, not
+        units); the first column says which (``tensor``, ``channel group``, ``head
         group``, ``layer group``), and a group's numbers count its units. Under the table, a
         line names the selected tensors that the structure leaves dense, if any
         (:mod:`~tensorplay.ao.pruning.structures.coverage`).
@@ -454,9 +455,8 @@ class Pruner(OptimizerLinks):
             total                     8       2    25.00%  (target 25.00%)
         """
         rows = tuple(self._rows("report()"))
-        return SparsityReport(
-            rows, self.target_sparsity(), self._structure.row_label, self._structure.notes
-        )
+        target = None if self._budget is not None else self.target_sparsity()  # parameters
+        return SparsityReport(rows, target, self._structure.row_label, self._structure.notes)
 
     def _rows(self, method: str) -> list[TensorSparsity]:
         """Per group of units, its size and pruned units as the weights hold them (once

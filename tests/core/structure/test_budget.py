@@ -156,6 +156,7 @@ def test_a_gradual_schedule_reaches_the_budget_at_its_end_step() -> None:
     assert removed == sorted(removed) and removed[0] < removed[-1]
     assert [step for step, _, count in pruner.history] == sorted({s for s, _, _ in pruner.history})
     assert all(count > 0 for _, _, count in pruner.history) and pruner.history[-1][0] == 4
+    assert "(target" not in str(pruner.report())  # the budget counts parameters, not units
     pruner.make_permanent()
     shrink(model)
     assert budget - max(sizes.values()) < _params(model) <= budget
