@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import sys
 import time
 import uuid
@@ -48,21 +49,35 @@ def spawn_gloo(
     worker: Callable[[int, Path], None], world: int, out: Path, deadline: float = DEADLINE
 ) -> None:
     """``worker(rank, out)`` on each of ``world`` fresh processes, one torch thread each, inside
-    a gloo group met through a file in ``out``; returns when all have finished. Raises
-    :class:`~torch.multiprocessing.ProcessRaisedException` with every failed rank's traceback if
-    one failed, :class:`TimeoutError` if they have not all finished after ``deadline`` s."""
+    a gloo group met through a file in ``out``; returns when all have finished (raises as
+    :func:`wait_ranks` does)."""
     init = file_rendezvous(out)
     context = mp.start_processes(
         _entry, args=(worker, world, init, out), nprocs=world, start_method="spawn", join=False
     )
-    assert context is not None  # join=False returns it
+    wait_ranks(context, getattr(worker, "__qualname__", repr(worker)), deadline)
+
+
+def file_rendezvous(folder: Path) -> str:
+    """A fresh ``file://`` ``init_method`` in ``folder``, for one process group's ranks."""
+    return f"file://{Path(folder).resolve() / f'rendezvous-{uuid.uuid4().hex}'}"
+
+
+def wait_ranks(context: ProcessContext | None, name: str, deadline: float = DEADLINE) -> None:
+    """Wait for the ranks ``mp.start_processes(..., join=False)`` started (running ``name``).
+
+    Raises :class:`~torch.multiprocessing.ProcessRaisedException` with every failed rank's
+    traceback if one failed, :class:`TimeoutError` (the ranks killed) if they have not all
+    finished after ``deadline`` seconds.
+    """
+    assert context is not None  # what start_processes returns with join=False
     end = time.monotonic() + deadline
     try:
         while not context.join(timeout=max(0.0, end - time.monotonic())):
             if time.monotonic() >= end:
                 _kill(context.processes)
-                name = getattr(worker, "__qualname__", repr(worker))
-                raise TimeoutError(f"{world} gloo ranks of {name} still running after {deadline} s")
+                world = len(context.processes)
+                raise TimeoutError(f"{world} ranks of {name} still running after {deadline} s")
     except ProcessException as failed:
         # The first rank seen failing is often a peer of the culprit ("Connection closed by
         # peer"): report every rank.
@@ -70,9 +85,12 @@ def spawn_gloo(
         raise ProcessRaisedException(report, failed.error_index, failed.error_pid) from None
 
 
-def file_rendezvous(folder: Path) -> str:
-    """A fresh ``file://`` ``init_method`` in ``folder``, for one process group's ranks."""
-    return f"file://{Path(folder).resolve() / f'rendezvous-{uuid.uuid4().hex}'}"
+def end_rank() -> None:
+    """End a rank whose work is done and whose process group is destroyed, without finalizing
+    the interpreter (where gloo threads still alive can abort it, see the module's note)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _entry(
@@ -87,9 +105,7 @@ def _entry(
         dist.barrier()  # gloo: no rank tears down while a peer's last collective is in flight
     finally:
         dist.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # finished: skip finalizing, where gloo threads still alive can abort us
+    end_rank()
 
 
 def _every_failure(context: ProcessContext) -> str:
@@ -101,6 +117,8 @@ def _every_failure(context: ProcessContext) -> str:
         if os.access(errors, os.R_OK):
             with open(errors, "rb") as file:
                 lines.append(f"\n-- rank {rank} raised:\n{pickle.load(file)}")
+        elif process.exitcode is not None and process.exitcode < 0:
+            lines.append(f"\n-- rank {rank} ended by {signal.Signals(-process.exitcode).name}")
         elif process.exitcode != 0:
             lines.append(f"\n-- rank {rank} ended with exit code {process.exitcode}")
     return "".join(lines)

@@ -41,6 +41,7 @@ def test_a_finished_rank_ends_without_finalizing_its_interpreter(tmp_path: Path)
     assert sorted(path.name for path in tmp_path.glob("*.done")) == ["0.done", "1.done"]
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 def test_a_rank_that_raises_fails_the_launch_with_its_traceback(tmp_path: Path) -> None:
     culprit = r"(?s)-- rank 1 raised:.*ValueError: rank one found a bug"
@@ -48,9 +49,10 @@ def test_a_rank_that_raises_fails_the_launch_with_its_traceback(tmp_path: Path) 
         spawn_gloo(_rank_one_raises, 2, tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 def test_ranks_still_running_after_the_deadline_are_ended(tmp_path: Path) -> None:
     start = time.monotonic()
-    with pytest.raises(TimeoutError, match=r"2 gloo ranks of _rank_one_hangs .* after 20"):
-        spawn_gloo(_rank_one_hangs, 2, tmp_path, deadline=20)
-    assert time.monotonic() - start < 60  # not the 600 s rank one sleeps
+    with pytest.raises(TimeoutError, match=r"2 ranks of _rank_one_hangs still running after 5"):
+        spawn_gloo(_rank_one_hangs, 2, tmp_path, deadline=5)
+    assert time.monotonic() - start < 60  # not the 600 s that rank one sleeps
