@@ -26,6 +26,8 @@ from torch.distributed.tensor import DTensor
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
+from tests.core.gloo import end_rank, wait_ranks
+
 __all__ = [
     "SHARDED_TOTAL",
     "ShardRecorder",
@@ -139,12 +141,14 @@ def run_ranks(worker: Callable[..., None], world_size: int, *args: Any) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    mp.start_processes(
+    context = mp.start_processes(
         _entry,
         args=(worker, world_size, port, args),
         nprocs=world_size,
         start_method="spawn",
+        join=False,
     )
+    wait_ranks(context, getattr(worker, "__qualname__", repr(worker)))
 
 
 def _entry(
@@ -163,3 +167,4 @@ def _entry(
     if dist.is_initialized():  # Lightning leaves it up: gloo must not exit with a peer mid-call
         dist.barrier()
         dist.destroy_process_group()
+    end_rank()

@@ -18,6 +18,7 @@ import torch.distributed as dist
 from tensorplay.ao.pruning.schedules import LinearSchedule
 from tensorplay.callbacks.transformers import GradualPruningCallback
 from tests.callbacks.hf_trainer_helpers import make_trainer, masks
+from tests.core.gloo import end_rank
 from tests.hf_models import tiny_gpt2
 
 
@@ -42,6 +43,7 @@ def main(out: Path) -> None:
     # peer's last collective in flight can abort the other at interpreter exit.
     dist.barrier()
     dist.destroy_process_group()
+    end_rank()
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import torch.distributed as dist
 from tensorplay.ao.pruning.schedules import LinearSchedule
 from tensorplay.callbacks.transformers import GradualPruningCallback
 from tests.callbacks.hf_trainer_helpers import make_trainer
+from tests.core.gloo import end_rank
 from tests.hf_models import tiny_llama
 
 
@@ -37,6 +38,7 @@ def main(out: Path) -> None:
     torch.save({"weights": weights, "widths": widths}, out / f"shrunk_rank{rank}.pt")
     dist.barrier()  # as in hf_ddp_worker.py: no rank exits with a collective in flight
     dist.destroy_process_group()
+    end_rank()
 
 
 if __name__ == "__main__":

@@ -195,7 +195,7 @@ def test_verbose_messages_follow_the_trainers_log_level(level: str) -> None:
         cwd=Path(__file__).resolve().parents[2],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
         check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]

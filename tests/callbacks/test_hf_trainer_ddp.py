@@ -41,7 +41,7 @@ def _two_ranks(worker: str, tmp_path: Path, stem: str) -> tuple[dict[str, Any], 
         str(ROOT / "tests/callbacks" / worker), str(tmp_path),
     ]  # fmt: skip
     done = subprocess.run(
-        command, cwd=ROOT, env=_clean_env(), capture_output=True, text=True, timeout=240,
+        command, cwd=ROOT, env=_clean_env(), capture_output=True, text=True, timeout=600,
         check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]

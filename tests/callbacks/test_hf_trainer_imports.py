@@ -71,7 +71,7 @@ def test_the_trainer_callback_needs_no_lightning() -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=600,
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]

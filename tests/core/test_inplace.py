@@ -9,8 +9,6 @@ from typing import Any
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning.base import BasePruningMethod
@@ -21,7 +19,7 @@ from tensorplay.ao.pruning.schedules import CubicSchedule, LinearSchedule, OneSh
 from tensorplay.ao.pruning.serialization import permanent_state_dict
 from tensorplay.ao.pruning.sparse_export import load_sparse, save_sparse
 from tensorplay.report import state_dict_report
-from tests.core.gloo import file_rendezvous
+from tests.core.gloo import spawn_gloo
 
 TARGETS = ["0.weight", "2.weight", "4.weight"]
 SCHEDULE = CubicSchedule(0.8, end_step=12, frequency=3)
@@ -535,32 +533,26 @@ def test_restore_pruning_lean_checks_before_changing() -> None:
 # -- DDP: replicated lean masks ---------------------------------------------------------------
 
 
-def _ddp_worker(rank: int, init: str, out: str) -> None:
-    dist.init_process_group("gloo", rank=rank, world_size=2, init_method=init)
-    try:
-        model = make_mlp()
-        pruner = Pruner(model, SCHEDULE, masking="inplace", method="random_unstructured", seed=3)
-        ddp = nn.parallel.DistributedDataParallel(model)
-        optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
-        pruner.attach(optimizer)
-        for step in range(14):
-            optimizer.zero_grad()
-            inputs, target = batch(2 * step + rank)  # each rank its own data
-            nn.functional.mse_loss(ddp(inputs), target).backward()
-            optimizer.step()
-            pruner.step()
-        torch.save(
-            {"state": model.state_dict(), "zero": pruned_are_zero(model)}, f"{out}/rank{rank}.pt"
-        )
-        dist.barrier()  # gloo: no rank tears down while a peer's last collective is in flight
-    finally:
-        dist.destroy_process_group()
+def _ddp_worker(rank: int, out: Path) -> None:
+    model = make_mlp()
+    pruner = Pruner(model, SCHEDULE, masking="inplace", method="random_unstructured", seed=3)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+    pruner.attach(optimizer)
+    for step in range(14):
+        optimizer.zero_grad()
+        inputs, target = batch(2 * step + rank)  # each rank its own data
+        nn.functional.mse_loss(ddp(inputs), target).backward()
+        optimizer.step()
+        pruner.step()
+    torch.save(
+        {"state": model.state_dict(), "zero": pruned_are_zero(model)}, out / f"rank{rank}.pt"
+    )
 
 
 @pytest.mark.distributed
 def test_ddp_two_processes_identical_lean_masks(tmp_path: Path) -> None:
-    init = file_rendezvous(tmp_path)
-    mp.start_processes(_ddp_worker, args=(init, str(tmp_path)), nprocs=2, start_method="spawn")
+    spawn_gloo(_ddp_worker, 2, tmp_path)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
     assert ranks[0]["zero"] and ranks[1]["zero"]
     first, second = ranks[0]["state"], ranks[1]["state"]

@@ -81,7 +81,7 @@ def test_core_imports_and_prunes_without_frameworks() -> None:
         [sys.executable, "-c", SCRIPT.format(blocked=set(FRAMEWORKS))],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
         check=False,
     )
     assert result.returncode == 0, result.stderr

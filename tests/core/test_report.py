@@ -227,7 +227,7 @@ def test_python_dash_m_entry_point_exits_2_with_the_message(tmp_path: Path) -> N
         [sys.executable, "-m", "tensorplay.report", str(tmp_path / "missing.ckpt")],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,  # a fresh interpreter importing torch: seconds alone, far more under load
     )
     assert result.returncode == 2
     assert result.stderr.startswith("usage: tensorplay-report")

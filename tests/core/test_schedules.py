@@ -273,9 +273,9 @@ CUBIC = "tensorplay.ao.pruning.schedules.CubicSchedule"
         pytest.param({"class_path": "no_such.Name"}, ValueError, "an import path", id="bad-path"),
         pytest.param({"class_path": CUBIC, "init_args": [1]}, TypeError, "`init_args`", id="args"),
         pytest.param(
-            {"class_path": CUBIC, "init_args": {"final": 0.5, "end_step": 3}},
+            {"class_path": CUBIC, "init_args": {"final": 0.5, "final_sparsity": 0.5}},
             ValueError,
-            r"\['final'\] are unknown and \['final_sparsity'\] are missing",
+            r"\['final'\] are unknown and \['end_step'\] are missing",
             id="unknown-and-missing",
         ),
         pytest.param(

@@ -361,7 +361,7 @@ def test_core_imports_without_safetensors() -> None:
         [sys.executable, "-c", WITHOUT_SAFETENSORS],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
         check=False,
     )
     assert done.returncode == 0, done.stderr

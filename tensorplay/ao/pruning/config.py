@@ -155,6 +155,14 @@ def _check_structure(
     # Imported here: the structures reach the masking modes, which read this module.
     from tensorplay.ao.pruning.structures import STRUCTURES, structure_choices
 
+    if isinstance(structure, tuple):
+        from tensorplay.ao.pruning.structures.combined import CombinedStructure, check_kinds
+
+        check_kinds(structure)
+        CombinedStructure.check_options(
+            method, scope, importance, check_int("multiple_of", multiple_of, 1)
+        )
+        return
     kind = STRUCTURES.get(structure) if isinstance(structure, str) else None
     if kind is None:
         raise ValueError(
@@ -167,6 +175,48 @@ def _check_structure(
         raise ValueError(
             f"Expected `structure` to be {' or '.join(map(repr, ranks))} with "
             f"importance={importance!r}, but got {structure!r}: it scores those units only."
+        )
+
+
+def _structure_of(structure: object) -> object:
+    """A list of kinds (YAML) as a tuple, a tuple of one kind as that kind."""
+    if isinstance(structure, (list, tuple)):
+        return structure[0] if len(structure) == 1 else tuple(structure)
+    return structure
+
+
+def _check_target_params(
+    target_params: object, schedule: Schedule, structure: object, multiple_of: int
+) -> None:
+    """``target_params``: a positive int or a float in (0, 1], with units that shrink and a
+    schedule without a target of its own; a tuple of kinds needs it."""
+    from tensorplay.ao.pruning.structures.budget import resolve_budget
+
+    if (target_params is None) != schedule.has_target():
+        given = "both" if target_params is not None else "neither"
+        raise ValueError(
+            "Expected exactly one of the schedule's final sparsity and `target_params`, but got "
+            f"{given} ({schedule!r}, target_params={target_params!r}): leave the schedule's "
+            "target out to prune to a parameter budget."
+        )
+    if target_params is None:
+        if isinstance(structure, tuple):
+            raise ValueError(
+                f"Expected `target_params` with structure={structure!r}, but got None: units "
+                "of several kinds are ranked by score per parameter removed, against a budget."
+            )
+        return
+    resolve_budget(target_params, 1)  # type: ignore[arg-type]  # checked there
+    if not isinstance(structure, tuple) and structure not in ("channel", "head", "layer"):
+        raise ValueError(
+            "Expected `structure` to be 'channel', 'head', 'layer' or a tuple of them with "
+            f"`target_params`, but got {structure!r}: a budget counts the parameters "
+            "shrink() removes."
+        )
+    if multiple_of != 1:
+        raise ValueError(
+            f"Expected `multiple_of` to be 1 with `target_params`, but got {multiple_of}: "
+            "budgets with rounded widths are not supported yet."
         )
 
 
@@ -252,7 +302,8 @@ class PrunerConfig:
             columns), ``"head"`` (an attention head; under grouped-query attention a key/value
             head with its query heads), ``"layer"`` (a residual block) or ``"expert"`` (one
             expert of a mixture-of-experts layer, :mod:`~tensorplay.ao.pruning.structures.
-            experts`; every layer keeps its ``top_k`` experts). The schedule's
+            experts`; every layer keeps its ``top_k`` experts), or a tuple of kinds
+            (``("channel", "head")``, with ``target_params``). The schedule's
             sparsity then counts units of that kind, ``round(target * units)``, ranked by one
             score each (the root mean square of the element scores over the unit's weights),
             across the model (``scope="global"``) or within each group (``"layerwise"``);
@@ -267,6 +318,15 @@ class PrunerConfig:
             ``round(target * units)`` by up to ``multiple_of // 2`` per group; the history
             records the real count. A group narrower than it is refused when the pruner is
             built.
+        target_params: Prune to a parameter budget instead of a fraction of units
+            (:mod:`~tensorplay.ao.pruning.structures.budget`): an int, the parameters of the
+            whole model after :func:`~tensorplay.ao.pruning.shrinking.shrink.shrink` (tied
+            ones once), or a float in (0, 1], that fraction of the model's parameters when the
+            pruner is built. The schedule then has no target of its own (``CubicSchedule(
+            end_step=...)``, ``OneShotSchedule()``) and gives the way there: at step ``t`` the
+            parameters pruned are ``schedule(t) * (total - budget)``. Needs ``"channel"``,
+            ``"head"``, ``"layer"`` or a tuple of them (a YAML list; a tuple needs it) and
+            ``multiple_of=1``.
 
     Raises:
         TypeError: A value of the wrong type (``schedule``, ``min_density``, ``rewind_step``,
@@ -302,10 +362,12 @@ class PrunerConfig:
     masking: Masking = "reparametrize"
     importance: str = "magnitude"
     accumulator_dtype: AccumulatorDtype = "float32"
-    structure: Structure = "element"
+    structure: Structure | tuple[Structure, ...] = "element"
     multiple_of: int = 1
+    target_params: int | float | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "structure", _structure_of(self.structure))
         _check_schedule(self.schedule)
         _check_parameters(self.parameters)
         check_selection_args(
@@ -327,6 +389,7 @@ class PrunerConfig:
         _check_structure(
             self.structure, self.multiple_of, self.method_class, self.scope, self.importance
         )
+        _check_target_params(self.target_params, self.schedule, self.structure, self.multiple_of)
 
     def as_kwargs(self) -> dict[str, Any]:
         """The fields by name: the keyword arguments of

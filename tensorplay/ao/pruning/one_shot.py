@@ -41,7 +41,7 @@ from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import OneShotSchedule
 from tensorplay.ao.pruning.structures import STRUCTURES
 
-__all__ = ["calibrate", "prune_one_shot"]
+__all__ = ["calibrate", "one_shot_schedule", "prune_one_shot"]
 
 Forward = Callable[[nn.Module, Any], Any]
 
@@ -107,14 +107,33 @@ def calibrate(pruner: Pruner, batches: Iterable[Any], forward: Forward | None = 
     return count
 
 
+def one_shot_schedule(sparsity: float | None, target_params: int | float | None) -> OneShotSchedule:
+    """The schedule of one step: to ``sparsity``, or the whole way to ``target_params``.
+
+    Raises:
+        ValueError: Both or neither given.
+
+    Example:
+        >>> one_shot_schedule(0.5, None), one_shot_schedule(None, 0.8)
+        (OneShotSchedule(sparsity=0.5, step=0), OneShotSchedule(sparsity=None, step=0))
+    """
+    if (sparsity is None) == (target_params is None):
+        raise ValueError(
+            "Expected exactly one of `sparsity` and `target_params`, but got "
+            f"sparsity={sparsity!r} and target_params={target_params!r}."
+        )
+    return OneShotSchedule(sparsity)  # without one: the whole way to the budget
+
+
 def prune_one_shot(
     model: nn.Module,
     batches: Iterable[Any],
-    sparsity: float,
+    sparsity: float | None = None,
     *,
+    target_params: int | float | None = None,
     importance: str | None = None,
     scope: Scope | None = None,
-    structure: Structure = "element",
+    structure: Structure | tuple[Structure, ...] = "element",
     forward: Forward | None = None,
     make_permanent: bool = True,
     **options: Any,
@@ -124,7 +143,15 @@ def prune_one_shot(
     Args:
         model: A trained model.
         batches: The calibration batches (:func:`calibrate`).
-        sparsity: The fraction of the targets' units pruned, in ``[0, 1]``.
+        sparsity: The fraction of the targets' units pruned, in ``[0, 1]``; or
+        target_params: The parameters the model keeps after
+            :func:`~tensorplay.ao.pruning.shrinking.shrink.shrink`: an int (every parameter of
+            the model, embeddings included, tied ones once) or a float in (0, 1] (that fraction
+            of its parameters now); exactly one of ``sparsity`` and ``target_params``. Units
+            are ranked by standardised score per parameter removed
+            (:mod:`~tensorplay.ao.pruning.structures.budget`); the shrunk model lands at most at
+            the budget and within one unit's parameters of it (one unit per layer with
+            ``scope="layerwise"``, whose widths are equal per kind).
         importance: The score (:mod:`~tensorplay.ao.pruning.importance`); by default Wanda,
             and REAP (``"reap"``) for ``structure="expert"``.
         scope: ``"row"`` (Wanda's choice: each output row on its own), ``"layerwise"`` or
@@ -132,9 +159,10 @@ def prune_one_shot(
             ``structure`` of units (FLAP's choice: channels ranked across the model), but
             ``"layerwise"`` for experts (REAP's: every layer keeps as many, and the shrunk model
             loads with plain ``from_pretrained``).
-        structure: What a unit is: ``"element"``, ``"channel"``, ``"head"``, ``"layer"`` or
-            ``"expert"`` (:class:`~tensorplay.ao.pruning.config.PrunerConfig`); the model's
-            units are masked in every slice, and
+        structure: What a unit is: ``"element"``, ``"channel"``, ``"head"``, ``"layer"``,
+            ``"expert"`` or, with ``target_params``, a tuple of kinds such as
+            ``("channel", "head")`` (:class:`~tensorplay.ao.pruning.config.PrunerConfig`);
+            the model's units are masked in every slice, and
             :func:`~tensorplay.ao.pruning.shrinking.shrink.shrink` removes them afterwards (a
             plain model needs ``example_inputs=`` to be traced).
         forward: How a batch runs through the model (:func:`calibrate`).
@@ -150,14 +178,24 @@ def prune_one_shot(
         The pruner (its :meth:`~tensorplay.ao.pruning.pruner.Pruner.report` tells what it did).
 
     Raises:
-        TypeError, ValueError: As the :class:`~tensorplay.ao.pruning.pruner.Pruner`.
+        TypeError, ValueError: As the :class:`~tensorplay.ao.pruning.pruner.Pruner`; both or
+            neither of ``sparsity`` and ``target_params``; a budget below the smallest size
+            the floors allow (naming it), before anything changes.
         RuntimeError: No batch reached a target (nothing is pruned; the hooks are removed).
     """
-    kind = STRUCTURES.get(structure)  # an unknown one is refused by the configuration
+    schedule = one_shot_schedule(sparsity, target_params)
+    kind = STRUCTURES.get(structure) if isinstance(structure, str) else STRUCTURES["channel"]
     chosen: Any = scope or (kind.one_shot_scope if kind is not None else "row")
     score = importance or str(getattr(kind, "one_shot_importance", "wanda"))
-    schedule = OneShotSchedule(sparsity)
-    pruner = Pruner(model, schedule, importance=score, scope=chosen, structure=structure, **options)
+    pruner = Pruner(
+        model,
+        schedule,
+        importance=score,
+        scope=chosen,
+        structure=structure,
+        target_params=target_params,
+        **options,
+    )
     try:
         calibrate(pruner, batches, forward)
         pruner.step()

@@ -61,6 +61,7 @@ from tensorplay.ao.pruning.seeding import cuda_devices, seeded
 from tensorplay.ao.pruning.spent import ShrinkWatch, SpentPrunerError
 from tensorplay.ao.pruning.stats import SparsityReport, TensorSparsity
 from tensorplay.ao.pruning.structures import PruningStructure, make_structure
+from tensorplay.ao.pruning.structures.budget_target import make_budget
 from tensorplay.ao.pruning.targets import KeepDense, ModuleType
 from tensorplay.ao.pruning.tied_targets import Target
 
@@ -146,14 +147,15 @@ class Pruner(OptimizerLinks):
         masking: Masking = "reparametrize",
         importance: str = "magnitude",
         accumulator_dtype: AccumulatorDtype = "float32",
-        structure: Structure = "element",
+        structure: Structure | tuple[Structure, ...] = "element",
         multiple_of: int = 1,
         example_inputs: Tensor | tuple[Any, ...] | None = None,
+        target_params: int | float | None = None,
     ) -> None:
         config = PrunerConfig(  # in the order of its fields
             *(schedule, parameters, module_types, names, include, exclude, keep_dense),
             *(method, scope, min_density, rewind, rewind_step, seed, masking),
-            *(importance, accumulator_dtype, structure, multiple_of),
+            *(importance, accumulator_dtype, structure, multiple_of, target_params),
         )
         if importance_fn is not None and not callable(importance_fn):
             raise TypeError(
@@ -176,6 +178,7 @@ class Pruner(OptimizerLinks):
         self._shrink_watch = ShrinkWatch(pair for target in self._targets for pair in target.pairs)
         self._mode = masking_mode(config.masking)
         self._mode.check_targets(self._targets)
+        self._budget = make_budget(model, config, self._structure, self._mode)
         self._importance = make_importance(config.importance, config.accumulator_dtype)
         self._importance.bind(self._scored_targets)
         self._optimizers = AttachedOptimizers(optimizers)
@@ -382,6 +385,8 @@ class Pruner(OptimizerLinks):
         if target <= 0:  # every count is 0 or less, in every scope: no scores needed
             return 0
         space = self._structure.space(self._mode, self.method, self._scores)
+        if self._budget is not None:
+            return self._budget.prune_to(space, target)
         return self._scope.prune_to(space, target, step)
 
     def _scores(self, targets: Sequence[Target]) -> list[Tensor]:
@@ -424,7 +429,8 @@ class Pruner(OptimizerLinks):
 
     def report(self) -> SparsityReport:
         """Per-target (with a structure of units: per-group) and global sparsity against the
-        current target; the first column says which (``tensor``, ``channel group``, ``head
+        current target (none with ``target_params``: the budget counts parameters, not
+        units); the first column says which (``tensor``, ``channel group``, ``head
         group``, ``layer group``), and a group's numbers count its units. Under the table, a
         line names the selected tensors that the structure leaves dense, if any
         (:mod:`~tensorplay.ao.pruning.structures.coverage`).
@@ -449,9 +455,8 @@ class Pruner(OptimizerLinks):
             total                     8       2    25.00%  (target 25.00%)
         """
         rows = tuple(self._rows("report()"))
-        return SparsityReport(
-            rows, self.target_sparsity(), self._structure.row_label, self._structure.notes
-        )
+        target = None if self._budget is not None else self.target_sparsity()  # parameters
+        return SparsityReport(rows, target, self._structure.row_label, self._structure.notes)
 
     def _rows(self, method: str) -> list[TensorSparsity]:
         """Per group of units, its size and pruned units as the weights hold them (once

@@ -69,7 +69,8 @@ def _target_names(model: nn.Module, config: PrunerConfig) -> list[str]:
         from tensorplay.ao.pruning.structures import STRUCTURES
 
         with warnings.catch_warnings():
-            if getattr(STRUCTURES[config.structure], "selects_blocks", False):
+            kind = STRUCTURES.get(config.structure) if isinstance(config.structure, str) else None
+            if getattr(kind, "selects_blocks", False):
                 # The selection chooses blocks (experts are no Linear weights): no warning
                 # that it leaves tensors out.
                 warnings.simplefilter("ignore", SelectionWarning)

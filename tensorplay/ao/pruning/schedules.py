@@ -122,6 +122,12 @@ class Schedule(ABC):
     def should_prune(self, step: int) -> bool:
         """Whether ``step`` is a pruning step."""
 
+    def has_target(self) -> bool:
+        """Whether the schedule names its own final sparsity; one that does not (a
+        ``final_sparsity`` or ``sparsity`` left out) gives the fraction of the way to a
+        parameter budget, ``target_params``, from 0 to 1."""
+        return True
+
     def latest_pruning_step(self, after: int, until: int) -> int | None:
         """The last pruning step in ``(after, until]``, or ``None`` if there is none.
 
@@ -183,16 +189,17 @@ class Schedule(ABC):
 
 @dataclass(frozen=True)
 class _PolynomialSchedule(Schedule):
-    final_sparsity: float
-    end_step: int
+    final_sparsity: float | None = None
+    end_step: int = dataclasses.field(kw_only=True)
     start_step: int = 0
     initial_sparsity: float = 0.0
     frequency: int = 1
 
     def __post_init__(self) -> None:
-        _check_fraction("final_sparsity", self.final_sparsity)
+        if self.final_sparsity is not None:
+            _check_fraction("final_sparsity", self.final_sparsity)
         _check_fraction("initial_sparsity", self.initial_sparsity)
-        if self.initial_sparsity > self.final_sparsity:
+        if self.initial_sparsity > self.final:
             raise ValueError(
                 "Expected `initial_sparsity` to be <= `final_sparsity` "
                 f"({self.final_sparsity}), but got {self.initial_sparsity}."
@@ -203,6 +210,14 @@ class _PolynomialSchedule(Schedule):
     def exponent(self) -> float:
         return 1.0
 
+    @property
+    def final(self) -> float:
+        """``final_sparsity``, or 1 without it: the whole way to a parameter budget."""
+        return 1.0 if self.final_sparsity is None else self.final_sparsity
+
+    def has_target(self) -> bool:
+        return self.final_sparsity is not None
+
     def __call__(self, step: int) -> float:
         if step < self.start_step:
             return float(self.initial_sparsity)
@@ -210,11 +225,11 @@ class _PolynomialSchedule(Schedule):
         horizon = _last_pruning_step(self.end_step, self.start_step, None, self.frequency)
         horizon -= self.start_step
         if horizon == 0:
-            return float(self.final_sparsity)
+            return float(self.final)
         t = _last_pruning_step(step, self.start_step, self.end_step, self.frequency)
         remaining = 1.0 - (t - self.start_step) / horizon
-        span = self.initial_sparsity - self.final_sparsity
-        return float(self.final_sparsity + span * remaining**self.exponent)
+        span = self.initial_sparsity - self.final
+        return float(self.final + span * remaining**self.exponent)
 
     def should_prune(self, step: int) -> bool:
         return _in_window(step, self.start_step, self.end_step, self.frequency)
@@ -241,8 +256,9 @@ class CubicSchedule(_PolynomialSchedule):
     multiple of ``frequency``, :math:`s_f` is reached at the last pruning step before ``end_step``.
 
     Args:
-        final_sparsity: :math:`s_f`, in [0, 1).
-        end_step: The last step of the window.
+        final_sparsity: :math:`s_f`, in [0, 1); left out with a pruner's ``target_params``,
+            when the schedule gives the fraction of the way to the budget (:math:`s_f = 1`).
+        end_step: The last step of the window (keyword only).
         start_step: The first pruning step.
         initial_sparsity: :math:`s_i`, in [0, ``final_sparsity``].
         frequency: Steps between two pruning steps, >= 1.
@@ -281,8 +297,9 @@ class LinearSchedule(_PolynomialSchedule):
     power 1.
 
     Args:
-        final_sparsity: The sparsity reached at the end of the window, in [0, 1).
-        end_step: The last step of the window.
+        final_sparsity: The sparsity reached at the end of the window, in [0, 1); left out
+            with a pruner's ``target_params`` (as :class:`CubicSchedule`).
+        end_step: The last step of the window (keyword only).
         start_step: The first pruning step.
         initial_sparsity: The sparsity at ``start_step``, in [0, ``final_sparsity``].
         frequency: Steps between two pruning steps, >= 1.
@@ -340,7 +357,8 @@ class OneShotSchedule(Schedule):
     """Prune once, at ``step``, to ``sparsity``.
 
     Args:
-        sparsity: The target, in [0, 1).
+        sparsity: The target, in [0, 1); left out with a pruner's ``target_params`` (the
+            whole way to the budget at ``step``).
         step: The only pruning step; before it the target is 0.
 
     Raises:
@@ -352,15 +370,21 @@ class OneShotSchedule(Schedule):
         (0.0, 0.7, True, False)
     """
 
-    sparsity: float
+    sparsity: float | None = None
     step: int = 0
 
     def __post_init__(self) -> None:
-        _check_fraction("sparsity", self.sparsity)
+        if self.sparsity is not None:
+            _check_fraction("sparsity", self.sparsity)
         _check_int("step", self.step, 0)
 
+    def has_target(self) -> bool:
+        return self.sparsity is not None
+
     def __call__(self, step: int) -> float:
-        return float(self.sparsity) if step >= self.step else 0.0
+        if step < self.step:
+            return 0.0
+        return 1.0 if self.sparsity is None else float(self.sparsity)
 
     def should_prune(self, step: int) -> bool:
         return step == self.step

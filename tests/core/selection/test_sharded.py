@@ -9,13 +9,13 @@ writes its mask pieces; the parent puts the pieces together and compares them bi
 from __future__ import annotations
 
 from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import Tensor
 
 from tensorplay.ao.pruning.selection import (
@@ -27,7 +27,7 @@ from tensorplay.ao.pruning.selection import (
     clear_lowest,
     clear_lowest_capped,
 )
-from tests.core.gloo import file_rendezvous
+from tests.core.gloo import spawn_gloo
 from tests.core.selection.reference import small_constants
 
 SHAPES = [(13, 7), (1, 5), (40, 3), (9,), (64, 16)]
@@ -108,8 +108,8 @@ def _source(keys: KeySpec, i: int) -> KeySpec:
     return SubsetKeys(keys, [i])
 
 
-def worker(rank: int, world: int, init: str, seeds: list[int], out: str) -> None:
-    dist.init_process_group("gloo", rank=rank, world_size=world, init_method=init)
+def worker(rank: int, out: Path, seeds: list[int]) -> None:
+    world = dist.get_world_size()
     results: dict[str, Any] = {}
     for seed in seeds:
         problem = case(seed)
@@ -120,9 +120,7 @@ def worker(rank: int, world: int, init: str, seeds: list[int], out: str) -> None
             pieces.append(slice(a * row, b * row))
         for mode in ["global", "layer", "capped"]:
             results[f"{seed}-{mode}"] = (pieces, run_case(problem, pieces, dist.group.WORLD, mode))
-    torch.save({"results": results, "dtensor": dtensor_case(world)}, f"{out}/rank{rank}.pt")
-    dist.barrier()  # gloo: no rank tears down while a peer's last collective is in flight
-    dist.destroy_process_group()
+    torch.save({"results": results, "dtensor": dtensor_case(world)}, out / f"rank{rank}.pt")
 
 
 def dtensor_case(world: int) -> dict[str, Any]:
@@ -163,10 +161,7 @@ def dtensor_case(world: int) -> dict[str, Any]:
 
 
 def run_workers(world: int, seeds: list[int], tmp_path: Path) -> list[dict[str, Any]]:
-    init = file_rendezvous(tmp_path)
-    mp.start_processes(
-        worker, args=(world, init, seeds, str(tmp_path)), nprocs=world, start_method="spawn"
-    )
+    spawn_gloo(partial(worker, seeds=seeds), world, tmp_path)
     return [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(world)]
 
 

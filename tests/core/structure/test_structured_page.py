@@ -28,6 +28,7 @@ def test_the_page_has_the_blocks_these_tests_know() -> None:
         *("python", "text"),  # pruning structure in training
         *("python", "python", "bash"),  # in a training run; the accuracy experiment
         *("python", "text"),  # experts
+        *("python", "text"),  # a parameter budget
     ]
 
 
@@ -145,3 +146,20 @@ def test_the_experts_block_prunes_shrinks_and_loads_as_the_page_shows(
     assert [layer.mlp.gate.weight.shape[0] for layer in same.model.layers] == [4, 4]
     with torch.no_grad():
         torch.testing.assert_close(same(tokens).logits, model(tokens).logits)
+
+
+def test_the_budget_block_lands_under_the_budget_and_loads_as_the_page_shows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocks = code_blocks(PAGE)
+    namespace: dict[str, Any] = {"directory": str(tmp_path)}
+    torch.manual_seed(0)
+    _run(13, namespace)  # prunes to 80% of the parameters per layer, shrinks, saves, loads
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
+    assert printed == blocks[14][1].splitlines()
+    before, budget, after = map(int, printed[0].split())
+    assert budget == int(0.8 * before)
+    assert budget - 3 * 96 < after <= budget  # within one FFN channel per layer
+    model, same, batches = namespace["model"], namespace["same"], namespace["batches"]
+    with torch.no_grad():
+        torch.testing.assert_close(same(batches[0]).logits, model(batches[0]).logits)

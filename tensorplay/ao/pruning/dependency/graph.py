@@ -165,9 +165,9 @@ class DependencyGraph:
         """The kinds this model has groups of, in :data:`KINDS` order."""
         return tuple(kind for kind in KINDS if kind not in self._refused)
 
-    def groups(self, kind: str) -> list[UnitGroup]:
+    def groups(self, kind: str | tuple[str, ...]) -> list[UnitGroup]:
         """The groups of ``kind`` (``"channel"``, ``"head"``, ``"layer"`` or ``"expert"``), in
-        model order.
+        model order; of a tuple of kinds, those of each kind in turn.
 
         Raises:
             ValueError: An unknown kind, or one this model cannot have (heads or layers of a
@@ -220,6 +220,8 @@ class DependencyGraph:
             >>> graph.refusal("head") is None, graph.refusal("layer")[:48]
             (True, "the blocks of BertModel ('encoder.layer.0', ...)")
         """
+        if isinstance(kind, tuple):
+            return [group for each in kind for group in self.groups(each)]
         if kind not in KINDS:
             raise ValueError(f"Expected `kind` to be one of {KINDS}, but got {kind!r}.")
         return self._refused.get(kind)

@@ -7,6 +7,9 @@
 * :mod:`~tensorplay.ao.pruning.structures.structured`: ``"channel"``, ``"head"`` and
   ``"layer"``, one implementation over the dependency graph's units, three lines below; their
   unit space is :mod:`~tensorplay.ao.pruning.structures.unit_space`;
+* :mod:`~tensorplay.ao.pruning.structures.combined`: a tuple of kinds,
+  ``structure=("channel", "head")``, ranked together against a parameter budget
+  (:mod:`~tensorplay.ao.pruning.structures.budget`);
 * :mod:`~tensorplay.ao.pruning.structures.experts`: ``"expert"``, one expert of a
   mixture-of-experts layer, never routed to once masked
   (:mod:`~tensorplay.ao.pruning.structures.routing`).
@@ -27,6 +30,7 @@ from typing import Any
 
 from torch import nn
 
+from tensorplay.ao.pruning.structures.combined import CombinedStructure
 from tensorplay.ao.pruning.structures.element import ElementSpace, ElementStructure
 from tensorplay.ao.pruning.structures.experts import ExpertStructure
 from tensorplay.ao.pruning.structures.structure import PruningStructure
@@ -68,17 +72,20 @@ def structure_choices() -> str:
 
 
 def make_structure(
-    name: str,
+    name: str | tuple[str, ...],
     model: nn.Module,
     selected: Sequence[Target],
     example_inputs: Any = None,
     multiple_of: int = 1,
 ) -> PruningStructure:
-    """The structure ``name`` of ``model`` over the ``selected`` tensors (see each class).
+    """The structure ``name`` of ``model`` over the ``selected`` tensors (see each class); a
+    tuple of kinds: their :class:`~tensorplay.ao.pruning.structures.combined.CombinedStructure`.
 
     Raises:
         ValueError: An unknown name; as the structure.
     """
+    if isinstance(name, tuple):
+        return CombinedStructure(name, model, selected, example_inputs, multiple_of)
     kind = STRUCTURES.get(name)
     if kind is None:
         raise ValueError(f"Expected `structure` to be {structure_choices()}, but got {name!r}.")

@@ -210,6 +210,30 @@ class StructuredSpace:
         self.names = [ranked.name for ranked in self._ranked]
         self.collapse_share = 0.1  # a group keeps a unit: warn when it is nearly gone
 
+    @classmethod
+    def joined(cls, spaces: Sequence[StructuredSpace]) -> StructuredSpace:
+        """One space ranking the groups of all ``spaces`` (built with one mode, method, scores
+        and ``multiple_of``): the groups of several kinds in one list."""
+        first = spaces[0]
+        targets: dict[str, Target] = {}
+        shapes: dict[str, torch.Size] = {}
+        for space in spaces:
+            targets.update(space._targets)
+            shapes.update(space._shapes)
+        scored = list(dict.fromkeys(target for space in spaces for target in space._scored))
+        ranked = [group for space in spaces for group in space._ranked]
+        mode, method, score = first._mode, first._method, first._score
+        return cls(ranked, targets, shapes, mode, method, score, scored, first._multiple)
+
+    @property
+    def ranked(self) -> list[Ranked]:
+        """The groups the scopes rank, in order."""
+        return list(self._ranked)
+
+    def units(self, index: int) -> tuple[Tensor, Tensor]:
+        """Group ``index``'s units: which are pruned (as the masks hold them) and their scores."""
+        return self._pruned(index), self._unit_scores(index)
+
     def numels(self) -> list[int]:
         """Per group, its units."""
         return [ranked.size for ranked in self._ranked]
