@@ -13,8 +13,15 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from tensorplay.ao.pruning import prune_one_shot, shrink
-from tensorplay.ao.pruning.reconstruction import ridge_solve
+from tensorplay.ao.pruning import (
+    DependencyGraph,
+    custom_from_mask,
+    dense_copy,
+    prune_one_shot,
+    shrink,
+)
+from tensorplay.ao.pruning.dependency.unit_groups import expand_keep, shapes_of
+from tensorplay.ao.pruning.reconstruction import find_consumers, reconstruct, ridge_solve
 from tests.hf_models import (
     VOCAB,
     tiny_bert,
@@ -314,6 +321,34 @@ def test_a_plain_model_is_reconstructed_layer_by_layer_and_shrinks_exactly(mode:
     with torch.no_grad():
         for x, ref in zip(held_out, masked, strict=True):
             torch.testing.assert_close(solved(x), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_consumers_are_solved_in_the_order_the_forward_calls_them() -> None:
+    """Each sees the layers before it re-solved: given in reverse, the same result, and not the
+    result of solving the last one first."""
+    model = _mlp()
+    batches = _mlp_batches(1, 4)
+    reference = dense_copy(model)
+    groups = DependencyGraph(model, example_inputs=batches[0]).groups("channel")
+    keeps = [torch.arange(group.size) % 2 == 0 for group in groups]
+    results = []
+    for order in ("forward", "reversed", "last first"):
+        pruned = copy.deepcopy(model)
+        for group, keep in zip(groups, keeps, strict=True):
+            for name, mask in expand_keep(group, keep, shapes_of(pruned)).items():
+                module, attr = name.rsplit(".", 1)
+                custom_from_mask(pruned.get_submodule(module), attr, mask)
+        consumers = find_consumers(pruned, groups)
+        if order == "last first":  # one call each: the last one sees the first unsolved
+            reconstruct(pruned, reference, consumers[1:], batches)
+            reconstruct(pruned, reference, consumers[:1], batches)
+        else:
+            given = consumers if order == "forward" else consumers[::-1]
+            solved = reconstruct(pruned, reference, given, batches)
+            assert [item.parameter for item in solved] == [c.parameter for c in consumers]
+        results.append(pruned.get_parameter("4.weight_orig").detach().clone())
+    assert torch.equal(results[1], results[0])
+    assert not torch.allclose(results[2], results[0], rtol=1e-3, atol=1e-4)
 
 
 # --- refusals ------------------------------------------------------------------------------
