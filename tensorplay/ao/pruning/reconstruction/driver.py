@@ -78,7 +78,7 @@ __all__ = ["DEFAULT_DAMPING", "Solved", "reconstruct"]
 
 #: ``lambda`` relative to the mean diagonal of the Gram matrix (see ``docs/structured.rst``,
 #: "Pruning without training", for the measurement that chose it).
-DEFAULT_DAMPING = 0.01
+DEFAULT_DAMPING = 1e-3
 
 
 class Solved(NamedTuple):
