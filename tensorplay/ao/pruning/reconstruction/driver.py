@@ -136,20 +136,33 @@ def reconstruct(
     try:
         with torch.no_grad():
             for consumer in _in_call_order(reference, consumers, data, run):
-                keep = kept_inputs(consumer, masks_of(model, [g for g, _ in consumer.pieces]))
-                if bool(keep.all()):
-                    continue
-                found = _grams(model, reference, consumer, keep, data, run)
-                if found is None:
-                    continue  # never called by the forward: nothing to fit
-                gram, cross, tokens = found
-                dense = _linear_weight(reference, consumer)
-                weight = ridge_solve(gram, cross, dense, damping)
-                _write(model, consumer, keep, weight)
-                solved.append(Solved(consumer.parameter, int(keep.sum()), consumer.width, tokens))
+                done = _solve_one(model, reference, consumer, data, run, damping)
+                if done is not None:
+                    solved.append(done)
     finally:
         model.train(training)
     return solved
+
+
+def _solve_one(
+    model: nn.Module,
+    reference: nn.Module,
+    consumer: Consumer,
+    batches: Iterable[Any],
+    run: Forward,
+    damping: float,
+) -> Solved | None:
+    """Re-solve ``consumer`` if it has pruned inputs and the forward calls it."""
+    keep = kept_inputs(consumer, masks_of(model, [group for group, _ in consumer.pieces]))
+    if bool(keep.all()):
+        return None  # nothing pruned: not touched
+    found = _grams(model, reference, consumer, keep, batches, run)
+    if found is None:
+        return None  # never called by the forward: nothing to fit
+    gram, cross, tokens = found
+    weight = ridge_solve(gram, cross, _linear_weight(reference, consumer), damping)
+    _write(model, consumer, keep, weight)
+    return Solved(consumer.parameter, int(keep.sum()), consumer.width, tokens)
 
 
 def _in_call_order(
@@ -157,7 +170,7 @@ def _in_call_order(
 ) -> list[Consumer]:
     """``consumers`` in the order one forward of the first batch calls them (those it never
     calls last, in their given order)."""
-    first = next(iter(batches), None)
+    first = next(iter(batches), None) if consumers else None
     if first is None:
         return list(consumers)
     order: dict[str, int] = {}
