@@ -21,7 +21,12 @@ from tensorplay.ao.pruning import (
     shrink,
 )
 from tensorplay.ao.pruning.dependency.unit_groups import expand_keep, shapes_of
-from tensorplay.ao.pruning.reconstruction import find_consumers, reconstruct, ridge_solve
+from tensorplay.ao.pruning.reconstruction import (
+    consumers_for,
+    find_consumers,
+    reconstruct,
+    ridge_solve,
+)
 from tests.hf_models import (
     VOCAB,
     tiny_bert,
@@ -207,6 +212,44 @@ def test_reconstruction_brings_held_out_outputs_closer_and_shrinks_exactly(
     shrink(solved)
     for out, ref in zip(_outputs(solved, held_out), masked, strict=True):
         torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+
+
+# Per family and kind: block 0's consumer, whether it is a Conv1D (stored (in, out)), its width.
+CONSUMERS = {
+    ("llama", "channel"): ("model.layers.0.mlp.down_proj", False, 48),
+    ("llama", "head"): ("model.layers.0.self_attn.o_proj", False, 32),
+    ("gpt2", "channel"): ("transformer.h.0.mlp.c_proj", True, 128),
+    ("gpt2", "head"): ("transformer.h.0.attn.c_proj", True, 32),
+    ("bert", "channel"): ("bert.encoder.layer.0.output.dense", False, 64),
+    ("bert", "head"): ("bert.encoder.layer.0.attention.output.dense", False, 32),
+    ("vit", "channel"): ("vit.layers.0.mlp.fc2", False, 48),
+    ("vit", "head"): ("vit.layers.0.attention.o_proj", False, 32),
+}
+
+
+@pytest.mark.parametrize(
+    ("family", "kind"), list(CONSUMERS), ids=[f"{f}-{k}" for f, k in CONSUMERS]
+)
+def test_the_consumers_are_the_layers_reading_the_units(family: str, kind: str) -> None:
+    model = FAMILIES[family]()
+    names = [name for name, _ in model.named_parameters()]
+    consumers = consumers_for(model, kind, names)
+    module, transposed, width = CONSUMERS[family, kind]
+    blocks = 3 if family == "llama" else 2
+    assert [c.module for c in consumers] == [module.replace(".0.", f".{i}.") for i in range(blocks)]
+    assert [(c.parameter, c.transposed, c.width) for c in consumers[:1]] == [
+        (f"{module}.weight", transposed, width)
+    ]
+
+
+def test_the_calibration_state_of_the_pruner_is_left_as_its_step_left_it() -> None:
+    """Reconstruction's forwards are no observation: Wanda's sums restart as after the step."""
+    model = tiny_llama()
+    pruner = prune_one_shot(
+        model, _batches(model, 1, count=2), 0.5, structure="channel", reconstruct=True,
+        make_permanent=False,
+    )  # fmt: skip
+    assert set(pruner.importance.batches().values()) == {0}  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("importance", ["magnitude", "wanda", "taylor"])
