@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +28,7 @@ from tensorplay.ao.pruning.reconstruction import (
     reconstruct,
     ridge_solve,
 )
+from tests.core.gloo import spawn_gloo
 from tests.hf_models import (
     VOCAB,
     tiny_bert,
@@ -392,6 +394,40 @@ def test_consumers_are_solved_in_the_order_the_forward_calls_them() -> None:
         results.append(pruned.get_parameter("4.weight_orig").detach().clone())
     assert torch.equal(results[1], results[0])
     assert not torch.allclose(results[2], results[0], rtol=1e-3, atol=1e-4)
+
+
+def _ddp_worker(rank: int, out: Path) -> None:
+    model = _mlp()
+    batches = _mlp_batches(10 + rank, 3)  # each rank its own data
+    prune_one_shot(
+        model, batches, 0.5, structure="channel", example_inputs=batches[0], reconstruct=True
+    )
+    torch.save(_state(model), out / f"rank{rank}.pt")
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_ranks_with_different_data_solve_the_weights_one_process_gets_on_all_of_it(
+    tmp_path: Path,
+) -> None:
+    spawn_gloo(_ddp_worker, 2, tmp_path)
+    ranks = [torch.load(tmp_path / f"rank{rank}.pt", weights_only=True) for rank in (0, 1)]
+    model = _mlp()
+    everything = _mlp_batches(10, 3) + _mlp_batches(11, 3)
+    prune_one_shot(
+        model, everything, 0.5, structure="channel", example_inputs=everything[0],
+        reconstruct=True,
+    )  # fmt: skip
+    alone = _mlp()  # one rank's data alone: other weights
+    prune_one_shot(
+        alone, everything[:3], 0.5, structure="channel", example_inputs=everything[0],
+        reconstruct=True,
+    )  # fmt: skip
+    assert list(ranks[0]) == list(ranks[1]) == list(_state(model))
+    for name, oracle in _state(model).items():
+        assert torch.equal(ranks[0][name], ranks[1][name]), name
+        torch.testing.assert_close(ranks[0][name], oracle, rtol=1e-4, atol=1e-5)
+    assert not torch.allclose(ranks[0]["4.weight"], _state(alone)["4.weight"], atol=1e-4)
 
 
 # --- refusals ------------------------------------------------------------------------------

@@ -14,7 +14,9 @@ calibration batch:
   before it;
 * ``G += X_k^T X_k`` and ``C += X_k^T X_d`` over the batch's tokens, in float32 on the
   consumer's device; a token the batch's ``attention_mask`` marks as padding (a batch that is a
-  mapping holding one, as a Hugging Face tokenizer gives) never enters them.
+  mapping holding one, as a Hugging Face tokenizer gives) never enters them. In a process
+  group (DDP), the sums are all-reduced, so every rank solves the same weights from all the
+  ranks' batches.
 
 The solution is written over the kept entries only: into ``<name>_orig`` under the
 reparametrization (the pruned values stay recoverable), into the parameter itself under lean
@@ -61,6 +63,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning.batches import Forward, run_batch
@@ -218,27 +221,37 @@ def _grams(
     batches: Iterable[Any],
     run: Forward,
 ) -> tuple[Tensor, Tensor, int] | None:
-    """``G``, ``C`` and the number of tokens summed, over every batch (``None``: none)."""
-    gram: Tensor | None = None
-    cross: Tensor | None = None
-    tokens = 0
+    """``G``, ``C`` and the number of tokens summed, over every batch and every rank of the
+    default process group (``None``: no token)."""
+    device = _linear_weight(model, consumer).device
+    kept = int(keep.sum())
+    gram = torch.zeros(kept, kept, dtype=torch.float32, device=device)
+    cross = torch.zeros(kept, consumer.width, dtype=torch.float32, device=device)
+    tokens = torch.zeros((), dtype=torch.int64, device=device)
     for batch in batches:
         dense = _input_of(reference, consumer.module, batch, run)
         pruned = _input_of(model, consumer.module, batch, run)
         if dense is None or pruned is None:
             continue
         padding = _token_mask(batch)
-        x_d = _rows(dense, padding, consumer).to(torch.float32)
-        x_k = _rows(pruned, padding, consumer).to(torch.float32)[:, keep.to(pruned.device)]
-        if gram is None or cross is None:
-            gram = x_k.new_zeros(x_k.shape[1], x_k.shape[1])
-            cross = x_k.new_zeros(x_k.shape[1], x_d.shape[1])
+        x_d = _rows(dense, padding, consumer).to(device=device, dtype=torch.float32)
+        x_k = _rows(pruned, padding, consumer).to(device=device, dtype=torch.float32)
+        x_k = x_k[:, keep.to(device)]
         gram.addmm_(x_k.T, x_k)
         cross.addmm_(x_k.T, x_d)
         tokens += x_k.shape[0]
-    if gram is None or cross is None:
+    for total in (gram, cross, tokens):
+        _sum_over_ranks(total)
+    if int(tokens) == 0:
         return None
-    return gram, cross, tokens
+    return gram, cross, int(tokens)
+
+
+def _sum_over_ranks(total: Tensor) -> None:
+    """Sum ``total`` in place over the default process group's ranks (each rank's batches are
+    its own; every rank then solves the same weights), if there are several."""
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(total)
 
 
 def _token_mask(batch: Any) -> Tensor | None:
