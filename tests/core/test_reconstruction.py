@@ -352,7 +352,7 @@ def test_a_plain_model_is_reconstructed_layer_by_layer_and_shrinks_exactly(mode:
     calibration, held_out = _mlp_batches(1, 8), _mlp_batches(2, 4)
     options: dict[str, Any] = {
         "structure": "channel", "example_inputs": calibration[0], "masking": mode,
-        "make_permanent": False,
+        "make_permanent": False, "scope": "layerwise",
     }  # fmt: skip
     plain, solved = copy.deepcopy(model), copy.deepcopy(model)
     prune_one_shot(plain, calibration, 0.5, **options)
@@ -362,7 +362,7 @@ def test_a_plain_model_is_reconstructed_layer_by_layer_and_shrinks_exactly(mode:
         masked = [solved(x) for x in held_out]
     shrink(solved, example_inputs=calibration[0])
     widths = [layer.in_features for layer in solved if isinstance(layer, nn.Linear)]
-    assert widths[0] == 8 and sum(widths[1:]) == 32  # half the channels, ranked globally
+    assert widths == [8, 16, 16]  # half of each layer's channels
     with torch.no_grad():
         for x, ref in zip(held_out, masked, strict=True):
             torch.testing.assert_close(solved(x), ref, rtol=1e-5, atol=1e-6)
@@ -400,8 +400,9 @@ def _ddp_worker(rank: int, out: Path) -> None:
     model = _mlp()
     batches = _mlp_batches(10 + rank, 3)  # each rank its own data
     prune_one_shot(
-        model, batches, 0.5, structure="channel", example_inputs=batches[0], reconstruct=True
-    )
+        model, batches, 0.5, structure="channel", example_inputs=batches[0], reconstruct=True,
+        scope="layerwise",
+    )  # fmt: skip
     torch.save(_state(model), out / f"rank{rank}.pt")
 
 
@@ -414,15 +415,13 @@ def test_ranks_with_different_data_solve_the_weights_one_process_gets_on_all_of_
     ranks = [torch.load(tmp_path / f"rank{rank}.pt", weights_only=True) for rank in (0, 1)]
     model = _mlp()
     everything = _mlp_batches(10, 3) + _mlp_batches(11, 3)
-    prune_one_shot(
-        model, everything, 0.5, structure="channel", example_inputs=everything[0],
-        reconstruct=True,
-    )  # fmt: skip
+    options: dict[str, Any] = {
+        "structure": "channel", "example_inputs": everything[0], "scope": "layerwise",
+        "reconstruct": True,
+    }  # fmt: skip
+    prune_one_shot(model, everything, 0.5, **options)
     alone = _mlp()  # one rank's data alone: other weights
-    prune_one_shot(
-        alone, everything[:3], 0.5, structure="channel", example_inputs=everything[0],
-        reconstruct=True,
-    )  # fmt: skip
+    prune_one_shot(alone, everything[:3], 0.5, **options)
     assert list(ranks[0]) == list(ranks[1]) == list(_state(model))
     for name, oracle in _state(model).items():
         assert torch.equal(ranks[0][name], ranks[1][name]), name
