@@ -8,6 +8,7 @@ calibration batches through it, prune every output row to the target sparsity by
 ``step()``; anything it does a user can do with those three.
 
 Example:
+    >>> import copy
     >>> import torch
     >>> from torch import nn
     >>> _ = torch.manual_seed(0)
@@ -26,33 +27,45 @@ Example:
     >>> _ = shrink(model)
     >>> model[0].out_features, model[2].in_features
     (8, 8)
+
+    The same, with the layer reading the pruned channels re-solved to match the dense outputs:
+
+    >>> model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    >>> dense = [model(x).detach() for x in batches]
+    >>> def error(model: nn.Module) -> float:
+    ...     with torch.no_grad():
+    ...         return sum(float((model(x) - y).square().mean()) for x, y in zip(batches, dense))
+    >>> plain, solved = copy.deepcopy(model), copy.deepcopy(model)
+    >>> _ = prune_one_shot(plain, batches, 0.5, structure="channel", example_inputs=batches[0])
+    >>> _ = prune_one_shot(solved, batches, 0.5, structure="channel", example_inputs=batches[0],
+    ...                    reconstruct=True)
+    >>> error(solved) < error(plain)
+    True
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from tensorplay.ao.pruning.batches import Forward, run_batch
 from tensorplay.ao.pruning.config import Scope, Structure
+from tensorplay.ao.pruning.dense_copy import dense_copy
 from tensorplay.ao.pruning.pruner import Pruner
+from tensorplay.ao.pruning.reconstruction import (
+    DEFAULT_DAMPING,
+    RECONSTRUCTED_KINDS,
+    check_damping,
+    consumers_for,
+)
+from tensorplay.ao.pruning.reconstruction import reconstruct as reconstruct_consumers
 from tensorplay.ao.pruning.schedules import OneShotSchedule
 from tensorplay.ao.pruning.structures import STRUCTURES
 
 __all__ = ["calibrate", "one_shot_schedule", "prune_one_shot"]
-
-Forward = Callable[[nn.Module, Any], Any]
-
-
-def _forward(model: nn.Module, batch: Any) -> Any:
-    """``model(batch)``; ``model(*batch)`` for a tuple or list, ``model(**batch)`` for a mapping."""
-    if isinstance(batch, Mapping):
-        return model(**batch)
-    if isinstance(batch, (tuple, list)):
-        return model(*batch)
-    return model(batch)
 
 
 def _loss_of(output: Any) -> Tensor:
@@ -85,7 +98,7 @@ def calibrate(pruner: Pruner, batches: Iterable[Any], forward: Forward | None = 
     Raises:
         TypeError: A gradient importance whose forward returns no scalar loss.
     """
-    run = forward or _forward
+    run = forward or run_batch
     model = pruner.model
     training = model.training
     count = 0
@@ -136,6 +149,8 @@ def prune_one_shot(
     structure: Structure | tuple[Structure, ...] = "element",
     forward: Forward | None = None,
     make_permanent: bool = True,
+    reconstruct: bool = False,
+    reconstruct_damping: float = DEFAULT_DAMPING,
     **options: Any,
 ) -> Pruner:
     """Prune ``model`` once to ``sparsity`` after a calibration pass over ``batches``.
@@ -170,6 +185,13 @@ def prune_one_shot(
             saves as a plain dense-format state_dict (``save_pretrained``, ``torch.save``).
             Experts stay unrouted by their zero router rows while the routing hook is on the
             model: :func:`~tensorplay.ao.pruning.shrinking.shrink.shrink` before saving.
+        reconstruct: After the step, re-solve the layers that read the pruned channels or
+            heads over their kept inputs, so that their outputs match the dense model's on
+            ``batches`` (:mod:`~tensorplay.ao.pruning.reconstruction`; ``structure="channel"``
+            or ``"head"``). It holds a dense copy of the model while it runs, and ``batches``
+            are run once more per such layer (an iterator is read into a list first).
+        reconstruct_damping: The ridge ``lambda`` of the re-solve, relative to the mean
+            diagonal of each layer's input Gram matrix.
         **options: Any other argument of :class:`~tensorplay.ao.pruning.pruner.Pruner`
             (``parameters``, ``exclude``, ``keep_dense``, ``min_density``, ``masking``,
             ``multiple_of``, ``example_inputs``...).
@@ -180,13 +202,19 @@ def prune_one_shot(
     Raises:
         TypeError, ValueError: As the :class:`~tensorplay.ao.pruning.pruner.Pruner`; both or
             neither of ``sparsity`` and ``target_params``; a budget below the smallest size
-            the floors allow (naming it), before anything changes.
+            the floors allow (naming it); ``reconstruct=True`` with a ``structure`` other than
+            ``"channel"`` or ``"head"``, a negative ``reconstruct_damping``, or a layer reading
+            pruned units that is not a Linear or ``Conv1D`` (a convolution). All before anything
+            changes.
         RuntimeError: No batch reached a target (nothing is pruned; the hooks are removed).
     """
     schedule = one_shot_schedule(sparsity, target_params)
+    damping = _check_reconstruct(reconstruct, reconstruct_damping, structure)
     kind = STRUCTURES.get(structure) if isinstance(structure, str) else STRUCTURES["channel"]
     chosen: Any = scope or (kind.one_shot_scope if kind is not None else "row")
     score = importance or str(getattr(kind, "one_shot_importance", "wanda"))
+    data = list(batches) if reconstruct and isinstance(batches, Iterator) else batches
+    reference = dense_copy(model) if reconstruct else None  # before any hook is on the model
     pruner = Pruner(
         model,
         schedule,
@@ -197,11 +225,43 @@ def prune_one_shot(
         **options,
     )
     try:
-        calibrate(pruner, batches, forward)
+        names = [name for names in pruner.aliases.values() for name in names]
+        example = options.get("example_inputs")
+        kinds = (structure,) if isinstance(structure, str) else structure
+        consumers = (
+            []
+            if reference is None
+            else [
+                found for kind in kinds for found in consumers_for(reference, kind, names, example)
+            ]
+        )
+        calibrate(pruner, data, forward)
         pruner.step()
+        if reference is not None:
+            reconstruct_consumers(
+                model, reference, consumers, data, forward=forward, damping=damping
+            )
+            pruner.importance.after_pruning()  # its forwards are no observation
     except BaseException:
         pruner.importance.close()
         raise
     if make_permanent:
         pruner.make_permanent()
     return pruner
+
+
+def _check_reconstruct(
+    reconstruct: object, damping: object, structure: str | tuple[str, ...]
+) -> float:
+    """The damping, once ``reconstruct`` and ``structure`` (one kind, or several with a
+    parameter budget) are checked to go together."""
+    if not isinstance(reconstruct, bool):
+        raise TypeError(f"Expected `reconstruct` to be a bool, but got {reconstruct!r}.")
+    value = check_damping("reconstruct_damping", damping)
+    kinds = (structure,) if isinstance(structure, str) else structure
+    if reconstruct and not all(kind in RECONSTRUCTED_KINDS for kind in kinds):
+        raise ValueError(
+            f"Expected structure='channel' or 'head' with reconstruct=True, but got "
+            f"{structure!r}: only the layers that read pruned channels or heads are re-solved."
+        )
+    return value

@@ -27,6 +27,7 @@ def test_the_page_has_the_blocks_these_tests_know() -> None:
         *("python", "text", "python", "text", "python", "python"),
         *("python", "text"),  # pruning structure in training
         *("python", "python", "bash"),  # in a training run; the accuracy experiment
+        "python",  # pruning without training
         *("python", "text"),  # experts
         *("python", "text"),  # a parameter budget
     ]
@@ -139,9 +140,9 @@ def test_the_experts_block_prunes_shrinks_and_loads_as_the_page_shows(
     blocks = code_blocks(PAGE)
     namespace: dict[str, Any] = {"directory": str(tmp_path)}
     torch.manual_seed(0)
-    _run(11, namespace)  # prunes by REAP, shrinks, asserts the outputs did not change, saves
+    _run(12, namespace)  # prunes by REAP, shrinks, asserts the outputs did not change, saves
     printed = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
-    assert printed == blocks[12][1].splitlines()
+    assert printed == blocks[13][1].splitlines()
     model, same, tokens = namespace["model"], namespace["same"], namespace["tokens"]
     assert [layer.mlp.gate.weight.shape[0] for layer in same.model.layers] == [4, 4]
     with torch.no_grad():
@@ -154,12 +155,40 @@ def test_the_budget_block_lands_under_the_budget_and_loads_as_the_page_shows(
     blocks = code_blocks(PAGE)
     namespace: dict[str, Any] = {"directory": str(tmp_path)}
     torch.manual_seed(0)
-    _run(13, namespace)  # prunes to 80% of the parameters per layer, shrinks, saves, loads
+    _run(14, namespace)  # prunes to 80% of the parameters per layer, shrinks, saves, loads
     printed = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
-    assert printed == blocks[14][1].splitlines()
+    assert printed == blocks[15][1].splitlines()
     before, budget, after = map(int, printed[0].split())
     assert budget == int(0.8 * before)
     assert budget - 3 * 96 < after <= budget  # within one FFN channel per layer
     model, same, batches = namespace["model"], namespace["same"], namespace["batches"]
     with torch.no_grad():
         torch.testing.assert_close(same(batches[0]).logits, model(batches[0]).logits)
+
+
+def test_the_reconstruction_block_prunes_shrinks_and_saves_what_plain_transformers_loads(
+    tmp_path: Path,
+) -> None:
+    from tests.hf_models import VOCAB, tiny_llama
+
+    generator = torch.Generator().manual_seed(0)
+    batches = [
+        {
+            "input_ids": torch.randint(1, VOCAB, (4, 16), generator=generator),
+            "attention_mask": torch.ones(4, 16, dtype=torch.long),
+        }
+        for _ in range(4)
+    ]
+    namespace: dict[str, Any] = {
+        "model": tiny_llama(),
+        "batches": batches,
+        "directory": str(tmp_path),
+    }
+    _run(11, namespace)
+    model = namespace["model"]
+    assert model.config.intermediate_size == 48 - round(0.35 * 48)  # every layer as wide
+    assert namespace["report"].parameters_after < namespace["report"].parameters_before
+    same = transformers.AutoModelForCausalLM.from_pretrained(namespace["directory"])
+    tokens = batches[0]["input_ids"]
+    with torch.no_grad():
+        torch.testing.assert_close(same(tokens).logits, model(tokens).logits)

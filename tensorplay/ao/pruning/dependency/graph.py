@@ -176,6 +176,8 @@ class DependencyGraph:
                 asked and why.
             UnanalysableError: The channels of a plain model whose forward cannot be traced.
         """
+        if isinstance(kind, tuple):
+            return [group for each in kind for group in self.groups(each)]
         why = self.refusal(kind)
         if why is not None:
             others = " or ".join(repr(k) for k in self.kinds)
