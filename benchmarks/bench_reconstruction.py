@@ -196,6 +196,11 @@ def tables(result: dict[str, Any]) -> str:
     for kind in KINDS:
         cells = [f"{s['perplexity']:.3f}" for s in result["damping_sweep"] if s["kind"] == kind]
         lines.append(f"| {KINDS[kind]} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Measured by `benchmarks/bench_reconstruction.py` on the CPU; the default "
+        "`reconstruct_damping` is the sweep's best within 0.003 for both kinds (0.001).",
+    ]
     return "\n".join(lines) + "\n"
 
 

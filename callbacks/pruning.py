@@ -98,8 +98,10 @@ class GradualPruning(SessionOptions, Callback):
             weights training starts from), ``rewind_step``, ``masking``, ``importance``
             (``"movement"`` and ``"taylor"`` accumulate in :meth:`on_before_optimizer_step`,
             once per optimizer step, after Lightning unscaled the gradients), ``accumulator_dtype``,
-            ``structure`` (``"channel"``, ``"head"`` or ``"layer"`` of a Hugging Face model:
-            units found from its modules, masked in every slice) and ``multiple_of``.
+            ``structure`` (``"channel"``, ``"head"``, ``"layer"`` or ``"expert"`` of a Hugging
+            Face model, a channel of a plain one: units found from its modules, masked in every
+            slice), ``multiple_of`` and ``target_params`` (a parameter budget in place of the
+            schedule's final sparsity: :doc:`/structured`).
         seed: The pruner's; by default rank zero's ``torch.initial_seed()`` (set by
             ``seed_everything``), the same on every rank.
         log_per_tensor: Also log ``pruning/sparsity/<module>.<name>``.
@@ -185,6 +187,7 @@ class GradualPruning(SessionOptions, Callback):
         accumulator_dtype: AccumulatorDtype = "float32",
         structure: Structure = "element",
         multiple_of: int = 1,
+        target_params: int | float | None = None,
         shrink_at_end: bool = False,
         distill_weight: float = 0.0,
         distill_temperature: float = 2.0,

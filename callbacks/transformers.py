@@ -111,9 +111,10 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
             weights training starts from), ``rewind_step``, ``masking``, ``importance``
             (``"movement"`` and ``"taylor"`` accumulate in :meth:`on_pre_optimizer_step`, once
             per optimizer step, from the clipped gradients the optimizer uses),
-            ``accumulator_dtype``, ``structure`` (``"channel"``, ``"head"`` or ``"layer"`` of a
-            Hugging Face model: units found from its modules, masked in every slice) and
-            ``multiple_of``.
+            ``accumulator_dtype``, ``structure`` (``"channel"``, ``"head"``, ``"layer"`` or
+            ``"expert"`` of a Hugging Face model: units found from its modules, masked in every
+            slice), ``multiple_of`` and ``target_params`` (a parameter budget in place of the
+            schedule's final sparsity: :doc:`/structured`).
         seed: The pruner's; by default rank zero's ``torch.initial_seed()`` (the Trainer's
             ``TrainingArguments.seed``), the same on every rank.
         log_per_tensor: Also log ``pruning/sparsity/<module>.<name>``.
@@ -196,6 +197,7 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         accumulator_dtype: AccumulatorDtype = "float32",
         structure: Structure = "element",
         multiple_of: int = 1,
+        target_params: int | float | None = None,
         shrink_at_end: bool = False,
         distill_weight: float = 0.0,
         distill_temperature: float = 2.0,

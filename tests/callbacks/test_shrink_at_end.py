@@ -251,3 +251,25 @@ def test_the_session_keeps_its_counts_and_state_from_before_shrinking() -> None:
     ]
     session.finish()  # a second end (a second fit) reads nothing from the spent pruner
     assert len(messages) == 4  # two pruning steps, then the messages above, once each
+
+
+def test_a_parameter_budget_through_the_callbacks_ends_at_the_budget_shrunk() -> None:
+    """``target_params`` with a schedule without a target: the run ends shrunk at the budget,
+    every layer as wide (plain loading), whichever adapter passes the arguments."""
+    config, options = split_arguments(
+        {"schedule": LinearSchedule(end_step=4, frequency=2), "structure": "channel",
+         "scope": "layerwise", "target_params": 0.9, "shrink_at_end": True, "verbose": False}
+    )  # fmt: skip
+    session = PruningSession(config, options, name="A", built_when="", inform=print)
+    model = tiny_llama().train()
+    before = _parameters(model)
+    session.build(model)
+    session.start([])
+    for step in range(5):
+        session.step(step)
+    session.finish()
+    assert session.shrink_report is not None and session.shrink_report.config == "uniform"
+    assert int(0.9 * before) - 3 * 96 < _parameters(model) <= int(0.9 * before)
+    for callback in (GradualPruning, GradualPruningCallback):
+        made = callback(LinearSchedule(end_step=4), structure="channel", target_params=0.9)
+        assert made.config.target_params == 0.9

@@ -59,6 +59,7 @@ def test_the_pages_show_every_result_they_include_as_a_table() -> None:
         "benchmarks/results/importance_overhead.md",
         "benchmarks/results/large_model.md",
         "benchmarks/results/lean_selection.md",
+        "benchmarks/results/reconstruction.md",
         "benchmarks/results/sharded_selection.md",
         "benchmarks/results/structured_overhead.md",
         "benchmarks/results/structured_peer.md",
