@@ -1,0 +1,54 @@
+"""Experts pruned gradually inside the Hugging Face Trainer: ``structure="expert"`` with REAP
+accumulated over the training forwards, distillation from the dense model, and
+``shrink_at_end``: the folder the Trainer saves loads with plain ``from_pretrained`` and computes
+what the masked model did."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from tensorplay.ao.pruning.schedules import LinearSchedule
+from tensorplay.callbacks.transformers import GradualPruningCallback
+from tests.callbacks.hf_trainer_helpers import make_trainer, transformers
+from tests.moe_models import EXPERTS, tiny_qwen3_moe
+
+
+class _MaskedLogits(transformers.TrainerCallback):  # type: ignore[misc]
+    """The logits of fixed tokens at the end of training, before shrink_at_end runs (this
+    callback comes first in the list)."""
+
+    tokens = torch.arange(12).reshape(2, 6) % 50 + 1
+
+    def on_train_end(self, args, state, control, model=None, **_):  # type: ignore[no-untyped-def]
+        with torch.no_grad():
+            self.logits = model.eval()(self.tokens).logits.clone()
+
+
+def test_the_trainer_prunes_experts_by_reap_distils_and_saves_a_folder_that_loads(
+    tmp_path: Path,
+) -> None:
+    torch.manual_seed(0)
+    model = tiny_qwen3_moe().train()
+    pruning = GradualPruningCallback(
+        LinearSchedule(0.5, end_step=4, frequency=2), structure="expert", importance="reap",
+        scope="layerwise", distill_weight=1.0, shrink_at_end=True, verbose=False,
+    )  # fmt: skip
+    recorder = _MaskedLogits()
+    trainer = make_trainer(model, tmp_path / "run", [recorder, pruning], max_steps=6)
+    trainer.train()
+    report = pruning.shrink_report
+    assert report is not None and report.config == "uniform"
+    assert model.config.num_experts == EXPERTS // 2
+    with torch.no_grad():
+        torch.testing.assert_close(
+            model.eval()(recorder.tokens).logits, recorder.logits, atol=1e-5, rtol=1e-4
+        )
+    trainer.save_model(str(tmp_path / "saved"))
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "saved").eval()
+    assert loaded.config.num_experts == EXPERTS // 2
+    with torch.no_grad():
+        torch.testing.assert_close(
+            loaded(recorder.tokens).logits, recorder.logits, atol=1e-5, rtol=1e-4
+        )
