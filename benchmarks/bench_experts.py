@@ -1,6 +1,6 @@
 """Expert pruning: what dropping a quarter or half of a mixture-of-experts model's experts costs.
 
-Run (about 5 minutes on 2 shared CPU cores)::
+Run (about 10 minutes on 2 shared CPU cores under a load of 8; seeds multiply it)::
 
     python benchmarks/bench_experts.py            # the table of docs/structured.rst "Experts"
     python benchmarks/bench_experts.py --tiny     # seconds: what the slow-tier test runs
@@ -66,10 +66,10 @@ MODEL: dict[str, Any] = {
 }  # fmt: skip
 RATIOS = (0.25, 0.5)
 METHODS = ("reap", "frequency", "magnitude", "random")
-PRETRAIN_STEPS = 400
-RECOVERY_STEPS = 100
+PRETRAIN_STEPS = 250
+RECOVERY_STEPS = 40
 CALIBRATION_WINDOWS = 64
-VAL_WINDOWS = 512
+VAL_WINDOWS = 128
 DISTILL = {"temperature": 2.0, "weight": 1.0}
 
 
@@ -250,7 +250,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--recovery", type=int, default=RECOVERY_STEPS, help="distillation steps")
     parser.add_argument("--calibration", type=int, default=CALIBRATION_WINDOWS, help="windows")
     parser.add_argument("--val-windows", type=int, default=VAL_WINDOWS)
-    parser.add_argument("--rounds", type=int, default=5, help="timing rounds")
+    parser.add_argument("--rounds", type=int, default=3, help="timing rounds")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args(argv)
     args.ratios, args.prefill, args.decode = RATIOS, 128, 32

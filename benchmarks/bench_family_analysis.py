@@ -1,6 +1,6 @@
 """How long the dependency graph takes to analyse a ~100M-parameter model of each family.
 
-Run (about a minute on 2 shared CPU cores)::
+Run (about 30 seconds on 2 shared CPU cores)::
 
     python benchmarks/bench_family_analysis.py          # the table of benchmarks/README.md
     python benchmarks/bench_family_analysis.py --tiny   # seconds: what the slow-tier test runs
