@@ -196,6 +196,20 @@ class SessionOptions:
         """The pruner's configuration, checked when the callback was made."""
         return self._session.config
 
+    @property
+    def report(self) -> SparsityReport:
+        """The sparsity report (per group or tensor, and in all), also after ``shrink_at_end``:
+        then the one read just before shrinking, as ``pruner.report()`` would have given it
+        (the pruner itself is spent by shrinking). Before the pruner is built, a
+        ``RuntimeError``."""
+        return self._session.report()
+
+    @property
+    def shrink_report(self) -> ShrinkReport | None:
+        """What ``shrink_at_end`` removed: parameters and widths before and after (``None``
+        until the model is shrunk)."""
+        return self._session.shrink_report
+
     log_per_tensor = Option()
     make_permanent = Option()
     reset_optimizer_state = Option()

@@ -29,8 +29,6 @@ from tensorplay.ao.pruning.config import (
 )
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import Schedule
-from tensorplay.ao.pruning.shrinking.shrink_report import ShrinkReport
-from tensorplay.ao.pruning.stats import SparsityReport
 from tensorplay.ao.pruning.targets import KeepDense
 
 from ._example_inputs import as_example_inputs
@@ -211,20 +209,6 @@ class GradualPruning(SessionOptions, Callback):
     def state_key(self) -> str:
         """Differs between configurations, and is the key tensorplay 0.1 wrote."""
         return self._generate_state_key(**state_key_fields(self.config))
-
-    @property
-    def report(self) -> SparsityReport:
-        """The sparsity report (per group or tensor, and in all), also after ``shrink_at_end``:
-        then the one read just before shrinking, as ``pruner.report()`` would have given it
-        (the pruner itself is spent by shrinking). Before the pruner is built, a
-        ``RuntimeError``."""
-        return self._session.report()
-
-    @property
-    def shrink_report(self) -> ShrinkReport | None:
-        """What ``shrink_at_end`` removed: parameters and widths before and after (``None``
-        until the model is shrunk)."""
-        return self._session.shrink_report
 
     @property
     def pruner(self) -> Pruner:

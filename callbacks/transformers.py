@@ -48,8 +48,6 @@ from tensorplay.ao.pruning.dense_copy import LeftOutOfCopies
 from tensorplay.ao.pruning.imports import import_path
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import Schedule
-from tensorplay.ao.pruning.shrinking.shrink_report import ShrinkReport
-from tensorplay.ao.pruning.stats import SparsityReport
 from tensorplay.ao.pruning.targets import KeepDense
 
 from ._distilling import Distilling
@@ -232,20 +230,6 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         """Tells the saved states of several callbacks apart (the Trainer files them all under
         the class name); the fields of the Lightning callback's key."""
         return _state_key(self.config)
-
-    @property
-    def report(self) -> SparsityReport:
-        """The sparsity report (per group or tensor, and in all), also after ``shrink_at_end``:
-        then the one read just before shrinking, as ``pruner.report()`` would have given it
-        (the pruner itself is spent by shrinking). Before the pruner is built, a
-        ``RuntimeError``."""
-        return self._session.report()
-
-    @property
-    def shrink_report(self) -> ShrinkReport | None:
-        """What ``shrink_at_end`` removed: parameters and widths before and after (``None``
-        until the model is shrunk)."""
-        return self._session.shrink_report
 
     @property
     def pruner(self) -> Pruner:

@@ -76,13 +76,7 @@ def _conv(module: nn.Module, kept: Kept) -> None:
 
 def _batch_norm(module: nn.Module, kept: Kept) -> None:
     assert isinstance(module, _BatchNorm)
-    indices = kept.get("weight", kept.get("bias", {})).get(0)
-    if indices is not None:
-        for name in ("running_mean", "running_var"):
-            buffer = module._buffers.get(name)
-            if buffer is not None:
-                module._buffers[name] = buffer.index_select(0, indices.to(buffer.device))
-    module.num_features = module.weight.shape[0]
+    _batch_norm_like(module, kept)
 
 
 def _is_grouped_conv(module: nn.Module) -> bool:

@@ -39,7 +39,6 @@ from tensorplay.ao.pruning.dependency.families.family import (
     join,
     laid_out,
     out_in,
-    set_present,
     submodule,
 )
 from tensorplay.ao.pruning.dependency.families.projections import (
@@ -50,6 +49,7 @@ from tensorplay.ao.pruning.dependency.families.projections import (
     head_layout,
     norm_over_heads,
     qkvo_heads,
+    sync_head_counts,
 )
 
 __all__ = ["GatedDecoderFamily"]
@@ -108,17 +108,7 @@ class GatedDecoderFamily:
 
     def sync(self, block: nn.Module) -> None:
         """Head counts on the attention module, where a version keeps them."""
-        attention = submodule(block, "self_attn")
-        layout = head_layout("self_attn", attention)
-        set_present(
-            attention,
-            {
-                "num_heads": layout.query,
-                "num_attention_heads": layout.query,
-                "num_key_value_heads": layout.key_value,
-                "num_key_value_groups": layout.group,
-            },
-        )
+        sync_head_counts("self_attn", submodule(block, "self_attn"))
 
     def widths(self, block: nn.Module) -> dict[str, int]:
         """``intermediate_size``, ``num_attention_heads``, ``num_key_value_heads``,

@@ -71,6 +71,7 @@ from tensorplay.ao.pruning.dependency.families.projections import (
     head_layout,
     norm_over_heads,
     qkvo_heads,
+    sync_head_counts,
 )
 from tensorplay.ao.pruning.dependency.unit_groups import Slice, UnitGroup
 
@@ -153,16 +154,7 @@ class MoeFamily:
         """Head counts on the attention module, expert counts on the router and experts."""
         attention = submodule(block, "self_attn")
         if not _norms_all_heads(attention):
-            layout = head_layout("self_attn", attention)
-            set_present(
-                attention,
-                {
-                    "num_heads": layout.query,
-                    "num_attention_heads": layout.query,
-                    "num_key_value_heads": layout.key_value,
-                    "num_key_value_groups": layout.group,
-                },
-            )
+            sync_head_counts("self_attn", attention)
         count = _expert_count(block)
         for path in ("mlp.gate", "mlp.experts"):
             set_present(submodule(block, path), {"num_experts": count})

@@ -36,6 +36,7 @@ from tensorplay.ao.pruning.dependency.families.family import (
     int_attribute,
     join,
     out_in,
+    set_present,
     weight_of,
 )
 from tensorplay.ao.pruning.dependency.unit_groups import Slice, UnitGroup
@@ -53,6 +54,7 @@ __all__ = [
     "projection_group",
     "qkvo_heads",
     "row_slices",
+    "sync_head_counts",
 ]
 
 QKVO = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -230,6 +232,32 @@ def head_layout(name: str, attention: nn.Module) -> HeadLayout:
             "they do not."
         )
     return layout
+
+
+def sync_head_counts(name: str, attention: nn.Module) -> None:
+    """Set the head counts an attention module keeps (``num_heads``,
+    ``num_attention_heads``, ``num_key_value_heads``, ``num_key_value_groups``, whichever it
+    has) from its projections' shapes, after heads were removed.
+
+    Example:
+        >>> attention = nn.Module()
+        >>> attention.head_dim, attention.num_key_value_heads = 2, 4
+        >>> for key, outputs in zip(QKVO, (8, 4, 4, 8)):
+        ...     setattr(attention, key, nn.Linear(8, outputs))
+        >>> sync_head_counts("attn", attention)
+        >>> attention.num_key_value_heads
+        2
+    """
+    layout = head_layout(name, attention)
+    set_present(
+        attention,
+        {
+            "num_heads": layout.query,
+            "num_attention_heads": layout.query,
+            "num_key_value_heads": layout.key_value,
+            "num_key_value_groups": layout.group,
+        },
+    )
 
 
 def norm_over_heads(name: str, attention: nn.Module) -> str | None:
