@@ -65,6 +65,7 @@ from tensorplay.ao.pruning.shrinking.reshape import ShrunkShapes
 from tensorplay.ao.pruning.shrinking.shrink import shrink
 from tensorplay.ao.pruning.shrinking.shrink_report import ShrinkReport
 from tensorplay.ao.pruning.stats import SparsityReport
+from tensorplay.ao.pruning.structures.routing import routed_around
 from tensorplay.ao.pruning.targets import method_name
 
 from ._distilling import Distilling, check_distill_arguments
@@ -667,6 +668,8 @@ class PruningSession:
             self._shrink()
         elif self.options.make_permanent and not self._pruner.permanent:
             self._pruner.make_permanent()
+        if self._shrunk is None:
+            self._warn_masked_experts()
 
     def report(self) -> SparsityReport:
         """The pruner's sparsity report: read now while the pruner is live, the one read just
@@ -706,6 +709,23 @@ class PruningSession:
             refuse_steps(optimizer, self.name)
         if self.options.verbose:
             self._inform(f"{self.name}: shrunk the model\n{report}")
+
+    def _warn_masked_experts(self) -> None:
+        """Masked experts that stay in the model are routed around by a hook only: say what a
+        save of the model then gives, and how to remove them."""
+        routers = routed_around(self.pruner.model)
+        if not routers:
+            return
+        warnings.warn(
+            f"{self.name}: training ended with experts masked but not removed (routers "
+            f"{', '.join(routers)}). Only tensorplay's routing hook keeps tokens off them: a "
+            "model loaded without tensorplay from a folder or checkpoint saved now still routes "
+            "tokens to them (a zero expert's router logit is 0, not -inf) and computes otherwise "
+            "than this one. Set shrink_at_end=True, or call tensorplay.ao.pruning.shrink(model) "
+            "before saving the model for use.",
+            UserWarning,
+            stacklevel=3,
+        )
 
     def _warn_unfinished(self) -> None:
         """Shrinking ends pruning: say so when the schedule had pruning steps ahead."""

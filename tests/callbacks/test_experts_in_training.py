@@ -5,8 +5,10 @@ what the masked model did."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
+import pytest
 import torch
 
 from tensorplay.ao.pruning.schedules import LinearSchedule
@@ -52,3 +54,36 @@ def test_the_trainer_prunes_experts_by_reap_distils_and_saves_a_folder_that_load
         torch.testing.assert_close(
             loaded(recorder.tokens).logits, recorder.logits, atol=1e-5, rtol=1e-4
         )
+
+
+def test_a_run_that_leaves_experts_masked_says_what_a_save_of_it_gives(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = tiny_qwen3_moe().train()
+    pruning = GradualPruningCallback(
+        LinearSchedule(0.5, end_step=2, frequency=2), structure="expert", scope="layerwise",
+        verbose=False,
+    )  # fmt: skip
+    recorder = _MaskedLogits()
+    trainer = make_trainer(model, tmp_path / "run", [recorder, pruning], max_steps=3)
+    with pytest.warns(UserWarning, match=r"experts masked but not removed \(routers .*mlp\.gate"):
+        trainer.train()
+    # What the warning says is so: loaded without tensorplay, the saved model routes tokens to
+    # the masked experts and computes otherwise.
+    trainer.save_model(str(tmp_path / "saved"))
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "saved").eval()
+    with torch.no_grad():
+        assert not torch.allclose(loaded(recorder.tokens).logits, recorder.logits, atol=1e-3)
+
+
+def test_a_run_that_shrinks_its_experts_does_not_warn_of_masked_ones(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = tiny_qwen3_moe().train()
+    pruning = GradualPruningCallback(
+        LinearSchedule(0.5, end_step=2, frequency=2), structure="expert", scope="layerwise",
+        shrink_at_end=True, verbose=False,
+    )  # fmt: skip
+    trainer = make_trainer(model, tmp_path / "run", [pruning], max_steps=3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.train()
+    assert not [w for w in caught if "masked but not removed" in str(w.message)]

@@ -48,7 +48,13 @@ from torch import Tensor, nn
 
 from tensorplay.ao.pruning.masking.readers import mask_of
 
-__all__ = ["ExpertRouting", "install_routing", "kept_experts", "remove_routing"]
+__all__ = [
+    "ExpertRouting",
+    "install_routing",
+    "kept_experts",
+    "remove_routing",
+    "routed_around",
+]
 
 
 class ExpertRouting:
@@ -121,3 +127,29 @@ def remove_routing(router: nn.Module) -> None:
             del router._forward_hooks[key]
             router._forward_hooks_with_kwargs.pop(key, None)
             router._forward_hooks_always_called.pop(key, None)
+
+
+def routed_around(model: nn.Module) -> list[str]:
+    """The routers of ``model`` that route around masked experts: those an
+    :class:`ExpertRouting` hooks that have some expert masked. Only the hook keeps such a model
+    computing as it should: a copy saved and loaded without tensorplay still routes tokens to
+    the masked experts (their logits are ``0``, not ``-inf``) until
+    :func:`~tensorplay.ao.pruning.shrink` removes them.
+
+    Example:
+        >>> router = nn.Linear(2, 3, bias=False)
+        >>> model = nn.ModuleDict({"gate": router})
+        >>> install_routing(router, top_k=1, normalise=False)
+        >>> routed_around(model)
+        []
+        >>> with torch.no_grad():
+        ...     router.weight[1] = 0
+        >>> routed_around(model)
+        ['gate']
+    """
+    return [
+        name
+        for name, module in model.named_modules()
+        if any(isinstance(hook, ExpertRouting) for hook in module._forward_hooks.values())
+        and not bool(kept_experts(module).all())
+    ]
