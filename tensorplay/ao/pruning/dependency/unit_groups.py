@@ -24,7 +24,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -38,9 +38,11 @@ __all__ = [
     "UnitGroup",
     "check_groups",
     "expand_keep",
+    "pruned_from_slices",
     "pruned_units",
     "shapes_of",
     "unit_scores",
+    "units_view",
 ]
 
 
@@ -190,8 +192,14 @@ def _check_slice(group: UnitGroup, piece: Slice, shapes: Mapping[str, torch.Size
         )
 
 
-def _units_view(tensor: Tensor, piece: Slice, size: int) -> Tensor:
-    """A view of ``tensor`` whose first dimension is the group's unit (``size`` of them)."""
+def units_view(tensor: Tensor, piece: Slice, size: int) -> Tensor:
+    """A view of ``tensor`` whose first dimension is the group's unit (``size`` of them) and
+    whose second is the index within the unit (``width``); the other dimensions follow.
+
+    Example:
+        >>> units_view(torch.arange(6).view(2, 3), Slice("w", 1), 3)[2].tolist()
+        [[2, 5]]
+    """
     if piece.dim is None:
         return tensor.unsqueeze(0)
     section = tensor.narrow(piece.dim, piece.offset, size * piece.width)
@@ -227,7 +235,7 @@ def expand_keep(
         mask = masks.setdefault(
             piece.parameter, torch.ones(shapes[piece.parameter], dtype=torch.bool)
         )
-        _units_view(mask, piece, group.size)[dropped] = False
+        units_view(mask, piece, group.size)[dropped] = False
     return masks
 
 
@@ -254,24 +262,46 @@ def pruned_units(
         >>> pruned_units(group, masks, partial="keep")
         tensor([ True, False])
     """
+    return pruned_from_slices(
+        group,
+        [~_kept_anywhere(masks[piece.parameter], piece, group.size) for piece in group.slices],
+        partial=partial,
+    )
+
+
+def pruned_from_slices(
+    group: UnitGroup, pruned: Sequence[Tensor], *, partial: Literal["refuse", "keep"] = "refuse"
+) -> Tensor:
+    """One bool per unit, ``True`` where it is pruned in every slice, from ``pruned``: per slice
+    of ``group`` (in order), one bool per unit, ``True`` where the slice masks all of the
+    unit's indices. The rule of :func:`pruned_units`, for flags found elsewhere (summed over the
+    ranks that hold pieces of the slices, :mod:`~tensorplay.ao.pruning.structures.sharded_units`).
+
+    Raises:
+        ValueError: As :func:`pruned_units`.
+
+    Example:
+        >>> group = UnitGroup("fc", "channel", 2, (Slice("weight", 0), Slice("bias", 0)))
+        >>> pruned_from_slices(group, [torch.tensor([True, False]), torch.tensor([True, False])])
+        tensor([ True, False])
+    """
     if partial not in ("refuse", "keep"):
         raise ValueError(f"Expected `partial` to be 'refuse' or 'keep', but got {partial!r}.")
     first: Tensor | None = None
-    for piece in group.slices:
-        pruned = ~_kept_anywhere(masks[piece.parameter], piece, group.size)
+    for piece, found in zip(group.slices, pruned, strict=True):
         if first is None:
-            first = pruned
+            first = found
             first_piece = piece
             continue
         if partial == "keep":
-            first = first & pruned
+            first = first & found
             continue
-        disagree = torch.nonzero(pruned != first).flatten()
+        disagree = torch.nonzero(found != first).flatten()
         if disagree.numel():
             unit = int(disagree[0])
             raise ValueError(
                 f"Expected unit {unit} of group {group.name!r} to be pruned in all of its "
-                f"slices or in none, but it is {_state(bool(pruned[unit]))} in "
+                f"slices or in none, but it is {_state(bool(found[unit]))} in "
                 f"{piece.parameter!r} and {_state(bool(first[unit]))} in "
                 f"{first_piece.parameter!r}."
             )
@@ -316,7 +346,7 @@ def unit_scores(group: UnitGroup, scores: Mapping[str, Tensor]) -> Tensor:
     count = 0
     for piece in group.slices:
         if piece.scored:
-            units = _units_view(scores[piece.parameter].detach(), piece, group.size)
+            units = units_view(scores[piece.parameter].detach(), piece, group.size)
             flat = units.reshape(group.size, -1).to(device="cpu", dtype=torch.float64)
             total += flat.square().sum(dim=1)
             count += flat.shape[1]
