@@ -352,7 +352,9 @@ def select_in_place(
     rank's local pieces and ``count`` and ``caps`` are global: the ranks select together, exactly as
     one process would on the full tensors. Random methods then use rank zero's draw (broadcast);
     methods the streaming selection does not reproduce need the full tensors and are refused before
-    anything changes.
+    anything changes. With a group and no shards (``Sharding(None, group)``), every rank holds
+    the same whole sources (structured units' scores under FSDP2): each selects on its own,
+    random methods with rank zero's draw, so every rank clears the same units.
 
     Raises:
         ValueError: with a sharding, a method whose selection needs the full tensors.
@@ -367,7 +369,8 @@ def select_in_place(
     shards = None if sharding is None else sharding.shards
     group = None if sharding is None else sharding.group
     sources = Sources(scores, keep, labels, [mask.device for mask in keep])
-    selector = _InPlace(count, sources, keep, shards, group, zero)
+    counted = None if shards is None else group  # whole sources: no counts to sum over ranks
+    selector = _InPlace(count, sources, keep, shards, counted, zero)
     select_units(method, count, sources, selector, caps, group=group, sharded=shards is not None)
 
 

@@ -49,6 +49,7 @@ from tensorplay.ao.pruning.config import (
 )
 from tensorplay.ao.pruning.importance import Importance, make_importance
 from tensorplay.ao.pruning.masking import MaskingMode, masking_mode
+from tensorplay.ao.pruning.masking.mode import check_shards
 from tensorplay.ao.pruning.pair import Pair
 from tensorplay.ao.pruning.pruner_optimizers import OptimizerLinks
 from tensorplay.ao.pruning.pruner_state import Progress, load_progress, state_dict
@@ -170,13 +171,14 @@ class Pruner(OptimizerLinks):
         self.model = model
         self.importance_fn = importance_fn
         selected = resolve_targets(model, config)
+        self._mode = masking_mode(config.masking)
+        check_shards(self._mode, selected)  # before a structure records its units
         self._structure: PruningStructure = make_structure(
             config.structure, model, selected, example_inputs, config.multiple_of
         )
         self._targets = self._structure.targets
         self._scored_targets = self._structure.scored
         self._shrink_watch = ShrinkWatch(pair for target in self._targets for pair in target.pairs)
-        self._mode = masking_mode(config.masking)
         self._mode.check_targets(self._targets)
         self._budget = make_budget(model, config, self._structure, self._mode)
         self._importance = make_importance(config.importance, config.accumulator_dtype)

@@ -6,7 +6,9 @@ channel analysis knows (:mod:`.channel_modules`) as one ``call_module`` node, so
 keep their names in the model. A forward that cannot be traced (Python control flow on a
 tensor's values) is refused naming the submodule whose forward failed. Shapes come from
 running the graph on the meta device: modules are copied with meta tensors one at a time, so
-no data is computed, no memory is taken and no running statistic moves.
+no data is computed, no memory is taken and no running statistic moves (a module sharded by
+FSDP2's ``fully_shard`` is copied as the module it wraps, with the full shapes and without
+FSDP's hooks).
 
 Example:
     >>> import torch
@@ -20,6 +22,8 @@ Example:
 from __future__ import annotations
 
 import copy
+import sys
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -231,4 +235,30 @@ def _meta_copy(module: nn.Module) -> nn.Module:
         memo[id(tensor)] = (
             nn.Parameter(meta, tensor.requires_grad) if isinstance(tensor, nn.Parameter) else meta
         )
-    return copy.deepcopy(module, memo)
+    wrapped = _fsdp_wrapped_class(module)
+    if wrapped is None:
+        return copy.deepcopy(module, memo)
+    # FSDP2 (fully_shard) refuses deepcopy: copy the module it wraps, without FSDP's state and
+    # hooks (gathering shards, which the meta run, reading only shapes, never needs).
+    copied = wrapped.__new__(wrapped)
+    for key, value in vars(module).items():
+        if key.startswith("__composable_api_state_key"):
+            continue
+        fresh = isinstance(value, OrderedDict) and "hooks" in key
+        copied.__dict__[key] = OrderedDict() if fresh else copy.deepcopy(value, memo)
+    return copied
+
+
+def _fsdp_wrapped_class(module: nn.Module) -> type[nn.Module] | None:
+    """The class an FSDP2 module (``fully_shard``) wraps; ``None`` for any other module."""
+    if "torch.distributed.fsdp" not in sys.modules:
+        return None
+    from torch.distributed.fsdp import FSDPModule
+
+    if not isinstance(module, FSDPModule):
+        return None
+    return next(
+        base
+        for base in type(module).__mro__[1:]
+        if issubclass(base, nn.Module) and not issubclass(base, FSDPModule)
+    )

@@ -30,12 +30,13 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 
 from tensorplay.ao.pruning.base import BasePruningMethod
+from tensorplay.ao.pruning.dtensor_targets import is_sharded
 
 if TYPE_CHECKING:
     from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerHooks
     from tensorplay.ao.pruning.tied_targets import Target
 
-__all__ = ["MaskingMode", "masked_targets", "own_masks"]
+__all__ = ["MaskingMode", "check_shards", "masked_targets", "own_masks"]
 
 
 @runtime_checkable
@@ -189,3 +190,28 @@ def own_masks(
             )
         masks.append(new_mask.detach())
     return masks
+
+
+def check_shards(mode: MaskingMode, targets: Sequence[Target]) -> None:
+    """Refuse ``DTensor`` (FSDP2) targets for a mode that cannot hold them, before anything is
+    built on them (a structure's units are recorded on the model).
+
+    Raises:
+        ValueError: Naming the first sharded target and the mode that holds it.
+
+    Example:
+        >>> from torch import nn
+        >>> from tensorplay.ao.pruning.masking import masking_mode
+        >>> from tensorplay.ao.pruning.tied_targets import Target
+        >>> layer = nn.Linear(2, 1)
+        >>> check_shards(masking_mode("reparametrize"), [Target(("weight",), ((layer, "weight"),))])
+    """
+    if mode.holds_dtensors:
+        return
+    for target in targets:
+        if is_sharded(target.parameter()):
+            raise ValueError(
+                f"Expected plain tensors with masking={mode.name!r}, but {target.name!r} is a "
+                "DTensor (FSDP2): the reparametrization cannot hold sharded parameters; use "
+                "masking='inplace'."
+            )

@@ -158,9 +158,10 @@ def shrink(
             transformers' own ``per_layer_config``; a masked structured unit that would stay
             (naming the group, unit and tensor, or the module, channel and the missing
             ``example_inputs``); what :class:`~tensorplay.ao.pruning.DependencyGraph` raises
-            where nothing is recorded; a sharded (FSDP2 ``DTensor``) parameter: shrink a full
-            copy.
+            where nothing is recorded; a sharded (FSDP2 ``DTensor``) parameter, first of all:
+            gather the model to one device first.
     """
+    _check_whole(model)
     untraced: Mapping[str, str] = {}
     if groups is None:
         default = default_groups(model, example_inputs)
@@ -225,7 +226,6 @@ def _plan(model: nn.Module, groups: Sequence[UnitGroup], found: FoundBlocks | No
     if found is not None and found.config is not None:
         check_config(found)
     tensors = list(dict.fromkeys(name for group in groups for name in group.parameters()))
-    _check_whole(model, tensors)
     kept_elements = _kept_elements(model, tensors)
     layers = [group for group in groups if group.kind == "layer"]
     dropped_blocks = _dropped_blocks(layers, kept_elements, found)
@@ -336,13 +336,16 @@ def _pruned(group: UnitGroup, kept_elements: dict[str, Tensor]) -> tuple[Tensor,
     return pruned, int((somewhere & ~pruned).sum())
 
 
-def _check_whole(model: nn.Module, names: Sequence[str]) -> None:
-    aliases = alias_map(model)
-    for name in names:
-        if is_dtensor(aliases[name].parameter):
+def _check_whole(model: nn.Module) -> None:
+    """Refuse a sharded model before anything is traced or changed."""
+    for name, param in model.named_parameters():
+        if is_dtensor(param):
             raise ValueError(
                 f"Expected whole parameters to shrink, but {name!r} is a DTensor (a sharded "
-                "parameter, as under FSDP2): shrink a full copy of the model."
+                "parameter, as under FSDP2): gather the model to one device first: load its "
+                "full state_dict, masks included (torch.distributed.checkpoint.state_dict."
+                "get_model_state_dict with StateDictOptions(full_state_dict=True)), into an "
+                "unsharded copy of the model, and shrink the copy."
             )
 
 

@@ -50,6 +50,7 @@ from torch import nn
 from tensorplay.ao.pruning.base import BasePruningMethod
 from tensorplay.ao.pruning.dependency.graph import DependencyGraph
 from tensorplay.ao.pruning.dependency.unit_groups import UnitGroup
+from tensorplay.ao.pruning.dtensor_targets import is_sharded
 from tensorplay.ao.pruning.methods import L1Unstructured, RandomUnstructured
 from tensorplay.ao.pruning.structures.routing import install_routing
 from tensorplay.ao.pruning.structures.structured import UnitStructure
@@ -88,6 +89,22 @@ class ExpertStructure(UnitStructure):
         super().__init__(model, selected, example_inputs, multiple_of)
         for router, top_k, normalise in self._routers:
             install_routing(router, top_k=top_k, normalise=normalise)
+
+    @classmethod
+    def _refuse_shards(cls, model: nn.Module) -> None:
+        """Refuse an FSDP2 model before the graph traces it or anything changes.
+
+        Raises:
+            ValueError: Naming the first ``DTensor`` parameter.
+        """
+        for name, param in model.named_parameters():
+            if is_sharded(param):
+                raise ValueError(
+                    f"Expected plain tensors with structure='expert', but {name!r} is a DTensor "
+                    "(FSDP2): experts are not pruned across shards. Prune experts on one device "
+                    "or under DDP (shrink, then shard), or use structure='channel', 'head' or "
+                    "'layer' with masking='inplace'."
+                )
 
     def _selected_groups(
         self, graph: DependencyGraph, model: nn.Module, selected: Sequence[Target]

@@ -35,7 +35,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from torch import nn
 
@@ -44,11 +44,11 @@ from tensorplay.ao.pruning.base import BasePruningMethod
 from tensorplay.ao.pruning.dependency.graph import DependencyGraph
 from tensorplay.ao.pruning.dependency.recorded import record_groups
 from tensorplay.ao.pruning.dependency.unit_groups import UnitGroup, shapes_of
-from tensorplay.ao.pruning.dtensor_targets import is_sharded
 from tensorplay.ao.pruning.masking.mode import MaskingMode
 from tensorplay.ao.pruning.methods import L1Unstructured, RandomUnstructured
 from tensorplay.ao.pruning.stats import TensorSparsity
 from tensorplay.ao.pruning.structures.coverage import uncovered
+from tensorplay.ao.pruning.structures.sharded_units import ShardedUnits, mesh_of
 from tensorplay.ao.pruning.structures.structure import Scores
 from tensorplay.ao.pruning.structures.unit_space import (
     Ranked,
@@ -85,8 +85,8 @@ class UnitStructure:
         ValueError: The model cannot be analysed (naming the submodule), has no units of this
             kind (a plain model's heads or layers, a post-norm model's layers, a model whose
             only layer is its output), or the selection leaves none; a ``multiple_of`` wider
-            than some group (naming it and its width); parameters that are ``DTensor`` shards
-            (FSDP2).
+            than some group (naming it and its width); under FSDP2, as
+            :meth:`_refuse_shards` of the kind.
         TypeError: ``example_inputs`` neither a tensor nor a tuple.
     """
 
@@ -101,7 +101,7 @@ class UnitStructure:
         example_inputs: Any = None,
         multiple_of: int = 1,
     ) -> None:
-        _refuse_shards(self.name, model)
+        self._refuse_shards(model)
         graph = DependencyGraph(model, example_inputs)
         groups = self._selected_groups(graph, model, selected)
         _check_multiple(self.name, groups, multiple_of)
@@ -196,15 +196,29 @@ class UnitStructure:
 
     def rows(self, mode: MaskingMode, *, permanent: bool) -> list[TensorSparsity]:
         """Per group, its units and those pruned (masked in every slice; once permanent, zero
-        in every slice)."""
-        rows = []
-        for ranked in self._ranked:
-            masks = held_masks(
-                ranked.parameters(), self._by_name, self._shapes, None if permanent else mode
-            )
-            pruned = int(pruned_of(ranked, masks, "keep" if permanent else "refuse").sum())
-            rows.append(TensorSparsity(ranked.name, (ranked.size,), ranked.size, pruned))
-        return rows
+        in every slice). Under FSDP2 a collective (one ``all_reduce``): call it on every rank."""
+        held = None if permanent else mode
+        partial: Literal["refuse", "keep"] = "keep" if permanent else "refuse"
+        group = mesh_of(self.targets)
+        if group is not None:
+            groups = [ranked.groups for ranked in self._ranked]
+            shapes = self._shapes
+            units = ShardedUnits(groups, self._by_name, shapes, held, None, [], group, partial)
+            found = [units.pruned(index) for index in range(len(self._ranked))]
+        else:
+            found = []
+            for ranked in self._ranked:
+                masks = held_masks(ranked.parameters(), self._by_name, self._shapes, held)
+                found.append(pruned_of(ranked, masks, partial))
+        return [
+            TensorSparsity(ranked.name, (ranked.size,), ranked.size, int(pruned.sum()))
+            for ranked, pruned in zip(self._ranked, found, strict=True)
+        ]
+
+    @classmethod
+    def _refuse_shards(cls, model: nn.Module) -> None:
+        """Nothing to refuse: channels, heads and layers are pruned across FSDP2 shards
+        (:mod:`~tensorplay.ao.pruning.structures.sharded_units`)."""
 
 
 class ChannelStructure(UnitStructure):
@@ -275,15 +289,3 @@ def _targets(names: Sequence[str], aliases: Any, by_name: dict[str, Target]) -> 
         for alias in target.names:
             by_name[alias] = target
     return list(found.values())
-
-
-def _refuse_shards(kind: str, model: nn.Module) -> None:
-    """Refuse FSDP2 models before the graph traces them or anything changes."""
-    for name, param in model.named_parameters():
-        if is_sharded(param):
-            raise ValueError(
-                f"Expected plain tensors with structure={kind!r}, but {name!r} is a DTensor "
-                "(FSDP2): a unit's slices lie across the shards. Prune structure under DDP or "
-                "on one device (shrink, then shard), or use structure='element' with "
-                "masking='inplace'."
-            )

@@ -70,8 +70,10 @@ from tensorplay.ao.pruning.dependency.unit_groups import (
     pruned_units,
     unit_scores,
 )
+from tensorplay.ao.pruning.dtensor_targets import Sharding, placed_like
 from tensorplay.ao.pruning.masking.mode import MaskingMode
 from tensorplay.ao.pruning.method_selection import select_in_place
+from tensorplay.ao.pruning.structures.sharded_units import ShardedUnits, mesh_of
 from tensorplay.ao.pruning.structures.structure import Scores
 from tensorplay.ao.pruning.tied_targets import Target
 
@@ -208,6 +210,12 @@ class StructuredSpace:
         self._element_scores: dict[str, Tensor] | None = None
         self._multiple = multiple_of
         self.names = [ranked.name for ranked in self._ranked]
+        group = mesh_of(list(dict.fromkeys(targets.values())))
+        self._sharded = None
+        if group is not None:  # FSDP2: one all_reduce of per-unit sums (sharded_units)
+            units = [ranked.groups for ranked in self._ranked]
+            self._sharded = ShardedUnits(units, targets, shapes, mode, scores, self._scored, group)
+        self._selection = Sharding(None, group)  # the same units on every rank (random: rank 0's)
         self.collapse_share = 0.1  # a group keeps a unit: warn when it is nearly gone
 
     @classmethod
@@ -242,13 +250,23 @@ class StructuredSpace:
         """Per group, its pruned units as the masks hold them."""
         return [int(self._pruned(index).sum()) for index in range(len(self._ranked))]
 
+    @property
+    def bytes_reduced(self) -> int:
+        """The bytes this rank all-reduced to find the units of a sharded model's step (0 on
+        plain tensors)."""
+        return 0 if self._sharded is None else self._sharded.bytes_reduced
+
     def _pruned(self, index: int) -> Tensor:
+        if self._sharded is not None:
+            return self._sharded.pruned(index)
         ranked = self._ranked[index]
         return pruned_of(
             ranked, held_masks(ranked.parameters(), self._targets, self._shapes, self._mode)
         )
 
     def _unit_scores(self, index: int) -> Tensor:
+        if self._sharded is not None:
+            return self._sharded.scores(index)
         if self._element_scores is None:
             found = self._score(self._scored)
             self._element_scores = {
@@ -288,13 +306,13 @@ class StructuredSpace:
         scores = [self._unit_scores(index) for index in chosen]
         labels = [self._ranked[index].name for index in chosen]
         keeps = [keep.clone() for keep in kept]
-        select_in_place(self._method, count, scores, keeps, labels, limits)
+        select_in_place(self._method, count, scores, keeps, labels, limits, self._selection)
         if self._multiple > 1:
             keeps = [
                 self._to_multiple(*row)
                 for row in zip(kept, keeps, scores, labels, least, strict=True)
             ]
-        self._write([self._ranked[index] for index in chosen], kept, keeps)
+        self._write(chosen, kept, keeps)
 
     def _to_multiple(
         self, kept: Tensor, chosen: Tensor, scores: Tensor, label: str, least: int
@@ -305,7 +323,8 @@ class StructuredSpace:
         if width == int(chosen.sum()):
             return chosen
         keep = kept.clone()
-        select_in_place(self._method, int(kept.sum()) - width, [scores], [keep], [label])
+        count = int(kept.sum()) - width
+        select_in_place(self._method, count, [scores], [keep], [label], None, self._selection)
         return keep
 
     def _refuse(self, count: int, most: int, absorbed: int, chosen: Sequence[int]) -> None:
@@ -335,18 +354,21 @@ class StructuredSpace:
         )
 
     def _write(
-        self, ranked: Sequence[Ranked], before: Sequence[Tensor], after: Sequence[Tensor]
+        self, indices: Sequence[int], before: Sequence[Tensor], after: Sequence[Tensor]
     ) -> None:
-        """Give the masking mode the element masks of the units newly pruned."""
+        """Give the masking mode the element masks of the units newly pruned (under FSDP2 this
+        rank's pieces, placed as the parameters are)."""
         masks: dict[str, Tensor] = {}
-        for group_set, old, new in zip(ranked, before, after, strict=True):
+        for index, old, new in zip(indices, before, after, strict=True):
             if torch.equal(old, new):
                 continue
+            if self._sharded is not None:
+                self._sharded.kept(index, new)
             offset = 0
-            for group in group_set.groups:
+            for group in self._ranked[index].groups:
                 keep = new[offset : offset + group.size]
                 offset += group.size
-                for name, mask in expand_keep(group, keep, self._shapes).items():
+                for name, mask in self._expand(group, keep).items():
                     masks[name] = masks[name] & mask if name in masks else mask
         by_target: dict[str, tuple[Target, Tensor]] = {}
         for name, mask in masks.items():
@@ -356,8 +378,14 @@ class StructuredSpace:
         if not by_target:
             return
         targets = [target for target, _ in by_target.values()]
-        keeps = [mask for _, mask in by_target.values()]
+        keeps = [placed_like(mask, target.parameter()) for target, mask in by_target.values()]
         self._mode.prune_each(targets, keeps, _restrict)
+
+    def _expand(self, group: UnitGroup, keep: Tensor) -> dict[str, Tensor]:
+        """The element keep masks ``keep`` means (this rank's pieces under FSDP2)."""
+        if self._sharded is not None:
+            return self._sharded.keep_masks(group, keep)
+        return expand_keep(group, keep, self._shapes)
 
 
 def _restrict(index: int, new: Tensor, keep: Tensor) -> None:
