@@ -40,6 +40,7 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         "llama",
         {"structure": "channel", "scope": "layerwise", "method": "random_unstructured"},
     ),
+    "llama-both-budget": ("llama", {"structure": ("channel", "head"), "target_params": 0.8}),
     "mlp-channel": ("mlp", {"structure": "channel"}),
 }
 
@@ -105,7 +106,7 @@ def _shard(model: nn.Module, family: str) -> None:
     from torch.distributed.fsdp import fully_shard
 
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-    linears = [module for module in model if isinstance(module, nn.Linear)]
+    linears = [module for module in model.children() if isinstance(module, nn.Linear)]
     blocks = model.model.layers if family == "llama" else linears
     for block in blocks:
         fully_shard(block, mesh=mesh)
@@ -136,7 +137,7 @@ def run(name: str, sharded: bool) -> dict[str, Any]:
     """Train and prune case ``name``; the full masks, counts, and what was all-reduced."""
     from tensorplay.ao.pruning import DependencyGraph
     from tensorplay.ao.pruning.pruner import Pruner
-    from tensorplay.ao.pruning.schedules import LinearSchedule
+    from tensorplay.ao.pruning.schedules import CubicSchedule, LinearSchedule, Schedule
     from tensorplay.ao.pruning.structures import sharded_units
 
     family, options = CASES[name]
@@ -149,7 +150,9 @@ def run(name: str, sharded: bool) -> dict[str, Any]:
 
         example = _data()[0][0]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    schedule = LinearSchedule(0.5, end_step=SCHEDULE_END, frequency=1)
+    schedule: Schedule = LinearSchedule(0.5, end_step=SCHEDULE_END, frequency=1)
+    if "target_params" in options:  # the budget sets the target: the schedule only its pace
+        schedule = CubicSchedule(end_step=SCHEDULE_END, frequency=1)
     pruner = Pruner(model, schedule, masking="inplace", seed=3, example_inputs=example, **options)
     pruner.attach(optimizer)
     reduced: list[int] = []
@@ -184,7 +187,11 @@ def run(name: str, sharded: bool) -> dict[str, Any]:
             masks[key] = _full(mask)
             revived += int((_full(param)[~masks[key]] != 0).sum())
     params = [model.get_parameter(target) for target in pruner.targets]
-    groups = [] if sharded else DependencyGraph(model, example).groups(options["structure"])
+    kinds = (
+        options["structure"] if isinstance(options["structure"], tuple) else (options["structure"],)
+    )
+    graph = None if sharded else DependencyGraph(model, example)
+    groups = [group for kind in kinds for group in graph.groups(kind)] if graph else []
     return {
         "numbers": sum(g.size * (len(g.slices) + sum(p.scored for p in g.slices)) for g in groups),
         "masks": masks,
