@@ -64,20 +64,21 @@ ProcessGroup = dist.ProcessGroup
 def slice_sums(local: Tensor, piece: Slice, size: int, first_row: int) -> Tensor:
     """Per unit of a group of ``size`` units, the sum (``float64``, on the CPU) of ``local``'s
     values over the unit's indices of ``piece`` that ``local`` holds; ``local`` is rows
-    ``first_row ...`` of the full tensor (dim 0), all of its other dims (see the module).
+    ``first_row ...`` of the full tensor (dim 0), all of its other dims (see the module). The
+    sums are taken where ``local`` lies; only the ``size`` of them move to the CPU.
 
     Example:
         >>> slice_sums(torch.ones(0, 3), Slice("w", 0), 2, first_row=4).tolist()  # no rows
         [0.0, 0.0]
     """
-    values = local.detach().to(device="cpu", dtype=torch.float64)
+    values = local.detach().to(dtype=torch.float64)
     if piece.dim != 0:  # every unit's indices along it are here, for the rows held
-        return units_view(values, piece, size).flatten(1).sum(1)
+        return units_view(values, piece, size).flatten(1).sum(1).cpu()
     rows = values.flatten(1).sum(1) if values.dim() > 1 else values
-    index = torch.arange(first_row, first_row + rows.shape[0]) - piece.offset
+    index = torch.arange(first_row, first_row + rows.shape[0], device=rows.device) - piece.offset
     inside = (index >= 0) & (index < size * piece.width)
-    sums = torch.zeros(size, dtype=torch.float64)
-    return sums.index_add_(0, index[inside] // piece.width, rows[inside])
+    sums = torch.zeros(size, dtype=torch.float64, device=rows.device)
+    return sums.index_add_(0, index[inside] // piece.width, rows[inside]).cpu()
 
 
 def local_keep(
@@ -244,23 +245,22 @@ class ShardedUnits:
         if self._score is None:
             return torch.zeros(0, dtype=torch.float64)
         found = self._score(self._scored)
-        local: dict[str, Tensor] = {}
+        local: dict[str, Tensor] = {}  # effective scores: 0 where a mask prunes
         for target, score in zip(self._scored, found, strict=True):
-            value = local_part(score.detach()).to(dtype=torch.float64)
+            value = local_part(score.detach())
             mask = None if self._mode is None else self._mode.mask(*target.pair)
             if mask is not None:
                 value = value.masked_fill(~local_part(mask).to(value.device), 0)
             for name in target.names:
-                local[name] = value.square()
+                local[name] = value
         parts = [torch.zeros(0, dtype=torch.float64)]
         for groups in self._groups:
             for unit_group in groups:
                 for piece in unit_group.slices:
                     if piece.scored:
                         row = _first_row(self._targets[piece.parameter])
-                        parts.append(
-                            slice_sums(local[piece.parameter], piece, unit_group.size, row)
-                        )
+                        squares = local[piece.parameter].to(torch.float64).square()
+                        parts.append(slice_sums(squares, piece, unit_group.size, row))
         return torch.cat(parts)
 
     def _pruned_from(self, kept: Tensor) -> list[Tensor]:
