@@ -18,6 +18,12 @@ turns their element scores into one per unit). A selected tensor that no group t
 stays dense, and is named when the structure is built, in a warning and under the report's table
 (:mod:`~tensorplay.ao.pruning.structures.coverage`).
 
+Under FSDP2 (``fully_shard``, ``masking="inplace"``) the units are the same: each rank sums per
+unit what it holds of the slices and one ``all_reduce`` per pruning step gives every rank every
+unit's score (:mod:`~tensorplay.ao.pruning.structures.sharded_units`); each rank writes the rows
+it holds of every mask. Experts are refused there (``structure="expert"``: prune them on one
+device or under DDP).
+
 Example:
     >>> import torch
     >>> from torch import nn

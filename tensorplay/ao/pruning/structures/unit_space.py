@@ -32,6 +32,10 @@ rank single weights:
 * **Masks**: the chosen units expand to element masks of every slice
   (:func:`~tensorplay.ao.pruning.dependency.unit_groups.expand_keep`), combined with the masks held,
   and the masking mode holds them (either mode).
+* **FSDP2**: where the targets are ``DTensor`` shards, the pruned units and the scores come from
+  one ``all_reduce`` of per-unit partial sums (:class:`~tensorplay.ao.pruning.structures.
+  sharded_units.ShardedUnits`), every rank selects the same units on the same numbers (random
+  methods with rank zero's draw), and each writes its own rows of the masks.
 
 Example:
     >>> import torch
