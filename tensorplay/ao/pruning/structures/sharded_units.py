@@ -127,9 +127,16 @@ def mesh_of(targets: Sequence[Target]) -> ProcessGroup | None:
     return sharding_of([target.parameter() for target in targets], labels).group
 
 
-def sum_over_mesh(vector: Tensor, group: ProcessGroup) -> Tensor:
+def sum_over_mesh(vector: Tensor, group: ProcessGroup | None) -> Tensor:
     """``vector`` (``float64``, on the CPU) summed over the ranks of ``group``: one
-    ``all_reduce``, on the GPU for NCCL."""
+    ``all_reduce``, on the GPU for NCCL; ``vector`` itself without a group (one process).
+
+    Example:
+        >>> sum_over_mesh(torch.tensor([1.0, 2.0], dtype=torch.float64), None).tolist()
+        [1.0, 2.0]
+    """
+    if group is None:
+        return vector
     device = torch.device("cpu")
     if dist.get_backend(group) == "nccl":
         device = torch.device("cuda", torch.cuda.current_device())
@@ -150,12 +157,28 @@ class ShardedUnits:
         scores: ``targets -> element scores`` (``DTensor``\\ s placed like their parameters),
             called once, with ``scored``; ``None``: only pruned units are asked for.
         scored: The targets whose element scores the unit scores read.
-        group: The process group of the targets' mesh.
+        group: The process group of the targets' mesh (``None``: one process, whose tensors
+            are whole).
         partial: What a unit masked in some of its slices only is (as
             :func:`~tensorplay.ao.pruning.dependency.unit_groups.pruned_units`).
 
     Attributes:
-        bytes_reduced: The bytes this rank's ``all_reduce`` sent (0 until units are asked).
+        bytes_reduced: The bytes this rank's ``all_reduce`` sent (0 until units are asked, and
+            without a group).
+
+    Example:
+        >>> from torch import nn
+        >>> from tensorplay.ao.pruning.masking import masking_mode
+        >>> layer = nn.Linear(3, 2)
+        >>> with torch.no_grad():
+        ...     _ = layer.weight.copy_(torch.tensor([[1.0, 1.0, 1.0], [0.0, 3.0, 4.0]]))
+        >>> target = Target(("weight",), ((layer, "weight"),))
+        >>> fc = UnitGroup("fc", "channel", 2, (Slice("weight", 0),))
+        >>> magnitude = lambda targets: [t.parameter().detach().abs() for t in targets]
+        >>> units = ShardedUnits([[fc]], {"weight": target}, {"weight": layer.weight.shape},
+        ...                      masking_mode("inplace"), magnitude, [target], None)
+        >>> units.pruned(0), units.scores(0)
+        (tensor([False, False]), tensor([1.0000, 2.8868], dtype=torch.float64))
     """
 
     def __init__(
@@ -166,7 +189,7 @@ class ShardedUnits:
         mode: MaskingMode | None,
         scores: Scores | None,
         scored: Sequence[Target],
-        group: ProcessGroup,
+        group: ProcessGroup | None,
         partial: Literal["refuse", "keep"] = "refuse",
     ) -> None:
         self._groups = [list(found) for found in groups]
@@ -212,7 +235,7 @@ class ShardedUnits:
         kept = self._local_kept()
         squares = self._local_squares()
         sums = sum_over_mesh(torch.cat([kept, squares]), self._group)
-        self.bytes_reduced = sums.numel() * sums.element_size()
+        self.bytes_reduced = 0 if self._group is None else sums.numel() * sums.element_size()
         self._pruned = self._pruned_from(sums[: kept.numel()])
         self._scores = self._scores_from(sums[kept.numel() :])
         return self._pruned
