@@ -40,6 +40,10 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         "llama",
         {"structure": "channel", "scope": "layerwise", "method": "random_unstructured"},
     ),
+    "llama-channel-random-unseeded": (  # every rank draws rank zero's units
+        "llama",
+        {"structure": "channel", "method": "random_unstructured", "seed": None},
+    ),
     "llama-both-budget": ("llama", {"structure": ("channel", "head"), "target_params": 0.8}),
     "mlp-channel": ("mlp", {"structure": "channel"}),
 }
@@ -133,8 +137,9 @@ def _full(tensor: Tensor) -> Tensor:
     return full.detach().clone()
 
 
-def run(name: str, sharded: bool) -> dict[str, Any]:
-    """Train and prune case ``name``; the full masks, counts, and what was all-reduced."""
+def run(name: str, sharded: bool, rank: int = 0) -> dict[str, Any]:
+    """Train and prune case ``name``; the full masks, counts, and what was all-reduced. Each
+    rank's global random stream differs (rank zero's is the one process's)."""
     from tensorplay.ao.pruning import DependencyGraph
     from tensorplay.ao.pruning.pruner import Pruner
     from tensorplay.ao.pruning.schedules import CubicSchedule, LinearSchedule, Schedule
@@ -153,7 +158,9 @@ def run(name: str, sharded: bool) -> dict[str, Any]:
     schedule: Schedule = LinearSchedule(0.5, end_step=SCHEDULE_END, frequency=1)
     if "target_params" in options:  # the budget sets the target: the schedule only its pace
         schedule = CubicSchedule(end_step=SCHEDULE_END, frequency=1)
-    pruner = Pruner(model, schedule, masking="inplace", seed=3, example_inputs=example, **options)
+    torch.manual_seed(100 + rank)
+    options = {"seed": 3, **options}
+    pruner = Pruner(model, schedule, masking="inplace", example_inputs=example, **options)
     pruner.attach(optimizer)
     reduced: list[int] = []
     original = sharded_units.sum_over_mesh
@@ -234,7 +241,7 @@ def refusals() -> dict[str, str]:
 
 
 def _worker(rank: int, out: Path) -> None:
-    results: dict[str, Any] = {name: run(name, sharded=True) for name in CASES}
+    results: dict[str, Any] = {name: run(name, True, rank) for name in CASES}
     results["refusals"] = refusals()
     torch.save(results, out / f"rank{rank}.pt")
 
