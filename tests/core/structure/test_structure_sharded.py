@@ -200,7 +200,7 @@ def run(name: str, sharded: bool, rank: int = 0) -> dict[str, Any]:
     graph = None if sharded else DependencyGraph(model, example)
     groups = [group for kind in kinds for group in graph.groups(kind)] if graph else []
     return {
-        "numbers": sum(g.size * (len(g.slices) + sum(p.scored for p in g.slices)) for g in groups),
+        "numbers": sum(group.size * (len(group.slices) + 1) for group in groups),
         "masks": masks,
         "history": list(pruner.history),
         "report": str(pruner.report()),
@@ -272,12 +272,12 @@ def test_sharded_units_equal_one_process(tmp_path):
             # One all_reduce per pruning step with a target above 0, none on the others.
             calls = [len(sent) for sent in got["reduced"]]
             assert calls == [0] + [1] * SCHEDULE_END + [0], (name, calls)
-            # Per unit, a float64 per slice (kept entries) and per scored slice (squared scores).
+            # Per unit, a float64 per slice (kept entries) and one more (squared scores).
             assert all(sent == [oracle["numbers"] * 8] for sent in got["reduced"][1:-1]), name
     for name in CASES:  # the numbers the docs quote (pytest -s shows them)
         got = ranks[0][name]
         print(f"{name}: {got['reduced'][1][0]} bytes all-reduced per step, {got['param_bytes']}")
-    assert ranks[0]["llama-channel"]["reduced"][1] == [3 * 48 * (3 + 3) * 8]  # 3 FFNs of 48
+    assert ranks[0]["llama-channel"]["reduced"][1] == [3 * 48 * (3 + 1) * 8]  # 3 FFNs of 48
     for rank in ranks:
         found = rank["refusals"]
         assert "masking='inplace'" in found["reparametrize"], found["reparametrize"]

@@ -14,15 +14,17 @@ with **one** ``all_reduce`` (sum) of one ``float64`` vector, the first time the 
 * per slice of every group, the entries of each unit its held mask keeps: a unit is pruned
   where none are kept in every slice, by the rule of one process
   (:func:`~tensorplay.ao.pruning.dependency.unit_groups.pruned_from_slices`);
-* per scored slice, the sum of each unit's squared element scores (those of the weights the
-  model computes with: entries a mask prunes score 0): a unit's score is the root mean square
-  over its scored slices, as :func:`~tensorplay.ao.pruning.dependency.unit_groups.unit_scores`
-  computes it on one process.
+* per unit, the sum of its squared element scores over its scored slices (those of the weights
+  the model computes with: entries a mask prunes score 0): a unit's score is their root mean
+  square, as :func:`~tensorplay.ao.pruning.dependency.unit_groups.unit_scores` computes it on
+  one process.
+
+So a pruning step sends 8 bytes per unit for each slice it spans, and 8 more.
 
 Every rank then runs the same selection on the same numbers, so the units chosen are the same
 on every rank, and each rank writes the rows of the masks it holds (:func:`local_keep`). A
-unit's sum over a slice the ranks split is the ranks' partial sums added, in float64: it may
-differ from one process's sum in the last bits, so units whose scores tie to about
+unit's sum is the ranks' partial sums added, in float64, in another order than one process adds
+them: it may differ from one process's sum in the last bits, so units whose scores tie to about
 ``1e-15`` relative may be ordered otherwise than on one process; any others are chosen alike.
 
 Example:
@@ -263,8 +265,8 @@ class ShardedUnits:
         return local_part(mask)
 
     def _local_squares(self) -> Tensor:
-        """Per scored slice of every unit group, in order: each unit's sum of squared
-        effective element scores held here (nothing without scores)."""
+        """Per unit group, in order: each unit's sum of squared effective element scores held
+        here, over its scored slices (nothing without scores)."""
         if self._score is None:
             return torch.zeros(0, dtype=torch.float64)
         found = self._score(self._scored)
@@ -279,11 +281,13 @@ class ShardedUnits:
         parts = [torch.zeros(0, dtype=torch.float64)]
         for groups in self._groups:
             for unit_group in groups:
+                total = torch.zeros(unit_group.size, dtype=torch.float64)
                 for piece in unit_group.slices:
                     if piece.scored:
                         row = _first_row(self._targets[piece.parameter])
                         squares = local[piece.parameter].to(torch.float64).square()
-                        parts.append(slice_sums(squares, piece, unit_group.size, row))
+                        total += slice_sums(squares, piece, unit_group.size, row)
+                parts.append(total)
         return torch.cat(parts)
 
     def _pruned_from(self, kept: Tensor) -> list[Tensor]:
@@ -306,13 +310,13 @@ class ShardedUnits:
         for groups in self._groups:
             scores = []
             for unit_group in groups:
-                total = torch.zeros(unit_group.size, dtype=torch.float64)
-                count = 0
-                for piece in unit_group.slices:
-                    if piece.scored:
-                        total += squares[offset : offset + unit_group.size]
-                        offset += unit_group.size
-                        count += _unit_numel(self._shapes[piece.parameter], piece)
+                total = squares[offset : offset + unit_group.size]
+                offset += unit_group.size
+                count = sum(
+                    _unit_numel(self._shapes[piece.parameter], piece)
+                    for piece in unit_group.slices
+                    if piece.scored
+                )
                 scores.append((total / count).sqrt())
             found.append(torch.cat(scores))
         return found
