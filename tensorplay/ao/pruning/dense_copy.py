@@ -41,6 +41,7 @@ from tensorplay.ao.pruning.masking.lean_masks import MASK_SUFFIX, lean_mask
 from tensorplay.ao.pruning.reparametrization import pruned_parts, pruned_tensor_names
 from tensorplay.ao.pruning.selection import is_dtensor
 from tensorplay.ao.pruning.serialization import dense_order, masked_tensor
+from tensorplay.ao.pruning.sharded_copy import sharded_copy
 
 __all__ = ["LeftOutOfCopies", "dense_copy"]
 
@@ -74,6 +75,9 @@ def dense_copy(model: nn.Module, dtype: torch.dtype | None = None) -> nn.Module:
     """A frozen copy of ``model`` that computes what ``model`` computes now, with every masked
     tensor made a plain parameter of its masked values and no pruning state (the module).
 
+    A model sharded with FSDP2 (``DTensor`` parameters) is copied shard by shard into a copy
+    sharded like it (:func:`~tensorplay.ao.pruning.sharded_copy.sharded_copy`; collective).
+
     Args:
         model: Any module, under pruning (either masking mode) or not, on any device.
         dtype: The floating-point dtype of the copy's floating-point parameters and buffers
@@ -86,7 +90,9 @@ def dense_copy(model: nn.Module, dtype: torch.dtype | None = None) -> nn.Module:
 
     Raises:
         TypeError: ``model`` is not a module, or ``dtype`` is not a floating-point dtype.
-        ValueError: ``model`` holds ``DTensor`` (FSDP2-sharded) tensors, naming one.
+        ValueError: ``model`` holds ``DTensor`` buffers but no ``DTensor`` parameter (naming
+            one), or is sharded in a way :func:`~tensorplay.ao.pruning.sharded_copy.sharded_copy`
+            refuses.
 
     Example:
         >>> import torch
@@ -108,6 +114,8 @@ def dense_copy(model: nn.Module, dtype: torch.dtype | None = None) -> nn.Module:
         raise TypeError(
             f"Expected `dtype` to be a floating-point torch.dtype or None, but got {dtype!r}."
         )
+    if any(is_dtensor(p) for p in model.parameters()):
+        return sharded_copy(model, dtype)
     _refuse_dtensors(model)
     freeze = _Freezer(dtype)
     memo: dict[int, Any] = {}

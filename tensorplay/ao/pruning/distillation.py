@@ -53,6 +53,7 @@ from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 from tensorplay.ao.pruning.dense_copy import LeftOutOfCopies, dense_copy
+from tensorplay.ao.pruning.selection import is_dtensor
 
 __all__ = ["Distillation", "attached_distillation", "kd_loss"]
 
@@ -492,19 +493,25 @@ def _check_separate(teacher: nn.Module, student: nn.Module) -> None:
             "itself: pass teacher=None for a frozen copy of it."
         )
     memory = {
-        param.untyped_storage().data_ptr(): name
+        _address(param): name
         for name, param in student.named_parameters()
         if param.device.type != "meta" and param.numel()
     }
     for name, param in teacher.named_parameters():
         if param.device.type != "meta" and param.numel():
-            shared = memory.get(param.untyped_storage().data_ptr())
+            shared = memory.get(_address(param))
             if shared is not None:
                 raise ValueError(
                     f"Expected `teacher` to share no memory with the student, but its {name} "
                     f"is the student's {shared}: training would change the teacher. Pass a "
                     "copy, or teacher=None."
                 )
+
+
+def _address(param: Tensor) -> int:
+    """Where ``param``'s memory starts (a DTensor's: its local shard's)."""
+    local = param.to_local() if is_dtensor(param) else param  # type: ignore[attr-defined]
+    return int(local.untyped_storage().data_ptr())
 
 
 def _device_of(module: nn.Module) -> torch.device | None:
