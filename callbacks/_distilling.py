@@ -10,6 +10,12 @@ loss that is back-propagated), checks that every term it gave reached a backward
 that drops it is an error, never a silent no-op), averages the values for the loggers, and
 saves and restores the teacher taken, so that a resumed run distils from the same one.
 
+A teacher copied from a model sharded with FSDP2 (sharded like it, one shard per rank) is not
+saved: a framework's checkpoint keeps a callback's state on one rank only, so its weights would
+miss the other ranks' shards. Its state is a marker instead, and a run resumed from it past the
+first pruning step is refused, saying what to do (pass the dense model, sharded like the
+student, as ``teacher``, or resume with ``distill_weight=0``).
+
 Example:
     >>> import torch
     >>> from torch import nn
@@ -34,13 +40,18 @@ import numbers
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning.dense_copy import LeftOutOfCopies, dense_copy
 from tensorplay.ao.pruning.distillation import Distillation
 from tensorplay.ao.pruning.pruner import Pruner
+from tensorplay.ao.pruning.selection import is_dtensor
 
-__all__ = ["Distilling", "check_distill_arguments", "first_pruning_due"]
+__all__ = ["SHARDED_TEACHER", "Distilling", "check_distill_arguments", "first_pruning_due"]
+
+#: The key of :meth:`Distilling.teacher_state` for a teacher sharded with FSDP2 (not saved).
+SHARDED_TEACHER = "__sharded_teacher_not_saved__"
 
 
 def check_distill_arguments(weight: object, temperature: object, teacher: object) -> None:
@@ -109,6 +120,7 @@ class Distilling(LeftOutOfCopies):
         self._sum: Tensor | None = None
         self._count = 0
         self._loaded: Mapping[str, Tensor] | None = None
+        self._unsaved = False  # the checkpoint loaded had a sharded teacher, not saved
 
     @property
     def attached(self) -> bool:
@@ -141,6 +153,14 @@ class Distilling(LeftOutOfCopies):
         if self._loaded is not None:
             self.start(pruner.model, teacher=None, weight=weight, temperature=temperature)
             return
+        if pruner.history and step > pruner.last_step and self._unsaved:
+            raise RuntimeError(
+                f"{self.name}: expected the teacher (the model before the first pruning step, "
+                f"step {pruner.history[0][0]}) in the checkpoint this run resumed from, but "
+                "the model is sharded with FSDP2 and a sharded teacher is not saved in "
+                "checkpoints. Pass the dense model, sharded like the student, as `teacher`, or "
+                "resume with distill_weight=0."
+            )
         if pruner.history and step > pruner.last_step:
             raise RuntimeError(
                 f"{self.name}: expected the teacher (the model before the first pruning step, "
@@ -227,9 +247,12 @@ class Distilling(LeftOutOfCopies):
 
     def teacher_state(self) -> dict[str, Tensor] | None:
         """The state_dict of the teacher taken here (a given teacher is the user's: ``None``),
-        to save with a checkpoint."""
+        to save with a checkpoint; for a teacher sharded with FSDP2, only the marker
+        :data:`SHARDED_TEACHER` (see the module)."""
         if self.distillation is None or not self._copied or self.distillation.teacher is None:
             return None
+        if any(is_dtensor(param) for param in self.distillation.teacher.parameters()):
+            return {SHARDED_TEACHER: torch.ones((), dtype=torch.bool)}
         return {
             key: value.detach() for key, value in self.distillation.teacher.state_dict().items()
         }
@@ -239,7 +262,8 @@ class Distilling(LeftOutOfCopies):
         :meth:`before_step` (a dense copy of the student given these weights)."""
         self.detach()
         self.distillation = None
-        self._loaded = dict(state)
+        self._unsaved = SHARDED_TEACHER in state
+        self._loaded = None if self._unsaved else dict(state)
 
     def detach(self) -> None:
         """Remove the teacher's hooks from the student (training ended)."""

@@ -92,19 +92,20 @@ def check_shrinkable(strategy: object) -> None:
 
 
 def check_distilled_strategy(strategy: object, options: AdapterOptions) -> None:
-    """Refuse distillation under the strategies that shard the model: its default teacher is a
-    plain copy of the model, and the term is added to the loss their engines back-propagate.
+    """Refuse distillation under DeepSpeed: its default teacher would be a plain copy of the
+    model it partitions, and the term is added to the loss its engine back-propagates. Under
+    ``ModelParallelStrategy`` (FSDP2) the teacher is copied shard by shard, sharded like the
+    model (:func:`~tensorplay.ao.pruning.sharded_copy.sharded_copy`).
 
     Raises:
-        ValueError: ``distill_weight`` > 0 under ``ModelParallelStrategy`` (FSDP2) or
-            ``DeepSpeedStrategy``.
+        ValueError: ``distill_weight`` > 0 under ``DeepSpeedStrategy``.
     """
-    if isinstance(strategy, (ModelParallelStrategy, DeepSpeedStrategy)):
+    if isinstance(strategy, DeepSpeedStrategy):
         raise ValueError(
-            "Expected DDP or one device with `distill_weight` > 0 (the teacher is a whole copy "
-            f"of the model on each rank), but got distill_weight={options.distill_weight!r} "
-            f"under `{type(strategy).__name__}`, which shards the model. Set distill_weight=0, "
-            "or train under DDP."
+            "Expected DDP, `ModelParallelStrategy` (FSDP2) or one device with `distill_weight` > "
+            f"0, but got distill_weight={options.distill_weight!r} under "
+            f"`{type(strategy).__name__}`, whose partitioned model the teacher cannot be copied "
+            "from. Set distill_weight=0, or train under DDP or FSDP2."
         )
 
 

@@ -87,7 +87,9 @@ class GradualPruning(SessionOptions, Callback):
     that ``trainer.test(ckpt_path="best")`` loads with fewer pruned units than the run reached
     comes with a :class:`~tensorplay.callbacks.PruningRollbackWarning`. It is the mode for
     ``ModelParallelStrategy`` (FSDP2): masks are sharded like the weights and saved in the
-    distributed checkpoint. Lightning's ``FSDPStrategy`` (FSDP1) is refused.
+    distributed checkpoint; with ``distill_weight`` > 0 the teacher is copied shard by shard,
+    sharded like the model, and not saved in checkpoints (a run resumed past the first pruning
+    step needs ``teacher=``). Lightning's ``FSDPStrategy`` (FSDP1) is refused.
 
     Args:
         schedule: A field of ``PrunerConfig``, as are ``method`` (by name or import path in
@@ -138,8 +140,8 @@ class GradualPruning(SessionOptions, Callback):
             under ``FSDPStrategy``, or under ``ModelParallelStrategy`` without
             ``masking="inplace"`` or with rewinding; with ``shrink_at_end`` under
             ``ModelParallelStrategy``, ``DeepSpeedStrategy`` or a strategy launched in worker
-            processes; with ``distill_weight`` > 0 under ``ModelParallelStrategy``,
-            ``DeepSpeedStrategy`` or manual optimization; ``example_inputs`` with
+            processes; with ``distill_weight`` > 0 under ``DeepSpeedStrategy`` or manual
+            optimization; ``example_inputs`` with
             ``structure="element"``.
         RuntimeError: The pruner waits for the first training forward, and the first batch
             ended without one (the loss computed from a submodule, not ``self(...)``).

@@ -9,7 +9,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
-from lightning.pytorch.strategies import ModelParallelStrategy
+from lightning.pytorch.strategies import DeepSpeedStrategy, ModelParallelStrategy
 from torch import Tensor, nn
 from torch.nn import functional as F
 from torch.nn.utils import prune
@@ -19,7 +19,7 @@ from tensorplay.ao.pruning.config import PrunerConfig
 from tensorplay.ao.pruning.schedules import CubicSchedule, OneShotSchedule
 from tensorplay.callbacks import GradualPruning
 from tensorplay.callbacks._lifecycle import AdapterOptions
-from tensorplay.callbacks._strategies import check_strategy
+from tensorplay.callbacks._strategies import check_distilled_strategy, check_strategy
 from tests.callbacks.lit_helpers import TinyModule, masks_of
 
 
@@ -207,12 +207,12 @@ def test_manual_optimization_is_refused_at_setup(make_trainer):
         trainer.fit(ManualTiny())
 
 
-def test_model_parallel_is_refused_when_distilling():
+def test_model_parallel_is_served_and_deepspeed_refused_when_distilling():
     config = PrunerConfig(OneShotSchedule(0.5), masking="inplace")
-    strategy = ModelParallelStrategy()
-    check_strategy(strategy, config, AdapterOptions())  # distillation off: served
-    with pytest.raises(ValueError, match=r"distill_weight=1.0 under `ModelParallelStrategy`"):
-        check_strategy(strategy, config, AdapterOptions(distill_weight=1.0))
+    check_strategy(ModelParallelStrategy(), config, AdapterOptions(distill_weight=1.0))
+    with pytest.raises(ValueError, match=r"distill_weight=1.0 under `DeepSpeedStrategy`"):
+        deepspeed = DeepSpeedStrategy.__new__(DeepSpeedStrategy)  # deepspeed is not installed
+        check_distilled_strategy(deepspeed, AdapterOptions(distill_weight=1.0))
 
 
 @pytest.mark.parametrize(

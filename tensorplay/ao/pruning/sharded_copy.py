@@ -24,6 +24,7 @@ Example:
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -79,7 +80,7 @@ def sharded_copy(model: nn.Module, dtype: torch.dtype | None = None) -> nn.Modul
     sharded = [name for name, module in _children_first(model) if isinstance(module, FSDPModule)]
     options = {name: _shard_options(model.get_submodule(name)) for name in sharded}
     placements: dict[int, Any] = {}
-    clone = _meta_clone(model, dtype, placements)
+    clone = _meta_clone(model, mesh, dtype, placements)
     for name in sharded:
         fully_shard(
             clone.get_submodule(name),
@@ -156,7 +157,7 @@ def _shard_options(module: Any) -> dict[str, Any]:
 
 
 def _meta_clone(
-    model: nn.Module, dtype: torch.dtype | None, placements: dict[int, Any]
+    model: nn.Module, mesh: Any, dtype: torch.dtype | None, placements: dict[int, Any]
 ) -> nn.Module:
     """A copy of ``model`` with meta parameters and buffers of the full shapes (in ``dtype``),
     its FSDP modules made instances of the classes they wrap, without FSDP's state, FSDP's hooks,
@@ -165,7 +166,7 @@ def _meta_clone(
     # dense_copy's own marking of the hooks it leaves out (it imports this module)
     from tensorplay.ao.pruning.dense_copy import _LEFT_OUT, _drop_left_out_hooks, _hook_dicts
 
-    memo: dict[int, Any] = {}
+    memo: dict[int, Any] = {id(mesh): mesh}  # shared, as a reference to it in a module is
     for module in model.modules():
         for param in module._parameters.values():
             if param is not None and id(param) not in memo:
@@ -211,10 +212,13 @@ def _module_copy(module: nn.Module, memo: dict[int, Any]) -> nn.Module:
             c for c in cls.__mro__[1:] if issubclass(c, nn.Module) and not issubclass(c, FSDPModule)
         )
     masks = {n + MASK_SUFFIX for n in module._parameters if lean_mask(module, n) is not None}
+    getstate: Callable[[], Any] | None = getattr(module, "__getstate__", None)
+    state = dict(getstate() if getstate is not None else vars(module))  # a LightningModule's
+    # leaves its trainer out
     clone = cls.__new__(cls)
-    for key, value in vars(module).items():
-        if not key.startswith(_FSDP_STATE_KEY):
-            clone.__dict__[key] = copy.deepcopy(value, memo)
+    memo[id(module)] = clone  # a reference back to the module inside its state is the clone
+    state = {k: v for k, v in state.items() if not k.startswith(_FSDP_STATE_KEY)}
+    clone.__setstate__(copy.deepcopy(state, memo))  # type: ignore[no-untyped-call]
     for name in masks:
         del clone._buffers[name]
         clone._non_persistent_buffers_set.discard(name)
