@@ -528,12 +528,16 @@ def _sharded_worker(rank: int, out: Path) -> None:
     fully_shard(model[0], mesh=init_device_mesh("cpu", (1,)))  # the root left unsharded
     with pytest.raises(ValueError, match=r"but Sequential is not one: apply `fully_shard` to its"):
         dense_copy(model)
+    hybrid = mlp()  # HSDP: a 2-D mesh, replicated by its first dimension
+    fully_shard(hybrid, mesh=init_device_mesh("cpu", (1, 1), mesh_dim_names=("r", "s")))
+    with pytest.raises(ValueError, match=r"0.weight is sharded on a mesh of 2 dimensions"):
+        dense_copy(hybrid)
     (out / f"rank{rank}").write_text("ok")
 
 
 @pytest.mark.slow
 @pytest.mark.distributed
-def test_dense_copy_refuses_a_model_sharded_without_its_root(tmp_path):
+def test_dense_copy_refuses_a_model_sharded_without_its_root_or_on_two_dimensions(tmp_path):
     from tests.core.gloo import spawn_gloo
 
     spawn_gloo(_sharded_worker, 1, tmp_path)
