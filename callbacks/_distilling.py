@@ -11,10 +11,13 @@ that drops it is an error, never a silent no-op), averages the values for the lo
 saves and restores the teacher taken, so that a resumed run distils from the same one.
 
 A teacher copied from a model sharded with FSDP2 (sharded like it, one shard per rank) is not
-saved: a framework's checkpoint keeps a callback's state on one rank only, so its weights would
-miss the other ranks' shards. Its state is a marker instead, and a run resumed from it past the
-first pruning step is refused, saying what to do (pass the dense model, sharded like the
-student, as ``teacher``, or resume with ``distill_weight=0``).
+in the callback's state: a framework's checkpoint keeps that on one rank only, so its weights
+would miss the other ranks' shards. Its state is a marker instead; the adapter saves the teacher
+where each rank writes its shards (Lightning's distributed checkpoint) and gives a resumed run a
+function that loads it back (:meth:`Distilling.load_teacher_with`). A run resumed past the first
+pruning step from a checkpoint with the marker and no such function is refused, saying what to
+do (pass the dense model, sharded like the student, as ``teacher``, or resume with
+``distill_weight=0``).
 
 Example:
     >>> import torch
@@ -50,7 +53,7 @@ from tensorplay.ao.pruning.selection import is_dtensor
 
 __all__ = ["SHARDED_TEACHER", "Distilling", "check_distill_arguments", "first_pruning_due"]
 
-#: The key of :meth:`Distilling.teacher_state` for a teacher sharded with FSDP2 (not saved).
+#: The key of :meth:`Distilling.teacher_state` for a teacher sharded with FSDP2 (saved apart).
 SHARDED_TEACHER = "__sharded_teacher_not_saved__"
 
 
@@ -120,7 +123,8 @@ class Distilling(LeftOutOfCopies):
         self._sum: Tensor | None = None
         self._count = 0
         self._loaded: Mapping[str, Tensor] | None = None
-        self._unsaved = False  # the checkpoint loaded had a sharded teacher, not saved
+        self._unsaved = False  # the checkpoint loaded had a sharded teacher, not found
+        self._fill: Callable[[nn.Module], None] | None = None  # loads a sharded teacher
 
     @property
     def attached(self) -> bool:
@@ -133,10 +137,13 @@ class Distilling(LeftOutOfCopies):
         teacher loaded from a checkpoint; a default teacher waits for :meth:`before_step`."""
         if weight <= 0 or self.attached:
             return
-        if self._loaded is not None:
+        if self._loaded is not None or self._fill is not None:
             copy = dense_copy(student)
-            copy.load_state_dict(self._loaded)
-            self._loaded = None
+            if self._fill is not None:
+                self._fill(copy)
+            else:
+                copy.load_state_dict(self._loaded)  # type: ignore[arg-type]  # not None here
+            self._loaded = self._fill = None
             self._attach(student, copy, weight, temperature, copied=True)
         elif teacher is not None:
             self._attach(student, teacher, weight, temperature, copied=False)
@@ -150,16 +157,17 @@ class Distilling(LeftOutOfCopies):
         """
         if weight <= 0 or self.attached:
             return
-        if self._loaded is not None:
+        if self._loaded is not None or self._fill is not None:
             self.start(pruner.model, teacher=None, weight=weight, temperature=temperature)
             return
         if pruner.history and step > pruner.last_step and self._unsaved:
             raise RuntimeError(
                 f"{self.name}: expected the teacher (the model before the first pruning step, "
                 f"step {pruner.history[0][0]}) in the checkpoint this run resumed from, but "
-                "the model is sharded with FSDP2 and a sharded teacher is not saved in "
-                "checkpoints. Pass the dense model, sharded like the student, as `teacher`, or "
-                "resume with distill_weight=0."
+                "the model is sharded with FSDP2 and its sharded teacher is kept only in a "
+                "distributed checkpoint (ModelParallelStrategy(save_distributed_checkpoint=True)); "
+                "this one holds none. Pass the dense model, sharded like the student, as "
+                "`teacher`, or resume with distill_weight=0."
             )
         if pruner.history and step > pruner.last_step:
             raise RuntimeError(
@@ -262,8 +270,25 @@ class Distilling(LeftOutOfCopies):
         :meth:`before_step` (a dense copy of the student given these weights)."""
         self.detach()
         self.distillation = None
-        self._unsaved = SHARDED_TEACHER in state
-        self._loaded = None if self._unsaved else dict(state)
+        self._unsaved = SHARDED_TEACHER in state and self._fill is None
+        self._loaded = None if SHARDED_TEACHER in state else dict(state)
+
+    def load_teacher_with(self, fill: Callable[[nn.Module], None]) -> None:
+        """A sharded teacher saved by the adapter: ``fill`` loads its weights into a dense copy
+        of the student (sharded like it), attached at the next :meth:`start` or
+        :meth:`before_step`."""
+        self.detach()
+        self.distillation = None
+        self._fill, self._unsaved, self._loaded = fill, False, None
+
+    def sharded_teacher(self) -> nn.Module | None:
+        """The teacher taken here if it is sharded with FSDP2 (the adapter saves it), else
+        ``None``."""
+        state = self.teacher_state()
+        if state is None or SHARDED_TEACHER not in state:
+            return None
+        assert self.distillation is not None  # for mypy: a state means a teacher
+        return self.distillation.teacher
 
     def detach(self) -> None:
         """Remove the teacher's hooks from the student (training ended)."""

@@ -632,13 +632,14 @@ class PruningSession:
         Returns:
             The units newly pruned, or ``None`` if ``step`` was taken already.
         """
-        pruner = self.pruner
-        if step == pruner.last_step:
-            return None
-        options = self.options
+        pruner, options = self.pruner, self.options
+        # Before the step-taken check: a teacher restored after set-up (ModelParallelStrategy)
+        # is attached at the resumed run's first call, the step it was saved at.
         self.distilling.before_step(
             pruner, step, weight=options.distill_weight, temperature=options.distill_temperature
         )
+        if step == pruner.last_step:
+            return None
         pruned = pruner.step(step)
         if pruned > 0 or self._report is None or step % max(1, report_every) == 0:
             self._report = pruner.report()

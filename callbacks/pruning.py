@@ -35,6 +35,7 @@ from ._example_inputs import as_example_inputs
 from ._lifecycle import PruningSession, SessionOptions, split_arguments
 from ._loading import SHRUNK_KEY
 from ._metrics import PREFIX, metric_prefix, with_prefix
+from ._sharded_teacher import add_teacher, teacher_loader
 from ._state import state_key_fields
 from ._strategies import check_disjoint, check_shrinkable, check_strategy
 
@@ -88,8 +89,9 @@ class GradualPruning(SessionOptions, Callback):
     comes with a :class:`~tensorplay.callbacks.PruningRollbackWarning`. It is the mode for
     ``ModelParallelStrategy`` (FSDP2): masks are sharded like the weights and saved in the
     distributed checkpoint; with ``distill_weight`` > 0 the teacher is copied shard by shard,
-    sharded like the model, and not saved in checkpoints (a run resumed past the first pruning
-    step needs ``teacher=``). Lightning's ``FSDPStrategy`` (FSDP1) is refused.
+    sharded like the model, and saved in the distributed checkpoint too (not in a full one: a
+    run resumed from that past the first pruning step needs ``teacher=``). Lightning's
+    ``FSDPStrategy`` (FSDP1) is refused.
 
     Args:
         schedule: A field of ``PrunerConfig``, as are ``method`` (by name or import path in
@@ -342,6 +344,18 @@ class GradualPruning(SessionOptions, Callback):
         shapes = self._session.shrunk_shapes
         if shapes is not None:
             checkpoint[SHRUNK_KEY] = shapes.to_dict()
+        teacher = self._session.distilling.sharded_teacher()
+        if teacher is not None and getattr(trainer.strategy, "_save_distributed_checkpoint", False):
+            add_teacher(checkpoint["state_dict"], teacher)  # each rank writes its shards
+
+    @override
+    def on_load_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        """A distributed checkpoint with a sharded teacher: load it when distillation resumes."""
+        load = teacher_loader(trainer.ckpt_path)
+        if load is not None:
+            self._session.distilling.load_teacher_with(load)
 
     @override
     def state_dict(self) -> dict[str, Any]:

@@ -1,7 +1,9 @@
 """Channels with distillation under Lightning's ``ModelParallelStrategy`` (FSDP2), two CPU ranks:
 the teacher is copied shard by shard when the first pruning step is due, every later step adds
-its KD term to the loss, the masks equal one process's on the same full weights (as for pruning
-alone), and a checkpoint's sharded teacher is a marker that a resumed run refuses clearly."""
+its KD term to the loss, and the masks equal one process's on the same full weights (as for
+pruning alone). A distributed checkpoint keeps the sharded teacher (each rank its shards): a run
+resumed from it distils from the same teacher, exactly. The callback's state alone holds only a
+marker: resuming from it past the first pruning step is refused, saying what to do."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from tensorplay.callbacks._distilling import SHARDED_TEACHER
 from tests.callbacks.fsdp_helpers import (
     ShardedTiny,
     ShardRecorder,
+    full_state,
     model_parallel_trainer,
     run_ranks,
 )
@@ -38,6 +41,7 @@ class TermRecorder(Callback):
         self.pruning = pruning
         self.terms: list[float | None] = []
         self.sharded_frozen: list[bool] = []
+        self.teacher: dict[str, torch.Tensor] = {}  # the teacher's full weights, first seen
 
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: Any, optimizer: Any) -> None:
         distillation = self.pruning._session.distilling.distillation
@@ -47,6 +51,8 @@ class TermRecorder(Callback):
             params = list(distillation.teacher.parameters())
             sharded = all(type(p).__name__ == "DTensor" for p in params)
             self.sharded_frozen.append(sharded and not any(p.requires_grad for p in params))
+            if not self.teacher:
+                self.teacher = full_state(distillation.teacher)
 
 
 def _distilled() -> GradualPruning:
@@ -68,6 +74,13 @@ def _worker(rank: int, world_size: int, out: Path) -> None:
         world_size, max_epochs=2, callbacks=[before, callback, after, terms]
     )
     trainer.fit(ShardedTiny())
+    checkpoint = out / "distilled.ckpt"  # a distributed checkpoint: a folder
+    trainer.save_checkpoint(checkpoint)
+    resumed_terms = TermRecorder(_distilled())
+    again = model_parallel_trainer(
+        world_size, max_epochs=3, callbacks=[resumed_terms.pruning, resumed_terms]
+    )
+    again.fit(ShardedTiny(), ckpt_path=checkpoint)
     state = callback.state_dict()
     resumed = _distilled()
     resumed.load_state_dict(state)
@@ -85,6 +98,9 @@ def _worker(rank: int, world_size: int, out: Path) -> None:
             "sharded_frozen": terms.sharded_frozen,
             "marker": sorted(state["distill_teacher"]),
             "refusal": refusal,
+            "teacher": terms.teacher,
+            "resumed_teacher": resumed_terms.teacher,
+            "resumed_terms": resumed_terms.terms,
         },
         out / f"rank{rank}.pt",
     )
@@ -105,4 +121,11 @@ def test_channels_distilled_under_fsdp2_equal_one_process(tmp_path):
         assert all(term is not None and term > 0 for term in terms[3:]), terms
         assert state["sharded_frozen"] and all(state["sharded_frozen"])
         assert state["marker"] == [SHARDED_TEACHER]
-        assert "sharded with FSDP2 and a sharded teacher is not saved" in state["refusal"]
+        assert "kept only in a distributed checkpoint" in state["refusal"]
+        # Resumed from the distributed checkpoint: 4 more steps, distilled from the same teacher.
+        resumed = state["resumed_terms"]
+        assert len(resumed) == 4 and all(term is not None and term > 0 for term in resumed)
+        assert sorted(state["resumed_teacher"]) == sorted(state["teacher"])
+        for name, weight in state["teacher"].items():
+            assert torch.equal(state["resumed_teacher"][name], weight), name
+        assert not torch.equal(state["teacher"]["net.0.weight"], state["before"]["net.0.weight"])
