@@ -9,7 +9,8 @@ does the same on the whole batch with the unsharded model. FSDP2 averages the ra
 and both losses are means over equal halves, so the full gradients, the teacher's full weights
 and the mean of the ranks' KD terms equal the one process's: weights exactly, floats within
 ``atol=1e-6, rtol=1e-5`` (float32; the sums are grouped differently). A teacher the user shards
-gives the same term; a teacher saved with ``torch.distributed.checkpoint`` loads back exactly.
+gives the same term; a teacher saved with ``torch.distributed.checkpoint`` loads back exactly;
+a student under a bfloat16 ``MixedPrecisionPolicy`` gets a teacher computing what it computes.
 """
 
 from __future__ import annotations
@@ -136,6 +137,26 @@ def _bfloat16(family: str) -> bool:
     )
 
 
+def _mixed_precision() -> bool:
+    """A student computing in bfloat16 (``MixedPrecisionPolicy``): the copy is sharded with the
+    same policy, so it computes exactly what the student computes."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    student = _model("mlp")
+    mesh = init_device_mesh("cpu", (WORLD,))
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for layer in student:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer, mesh=mesh, mp_policy=policy)
+    fully_shard(student, mesh=mesh, mp_policy=policy)
+    teacher = dense_copy(student)
+    inputs = _batch("mlp")
+    with torch.no_grad():
+        expected, got = student.eval()(inputs), teacher(inputs)
+    return expected.dtype == torch.bfloat16 and torch.equal(got, expected)
+
+
 def _worker(rank: int, out: Path) -> None:
     results: dict[str, Any] = {}
     for family in FAMILIES:
@@ -143,6 +164,7 @@ def _worker(rank: int, out: Path) -> None:
         results[f"{family}-given"] = distilled(family, rank, _given_teacher(family))
         results[f"{family}-resumed"] = _resumed(family, out)
         results[f"{family}-bfloat16"] = _bfloat16(family)
+    results["mixed-precision"] = _mixed_precision()
     torch.save(results, out / f"rank{rank}.pt")
 
 
@@ -175,3 +197,4 @@ def test_sharded_distillation_equals_one_process(tmp_path):
                     assert torch.equal(got["teacher"][name], weight), (key, name)
         for rank in ranks:
             assert rank[f"{family}-resumed"] and rank[f"{family}-bfloat16"], family
+    assert all(rank["mixed-precision"] for rank in ranks)

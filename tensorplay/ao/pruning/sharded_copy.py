@@ -139,8 +139,8 @@ def _shard_options(module: Any) -> dict[str, Any]:
 
     state = module._get_fsdp_state()
     groups = state._fsdp_param_groups
-    if not groups:  # no parameter of its own: only where its forward gathers matters
-        return {"reshard_after_forward": True}
+    if not groups:  # no parameter of its own: its policy casts the inputs of its forward
+        return {"reshard_after_forward": True, "mp_policy": state._mp_policy}
     group = groups[0]
     if type(group.offload_policy) is not OffloadPolicy:
         raise ValueError(
@@ -153,7 +153,7 @@ def _shard_options(module: Any) -> dict[str, Any]:
             f"Expected reshard_after_forward to be True or False, but {type(module).__name__} "
             "reshards to a number of ranks: pass a teacher you built and sharded yourself."
         )
-    return {"reshard_after_forward": after is not None, "mp_policy": group.mp_policy}
+    return {"reshard_after_forward": after is not None, "mp_policy": state._mp_policy}
 
 
 def _meta_clone(
