@@ -163,9 +163,9 @@ def _refuse_dtensors(model: nn.Module) -> None:
     for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
         if is_dtensor(tensor):
             raise ValueError(
-                f"Expected the tensors of `model` to be plain tensors, but {name} is a DTensor "
-                "(a model sharded with FSDP2): copy the model before sharding it, or pass a "
-                "teacher you built and sharded yourself."
+                f"Expected a model whose DTensors include its parameters (sharded with FSDP2, "
+                f"copied shard by shard) or plain tensors only, but {name} is a DTensor and no "
+                "parameter is: pass a teacher you built yourself."
             )
 
 
