@@ -21,8 +21,9 @@ a warm-up on a tiny Llama: the wall time of the call, the process's CPU time dur
 does not grow while other processes hold the cores of a shared machine), and its peak resident
 memory above what the process held before the call (the model and the batches built): the
 kernel's own peak (``VmHWM``, reset just before the call through ``/proc/self/clear_refs``).
-Per token seconds show whether the time is linear in the calibration tokens; a line
-extrapolates the largest measured size to 64 sequences (labelled as such: not measured).
+CPU milliseconds per token show whether the time is linear in the calibration tokens; the line
+through the two largest sizes measured extrapolates to the 64 sequences of 256 tokens a
+calibration set often has (labelled as such: not measured).
 
 Results go to ``benchmarks/results/reconstruction_cost.json`` and ``.md`` (``--out``).
 """
@@ -140,18 +141,29 @@ def _row(row: dict[str, Any], params: int) -> str:
     )
 
 
-def extrapolated(result: dict[str, Any]) -> dict[str, float]:
-    """Reconstruction's CPU seconds at :data:`ASKED` sequences, per importance: its CPU seconds
-    per token at the largest size measured, times the tokens asked (not measured)."""
-    largest: dict[str, dict[str, Any]] = {}
-    for row in result["rows"]:
-        if row["sequences"] >= largest.get(row["importance"], {"sequences": 0})["sequences"]:
-            largest[row["importance"]] = row
+def extrapolated(result: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """CPU seconds at :data:`ASKED` sequences per importance, plain and reconstructed (not
+    measured): the line through the two largest sizes measured (a fixed cost plus a cost per
+    token), or the cost per token of the one size."""
     tokens = ASKED * TOKENS
-    return {
-        importance: row["reconstructed"]["cpu_seconds"] / row["reconstructed"]["tokens"] * tokens
-        for importance, row in largest.items()
-    }
+    guesses: dict[str, dict[str, float]] = {}
+    for importance in dict.fromkeys(row["importance"] for row in result["rows"]):
+        rows = sorted(
+            (row for row in result["rows"] if row["importance"] == importance),
+            key=lambda row: row["sequences"],
+        )[-2:]
+        guesses[importance] = {}
+        for label in ("plain", "reconstructed"):
+            runs = [row[label] for row in rows]
+            if len(runs) == 1:
+                guess = runs[0]["cpu_seconds"] / runs[0]["tokens"] * tokens
+            else:
+                slope = (runs[1]["cpu_seconds"] - runs[0]["cpu_seconds"]) / (
+                    runs[1]["tokens"] - runs[0]["tokens"]
+                )
+                guess = runs[1]["cpu_seconds"] + slope * (tokens - runs[1]["tokens"])
+            guesses[importance][label] = guess
+    return guesses
 
 
 def tables(result: dict[str, Any]) -> str:
@@ -159,9 +171,10 @@ def tables(result: dict[str, Any]) -> str:
     setup = result["setup"]
     params = setup["params"]
     model = setup["model"]
-    guesses = ", ".join(
-        f"{importance} {seconds / 60:.0f} min"
-        for importance, seconds in extrapolated(result).items()
+    guesses = "; ".join(
+        f"{importance}: {guess['plain'] / 60:.1f} min plain, "
+        f"{guess['reconstructed'] / 60:.1f} min reconstructed"
+        for importance, guess in extrapolated(result).items()
     )
     lines = [
         "| importance | calibration | plain (s) | reconstructed (s) | plain CPU (s) "
@@ -170,9 +183,8 @@ def tables(result: dict[str, Any]) -> str:
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         *(_row(row, params) for row in result["rows"]),
         "",
-        f"Extrapolated, not measured: reconstruction's CPU time at {ASKED} x {TOKENS} "
-        f"calibration tokens, from its CPU seconds per token at the largest size measured: "
-        f"{guesses}.",
+        f"Extrapolated, not measured: the CPU time at {ASKED} x {TOKENS} calibration tokens, "
+        f"on the line through the two largest sizes measured: {guesses}.",
         "",
         f"`prune_one_shot(target_params={setup['target_params']}, "
         'structure=("channel", "head"))` on a random-init Llama of '
