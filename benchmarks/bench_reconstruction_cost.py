@@ -4,17 +4,17 @@ Run (about 25 minutes on one CPU thread)::
 
     python benchmarks/bench_reconstruction_cost.py          # the table of docs/structured.rst
     python benchmarks/bench_reconstruction_cost.py --tiny   # seconds: what the slow test runs
-    python benchmarks/bench_reconstruction_cost.py --sequences 4 8 16 --importances magnitude
+    python benchmarks/bench_reconstruction_cost.py --runs magnitude:4,8 wanda:4,8
 
 The model is ``bench_structured_speed.py``'s Llama (``LlamaForCausalLM`` from a ``LlamaConfig``,
 random init: hidden 768, 12 layers, 12 query and 4 key/value heads, an FFN of 2,048, a vocabulary
-of 32,000 tied to the output head: 100,112,640 parameters) in float32. ``prune_one_shot`` removes
+of 32,000 tied to the output head: 100,092,672 parameters) in float32. ``prune_one_shot`` removes
 20% of its parameters (``target_params=0.8``, FFN channels and heads together,
 ``structure=("channel", "head")``, lean masks), once without and once with
-``reconstruct=True``, after calibration on ``--sequences`` random sequences of 256 tokens
-(batches of 4). Reconstruction re-solves the ``o_proj`` and ``down_proj`` of every block, each
-after running the calibration batches through the dense copy and the pruned model up to it:
-its time grows with the tokens and with the square of the depth.
+``reconstruct=True``, by magnitude or Wanda, after calibration on 4, 8 or 16 random sequences
+of 256 tokens (batches of 4; ``--runs``). Reconstruction re-solves the ``o_proj`` and
+``down_proj`` of every block, each after running the calibration batches through the dense copy
+and the pruned model up to it: its time grows with the tokens and with the square of the depth.
 
 Each configuration runs in a fresh process, on one thread (``torch.set_num_threads(1)``), after
 a warm-up on a tiny Llama: the wall time of the call, the process's CPU time during it (which
@@ -51,10 +51,11 @@ from tensorplay.ao.pruning.structures.budget import model_params
 ROOT = Path(__file__).resolve().parents[1]
 TOKENS = 256  # per calibration sequence
 BATCH = 4  # sequences per calibration batch
-SEQUENCES = (4, 8)
+# Sequences of calibration per importance, smallest first: 16 only by magnitude (reconstruction
+# takes about 15 CPU-minutes there on one thread; Wanda's calibration adds little to it).
+RUNS = ("magnitude:4,8", "wanda:4,8", "magnitude:16")
 ASKED = 64  # sequences of 256 tokens: the calibration set the cost is extrapolated to
 KEPT = 0.8
-IMPORTANCES = ("magnitude", "wanda")
 
 
 def batches(size: Size, sequences: int) -> list[torch.Tensor]:
@@ -99,34 +100,53 @@ def worker(importance: str, reconstruct: bool, sequences: int, tiny: bool) -> di
     }
 
 
+def runs(plan: Sequence[str]) -> list[tuple[str, int]]:
+    """``["magnitude:4,8", "wanda:4"]`` as ``(importance, sequences)`` pairs, in order.
+
+    Raises:
+        ValueError: An item without an importance, or with a size that is not an int.
+
+    Example:
+        >>> runs(["magnitude:4,8", "wanda:4"])
+        [('magnitude', 4), ('magnitude', 8), ('wanda', 4)]
+    """
+    pairs = []
+    for item in plan:
+        importance, _, sizes = item.partition(":")
+        if not importance or not sizes:
+            raise ValueError(f"Expected `--runs` items like 'magnitude:4,8', but got {item!r}.")
+        pairs += [(importance, int(size)) for size in sizes.split(",")]
+    return pairs
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    """Every configuration, each in a fresh process."""
-    rows = []
-    for importance in args.importances:
-        for sequences in args.sequences:
-            row: dict[str, Any] = {"importance": importance, "sequences": sequences}
-            for label, flag in (("plain", False), ("reconstructed", True)):
-                worker_args = ["--worker", importance, str(flag), str(sequences)]
-                row[label] = worker_json(__file__, *worker_args, *(["--tiny"] * args.tiny))
-                print(f"{importance} {sequences}x{TOKENS} {label}: {row[label]}", flush=True)
-            for key in ("seconds", "cpu_seconds", "peak_bytes"):
-                row[f"{key}_ratio"] = row["reconstructed"][key] / row["plain"][key]
-            rows.append(row)
-    return {
-        "rows": rows,
+    """Every configuration, each in a fresh process; the results are written after each row
+    (a run stopped early keeps the rows it measured)."""
+    result: dict[str, Any] = {
+        "rows": [],
         "setup": {
             "model": (TINY if args.tiny else FULL)._asdict(),
-            "params": rows[0]["plain"]["params"],
             "target_params": KEPT,
             "tokens_per_sequence": TOKENS,
             "batch": BATCH,
             "asked_sequences": ASKED,
-            "threads": rows[0]["plain"]["threads"],
             "dtype": "float32",
             "masking": "inplace",
         },
         "machine": machine("cpus", "load", "memory_gib", "torch", "transformers"),
     }
+    for importance, sequences in runs(args.runs):
+        row: dict[str, Any] = {"importance": importance, "sequences": sequences}
+        for label, flag in (("plain", False), ("reconstructed", True)):
+            worker_args = ["--worker", importance, str(flag), str(sequences)]
+            row[label] = worker_json(__file__, *worker_args, *(["--tiny"] * args.tiny))
+            print(f"{importance} {sequences}x{TOKENS} {label}: {row[label]}", flush=True)
+        for key in ("seconds", "cpu_seconds", "peak_bytes"):
+            row[f"{key}_ratio"] = row["reconstructed"][key] / row["plain"][key]
+        result["rows"].append(row)
+        result["setup"].update(params=row["plain"]["params"], threads=row["plain"]["threads"])
+        write_results(args.out, "reconstruction_cost", result, tables(result))
+    return result
 
 
 def _row(row: dict[str, Any], params: int) -> str:
@@ -203,8 +223,9 @@ def tables(result: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny", action="store_true", help="a tiny Llama: seconds")
-    parser.add_argument("--sequences", type=int, nargs="+", default=list(SEQUENCES))
-    parser.add_argument("--importances", nargs="+", default=list(IMPORTANCES))
+    parser.add_argument(
+        "--runs", nargs="+", default=list(RUNS), help="importance:sequences,... in order"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--worker", nargs=3, metavar=("IMPORTANCE", "RECONSTRUCT", "SEQUENCES"))
     args = parser.parse_args(argv)
@@ -213,11 +234,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         print(json.dumps(worker(importance, flag == "True", int(sequences), args.tiny)))
         return None
     if args.tiny:
-        args.sequences, args.importances = [1, 2], ["magnitude"]
+        args.runs = ["magnitude:1,2"]
     result = measure(args)
-    table = tables(result)
-    print(table)
-    write_results(args.out, "reconstruction_cost", result, table)
+    print(tables(result))
     return result
 
 
