@@ -1,6 +1,6 @@
 """Pruning without training to a parameter budget: FFN channels and heads together, then recovery.
 
-Run (about 25 minutes on one CPU thread once the dense model is cached)::
+Run (about 30 minutes on one thread of a loaded 2-core CPU once the dense model is cached)::
 
     python benchmarks/bench_budget_reconstruction.py           # the tables of docs/structured.rst
     python benchmarks/bench_budget_reconstruction.py --tiny    # seconds: what the slow test runs
