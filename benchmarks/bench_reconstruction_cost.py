@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -119,9 +120,30 @@ def runs(plan: Sequence[str]) -> list[tuple[str, int]]:
     return pairs
 
 
+def measure_row(importance: str, sequences: int, tiny: bool) -> dict[str, Any]:
+    """One calibration size without and with reconstruction, each in a fresh process."""
+    row: dict[str, Any] = {"importance": importance, "sequences": sequences}
+    for label, flag in (("plain", False), ("reconstructed", True)):
+        worker_args = ["--worker", importance, str(flag), str(sequences)]
+        row[label] = worker_json(__file__, *worker_args, *(["--tiny"] * tiny))
+        print(f"{importance} {sequences}x{TOKENS} {label}: {row[label]}", flush=True)
+    for key in ("seconds", "cpu_seconds", "peak_bytes"):
+        row[f"{key}_ratio"] = row["reconstructed"][key] / row["plain"][key]
+    row["load"] = os.getloadavg()[0]  # the machine's 1-minute load when the row was done
+    return row
+
+
+def measured(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
+    """The rows an earlier run wrote to ``path``, by importance and size (none if no file)."""
+    if not path.is_file():
+        return {}
+    rows = json.loads(path.read_text())["rows"]
+    return {(row["importance"], row["sequences"]): row for row in rows}
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Every configuration, each in a fresh process; the results are written after each row
-    (a run stopped early keeps the rows it measured)."""
+    (a run stopped early keeps the rows it measured, and ``--resume`` takes them up)."""
     result: dict[str, Any] = {
         "rows": [],
         "setup": {
@@ -135,14 +157,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         },
         "machine": machine("cpus", "load", "memory_gib", "torch", "transformers"),
     }
+    done = measured(args.out / "reconstruction_cost.json") if args.resume else {}
     for importance, sequences in runs(args.runs):
-        row: dict[str, Any] = {"importance": importance, "sequences": sequences}
-        for label, flag in (("plain", False), ("reconstructed", True)):
-            worker_args = ["--worker", importance, str(flag), str(sequences)]
-            row[label] = worker_json(__file__, *worker_args, *(["--tiny"] * args.tiny))
-            print(f"{importance} {sequences}x{TOKENS} {label}: {row[label]}", flush=True)
-        for key in ("seconds", "cpu_seconds", "peak_bytes"):
-            row[f"{key}_ratio"] = row["reconstructed"][key] / row["plain"][key]
+        row = done.get((importance, sequences)) or measure_row(importance, sequences, args.tiny)
         result["rows"].append(row)
         result["setup"].update(params=row["plain"]["params"], threads=row["plain"]["threads"])
         write_results(args.out, "reconstruction_cost", result, tables(result))
@@ -227,6 +244,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         "--runs", nargs="+", default=list(RUNS), help="importance:sequences,... in order"
     )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument(
+        "--resume", action="store_true", help="keep the rows of --runs already in --out"
+    )
     parser.add_argument("--worker", nargs=3, metavar=("IMPORTANCE", "RECONSTRUCT", "SEQUENCES"))
     args = parser.parse_args(argv)
     if args.worker:
