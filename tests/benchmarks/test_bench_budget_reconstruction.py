@@ -49,6 +49,10 @@ def test_budget_benchmark_measures_every_cell_on_every_seed_and_recovers(
             assert spread["min"] <= spread["mean"] <= spread["max"]
             ratios = [s["reconstructed"][key] / s["plain"][key] for s in row["seeds"].values()]
             assert math.isclose(spread["mean"], sum(ratios) / len(ratios))
+    # The recovery rows' reference: the dense model trained as long, on the seeds recovered.
+    assert results["setup"]["recovery_seeds"] == [0, 1]
+    assert sorted(results["dense_recovered"]) == ["distilled", "finetuned"]
     table = (tmp_path / "budget_reconstruction.md").read_text()
     assert table in out
     assert "| 50% | wanda |" in table and "calibration seeds 0, 1" in table
+    assert "The dense model trained the same steps scores" in table
