@@ -52,6 +52,7 @@ def test_the_pages_show_every_result_they_include_as_a_table() -> None:
     resolved = sorted((ROOT / "docs" / name).resolve() for name in included)
     assert resolved == _included_results()  # none as literal text
     assert [p.relative_to(ROOT).as_posix() for p in _included_results()] == [
+        "benchmarks/results/budget_reconstruction.md",
         "benchmarks/results/callback_overhead.md",
         "benchmarks/results/export_size.md",
         "benchmarks/results/global_unstructured.md",
@@ -60,6 +61,7 @@ def test_the_pages_show_every_result_they_include_as_a_table() -> None:
         "benchmarks/results/large_model.md",
         "benchmarks/results/lean_selection.md",
         "benchmarks/results/reconstruction.md",
+        "benchmarks/results/reconstruction_cost.md",
         "benchmarks/results/sharded_selection.md",
         "benchmarks/results/structured_overhead.md",
         "benchmarks/results/structured_peer.md",
