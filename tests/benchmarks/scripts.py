@@ -22,7 +22,7 @@ def run_script(script: str, *args: str) -> str:
         capture_output=True,
         text=True,
         check=False,
-        timeout=300,
+        timeout=900,  # a guard against a hang, loose enough for a loaded 2-core machine
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
