@@ -426,8 +426,8 @@ def _errors_worker(rank: int, out: Path) -> None:
 
 
 REFUSALS = {
-    "reparametrize": r"\((FSDP)?Linear, 'weight'\) \('0.weight'\) to be a plain tensor.*DTensor.*"
-    "masking='inplace'",
+    "reparametrize": r"Expected plain tensors with masking='reparametrize', but '0.weight' is a "
+    r"DTensor \(FSDP2\).*masking='inplace'",
     "reparametrize-at-step": r"Expected plain tensors with masking='reparametrize', but "
     r"\['0.weight', '2.weight', '4.weight'\] are DTensors",
     "replicate": r"Expected \((FSDP)?Linear, 'weight'\) \('0.weight'\) to be a DTensor placed "

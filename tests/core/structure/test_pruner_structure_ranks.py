@@ -73,7 +73,7 @@ def _sharded(rank: int, out: Path) -> None:
     mesh = init_device_mesh("cpu", (1,))
     model[0].weight = nn.Parameter(distribute_tensor(model[0].weight.detach(), mesh, [Shard(0)]))
     try:
-        Pruner(model, LinearSchedule(0.5, end_step=4), structure="channel", masking="inplace")
+        Pruner(model, LinearSchedule(0.5, end_step=4), structure="channel")
     except ValueError as error:
         (out / "error.txt").write_text(str(error))
     (out / "keys.txt").write_text(" ".join(sorted(model.state_dict())))
@@ -81,8 +81,10 @@ def _sharded(rank: int, out: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.distributed
-def test_fsdp2_parameters_are_refused_before_any_change(tmp_path: Path) -> None:
+def test_fsdp2_parameters_under_the_reparametrization_are_refused_before_any_change(
+    tmp_path: Path,
+) -> None:
     spawn_gloo(_sharded, 1, tmp_path)
     error = (tmp_path / "error.txt").read_text()
-    assert "'0.weight' is a DTensor (FSDP2)" in error and "structure='element'" in error
+    assert "'0.weight' is a DTensor (FSDP2)" in error and "masking='inplace'" in error
     assert "mask" not in (tmp_path / "keys.txt").read_text()
