@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from tensorplay.ao.pruning import Pruner
 from tensorplay.ao.pruning.config import PrunerConfig
-from tensorplay.ao.pruning.importance.experts import Reap
+from tensorplay.ao.pruning.importance.expert_routing import Reap
 from tensorplay.ao.pruning.one_shot import calibrate, prune_one_shot
 from tensorplay.ao.pruning.schedules import OneShotSchedule
 from tests.moe_models import EXPERTS, TOP_K, tiny_mixtral, tiny_qwen2_moe

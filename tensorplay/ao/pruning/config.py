@@ -293,7 +293,7 @@ class PrunerConfig:
             accumulated once per optimizer step (``Pruner.accumulate``), ``"wanda"``
             (``|W| * ||X_j||``, Sun et al. 2023, from forward hooks; with ``scope="row"``), or,
             with ``structure="expert"`` only, ``"reap"`` and ``"frequency"`` (observed routing:
-            :mod:`~tensorplay.ao.pruning.importance.experts`).
+            :mod:`~tensorplay.ao.pruning.importance.expert_routing`).
         accumulator_dtype: ``"float32"`` (4 bytes per pruned parameter) or ``"bfloat16"`` (2)
             for the accumulated gradient scores and Wanda's input norms.
         structure: What one unit is (:mod:`~tensorplay.ao.pruning.structures`): ``"element"``

@@ -7,7 +7,7 @@
   ``sum_t |w_t * g_t|``, reset after each pruning step;
 * :mod:`~tensorplay.ao.pruning.importance.wanda`: ``"wanda"`` (Sun et al. 2023),
   ``|W| * ||X_j||_2`` from forward hooks, reset after each pruning step;
-* :mod:`~tensorplay.ao.pruning.importance.experts`: ``"reap"`` (Lasby et al. 2025), the
+* :mod:`~tensorplay.ao.pruning.importance.expert_routing`: ``"reap"`` (Lasby et al. 2025), the
   router-weighted mean norm of an expert's output, and ``"frequency"``, the share of tokens
   routed to it, from forward hooks on the experts (``structure="expert"`` only);
 * :mod:`~tensorplay.ao.pruning.importance.score`: the protocol the pruner asks;

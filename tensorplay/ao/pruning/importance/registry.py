@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from tensorplay.ao.pruning.importance.experts import Frequency, Reap
+from tensorplay.ao.pruning.importance.expert_routing import Frequency, Reap
 from tensorplay.ao.pruning.importance.magnitude import Magnitude
 from tensorplay.ao.pruning.importance.movement import Movement
 from tensorplay.ao.pruning.importance.score import Importance

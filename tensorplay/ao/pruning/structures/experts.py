@@ -22,8 +22,8 @@ residual block (by default its attention's Linear weights), so ``exclude``, ``in
 
 **Scores** (``importance=``): ``"magnitude"`` (the root mean square of the expert's weights, the
 default of :class:`~tensorplay.ao.pruning.pruner.Pruner`), ``"taylor"``, and the observed
-``"reap"`` and ``"frequency"`` (:mod:`~tensorplay.ao.pruning.importance.experts`; ``"reap"`` is
-the default of :func:`~tensorplay.ao.pruning.one_shot.prune_one_shot` here).
+``"reap"`` and ``"frequency"`` (:mod:`~tensorplay.ao.pruning.importance.expert_routing`;
+``"reap"`` is the default of :func:`~tensorplay.ao.pruning.one_shot.prune_one_shot` here).
 
 Example:
     >>> import torch
