@@ -61,6 +61,9 @@ from tensorplay.ao.pruning.permanent_saves import (
 )
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import schedule_from_dict
+from tensorplay.ao.pruning.selection.sharding import first_sharded
+from tensorplay.ao.pruning.sharded_copy import unsharded_meta_copy
+from tensorplay.ao.pruning.shrinking.gathered import gather_shrunk, write_shrunk
 from tensorplay.ao.pruning.shrinking.reshape import ShrunkShapes
 from tensorplay.ao.pruning.shrinking.shrink import shrink
 from tensorplay.ao.pruning.shrinking.shrink_report import ShrinkReport
@@ -107,7 +110,15 @@ class AdapterOptions:
         verbose: Report each pruning event and the final sparsity table (on rank zero).
         shrink_at_end: At the end of training, remove the pruned units physically
             (:func:`~tensorplay.ao.pruning.shrink`; the pruning is made permanent first) and
-            report the parameters and widths before and after (on rank zero).
+            report the parameters and widths before and after (on rank zero). Under FSDP2 the
+            sharded model stays as it is: it is gathered once on rank zero, to the CPU, and the
+            shrunk copy is written to ``shrunk_dir``
+            (:func:`~tensorplay.ao.pruning.save_shrunk`).
+        shrunk_dir: Where ``shrink_at_end`` writes the shrunk model on rank zero
+            (:func:`~tensorplay.ao.pruning.shrinking.gathered.write_shrunk`: a Hugging Face
+            model's ``save_pretrained`` folder, else ``model.pt``); ``None``: nowhere on one
+            device or under DDP (the model itself is shrunk), the adapter's default folder
+            under FSDP2.
         distill_weight: The weight of the distillation term added to the task loss (0: off).
         distill_temperature: Its temperature.
         teacher: The teacher; ``None``: a frozen dense copy of the model taken just before the
@@ -128,6 +139,7 @@ class AdapterOptions:
     reset_optimizer_state: bool = False
     verbose: bool = True
     shrink_at_end: bool = False
+    shrunk_dir: str | None = None
     distill_weight: float = 0.0
     distill_temperature: float = 2.0
     teacher: nn.Module | None = None
@@ -211,11 +223,20 @@ class SessionOptions:
         until the model is shrunk)."""
         return self._session.shrink_report
 
+    @property
+    def shrunk_model(self) -> nn.Module | None:
+        """The model ``shrink_at_end`` shrank: the trained model itself on one device or under
+        DDP; under FSDP2, where the trained model stays sharded, the unsharded copy gathered
+        and shrunk on rank zero (on the CPU; ``None`` on the other ranks). ``None`` until
+        then."""
+        return self._session.shrunk_model
+
     log_per_tensor = Option()
     make_permanent = Option()
     reset_optimizer_state = Option()
     verbose = Option()
     shrink_at_end = Option()
+    shrunk_dir = Option()
     distill_weight = Option()
     distill_temperature = Option()
     teacher = Option()
@@ -434,7 +455,10 @@ class PruningSession:
         self._pending: tuple[dict[str, Any], Mapping[str, Tensor] | None] | None = None
         self._report: SparsityReport | None = None  # the last counts, re-read when they change
         self._optimizers: list[Optimizer] = []
-        self._shrunk: tuple[ShrinkReport, ShrunkShapes] | None = None
+        # What shrinking removed, and the shrunk layout of the model itself (None under FSDP2,
+        # where a gathered copy is shrunk: the model keeps its shapes).
+        self._shrunk: tuple[ShrinkReport, ShrunkShapes | None] | None = None
+        self._shrunk_model: nn.Module | None = None
         self._state_when_shrunk: dict[str, Any] = {}  # the spent pruner's last state
         self._inputs: ExampleInputs | None = None  # what the pruner's model was traced with
         self._first_forward: FirstForward | None = None
@@ -567,6 +591,8 @@ class PruningSession:
             check: Called with the new pruner before the model changes (may raise).
         """
         check_options(self.config, self.options)  # an option may be set after construction
+        if self.options.shrink_at_end and first_sharded(model) is not None:
+            unsharded_meta_copy(model)  # refuses, before training, what gathering cannot copy
         seed = torch.initial_seed() if self.config.seed is None else self.config.seed
         kwargs = {**self.config.as_kwargs(), "seed": int(broadcast(int(seed)))}
         given = self.options.example_inputs
@@ -657,16 +683,17 @@ class PruningSession:
             self._report = self.pruner.report()
         return pruning_metrics(self.pruner, self._report, self.options.log_per_tensor)
 
-    def finish(self) -> None:
+    def finish(self, sharded_dir: str | None = None) -> None:
         """Training ended: :meth:`close`, report the final sparsity, shrink the model or make
-        the pruning permanent if asked."""
+        the pruning permanent if asked. ``sharded_dir``: the adapter's folder for the shrunk
+        copy of a sharded model, where the options give none."""
         self.close()
         if self._pruner is None:
             return
         if self.options.verbose and self._shrunk is None:
             self._inform(f"{self.name}: final sparsity\n{self._pruner.report()}")
         if self.options.shrink_at_end and self._shrunk is None:
-            self._shrink()
+            self._shrink(sharded_dir)
         elif self.options.make_permanent and not self._pruner.permanent:
             self._pruner.make_permanent()
         if self._shrunk is None:
@@ -686,15 +713,28 @@ class PruningSession:
 
     @property
     def shrunk_shapes(self) -> ShrunkShapes | None:
-        """The shrunk model's layout, for its checkpoints (``None`` unless shrunk)."""
+        """The shrunk model's layout, for its checkpoints (``None`` unless the model itself
+        was shrunk)."""
         return None if self._shrunk is None else self._shrunk[1]
 
-    def _shrink(self) -> None:
+    @property
+    def shrunk_model(self) -> nn.Module | None:
+        """The shrunk model: the pruner's model, or under FSDP2 the copy shrunk on rank zero
+        (``None`` on the others, and before shrinking)."""
+        return self._shrunk_model
+
+    def _shrink(self, sharded_dir: str | None) -> None:
         """Make the pruning permanent and remove the pruned units: every rank holds the same
-        masks, so every rank shrinks alike. The optimizers the framework trained with hold the
-        old tensors: stepping one afterwards raises."""
+        masks, so every rank shrinks alike (rank zero writes ``shrunk_dir`` if given). The
+        optimizers the framework trained with hold the old tensors: stepping one afterwards
+        raises. A sharded model is shrunk in a copy gathered on rank zero instead, written to
+        ``shrunk_dir`` or else ``sharded_dir``."""
         pruner = self.pruner
         self._warn_unfinished()
+        directory = self.options.shrunk_dir
+        if first_sharded(pruner.model) is not None:
+            self._shrink_gathered(directory or sharded_dir)
+            return
         found = find_blocks(pruner.model)
         layers = found.block_names() if found is not None else []
         groups = shrink_groups(pruner, self._inputs)
@@ -706,10 +746,37 @@ class PruningSession:
         self._state_when_shrunk = pruner.state_dict()
         report = shrink(pruner.model, groups=groups)
         self._shrunk = (report, ShrunkShapes.of(pruner.model, report, layers))
+        self._shrunk_model = pruner.model
         for optimizer in self._optimizers:
             refuse_steps(optimizer, self.name)
+        written = ""
+        if directory is not None and on_rank_zero():
+            written = f" (written to {write_shrunk(pruner.model, directory)})"
         if self.options.verbose:
-            self._inform(f"{self.name}: shrunk the model\n{report}")
+            self._inform(f"{self.name}: shrunk the model{written}\n{report}")
+
+    def _shrink_gathered(self, directory: str | None) -> None:
+        """Under FSDP2: gather the model on rank zero, shrink the copy there and write it to
+        ``directory`` (every rank takes part; the sharded model and the pruner stay)."""
+        if directory is None:
+            raise ValueError(
+                f"Expected a folder for the shrunk model of a sharded run, but {self.name} was "
+                "given shrunk_dir=None and its framework none: pass shrunk_dir."
+            )
+        pruner = self.pruner
+        self._report = pruner.report()
+        gathered = gather_shrunk(pruner.model, groups=shrink_groups(pruner, self._inputs))
+        if gathered.model is not None:
+            write_shrunk(gathered.model, directory)
+        if torch.distributed.is_initialized():
+            torch.distributed.barrier()  # the folder is whole before any rank goes on
+        self._shrunk = (gathered.report, None)
+        self._shrunk_model = gathered.model
+        if self.options.verbose:
+            self._inform(
+                f"{self.name}: gathered the sharded model on rank zero and wrote it shrunk to "
+                f"{directory}\n{gathered.report}"
+            )
 
     def _warn_masked_experts(self) -> None:
         """Masked experts that stay in the model are routed around by a hook only: say what a

@@ -64,21 +64,23 @@ def check_strategy(
 
 
 def check_shrinkable(strategy: object) -> None:
-    """Refuse ``shrink_at_end`` under the strategies that shard the parameters (shrinking cuts
-    whole tensors, which no rank holds there) and under those that train in worker processes
-    and hand the weights back to the main process's model (``ddp_spawn``, ``ddp_fork``,
+    """Refuse ``shrink_at_end`` under DeepSpeed (its partitioned parameters cannot be gathered
+    into a copy of the model) and under the strategies that train in worker processes and hand
+    the weights back to the main process's model (``ddp_spawn``, ``ddp_fork``,
     ``ddp_notebook``): that model keeps its full widths, so the shrunk weights cannot load.
+    Under ``ModelParallelStrategy`` (FSDP2) the model is gathered on rank zero and the shrunk
+    copy written to a folder.
 
     Raises:
-        ValueError: Under ``ModelParallelStrategy`` (FSDP2), ``DeepSpeedStrategy``, or a
-            strategy launched in worker processes.
+        ValueError: Under ``DeepSpeedStrategy``, or a strategy launched in worker processes.
     """
-    if isinstance(strategy, (ModelParallelStrategy, DeepSpeedStrategy)):
+    if isinstance(strategy, DeepSpeedStrategy):
         raise ValueError(
-            "Expected a strategy whose ranks hold whole parameters with `shrink_at_end=True` "
-            f"(DDP or one device), but got {type(strategy).__name__}: it shards them, and "
-            "shrinking cuts whole tensors. Train with shrink_at_end=False, then shrink a full "
-            "copy of the trained model with tensorplay.ao.pruning.shrink."
+            "Expected DDP, `ModelParallelStrategy` (FSDP2) or one device with "
+            f"`shrink_at_end=True`, but got {type(strategy).__name__}: its partitioned "
+            "parameters cannot be gathered into a copy of the model to shrink. Train with "
+            "shrink_at_end=False, then shrink a full copy of the trained model with "
+            "tensorplay.ao.pruning.shrink."
         )
     if isinstance(getattr(strategy, "launcher", None), _MultiProcessingLauncher):
         raise ValueError(

@@ -10,6 +10,7 @@ restores after set-up (``ModelParallelStrategy``, the model sharded in ``configu
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -118,7 +119,15 @@ class GradualPruning(SessionOptions, Callback):
             checkpoint saved afterwards (``trainer.save_checkpoint``) records the shrunk
             layout, which :class:`~tensorplay.callbacks.PrunableMixin` rebuilds when it is
             loaded. The trainer's optimizers hold the old tensors: stepping one raises. See
-            :doc:`/structured`.
+            :doc:`/structured`. Under ``ModelParallelStrategy`` (FSDP2) the sharded module
+            stays as it is: it is gathered once on rank zero, to the CPU, and the shrunk copy
+            (:attr:`shrunk_model` there) is written to ``shrunk_dir``
+            (:doc:`/large_models`).
+        shrunk_dir: Where ``shrink_at_end`` also writes the shrunk model, on rank zero: the
+            ``save_pretrained`` folder of the Hugging Face model the module holds (every
+            parameter of the module in it), else ``model.pt`` (the pickled module). ``None``
+            (default): nowhere, except under ``ModelParallelStrategy``:
+            ``<default_root_dir>/shrunk``.
 
         distill_weight: Distil from a teacher (:doc:`/distillation`): the weight of the KD term
             added to the loss Lightning back-propagates, scaled as it scales the task loss
@@ -141,8 +150,9 @@ class GradualPruning(SessionOptions, Callback):
         ValueError: As it; ``distill_weight`` < 0 or ``distill_temperature`` <= 0; at set-up,
             under ``FSDPStrategy``, or under ``ModelParallelStrategy`` without
             ``masking="inplace"`` or with rewinding; with ``shrink_at_end`` under
-            ``ModelParallelStrategy``, ``DeepSpeedStrategy`` or a strategy launched in worker
-            processes; with ``distill_weight`` > 0 under ``DeepSpeedStrategy`` or manual
+            ``DeepSpeedStrategy`` or a strategy launched in worker processes, or under
+            ``ModelParallelStrategy`` on a model gathering cannot copy (a mesh of more than
+            one dimension); with ``distill_weight`` > 0 under ``DeepSpeedStrategy`` or manual
             optimization; ``example_inputs`` with
             ``structure="element"``.
         RuntimeError: The pruner waits for the first training forward, and the first batch
@@ -191,6 +201,7 @@ class GradualPruning(SessionOptions, Callback):
         multiple_of: int = 1,
         target_params: int | float | None = None,
         shrink_at_end: bool = False,
+        shrunk_dir: str | None = None,
         distill_weight: float = 0.0,
         distill_temperature: float = 2.0,
         teacher: nn.Module | None = None,
@@ -315,8 +326,9 @@ class GradualPruning(SessionOptions, Callback):
 
     @override
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """Report the final sparsity; make the pruning permanent if asked."""
-        self._session.finish()
+        """Report the final sparsity; make the pruning permanent or shrink the model if asked
+        (under ``ModelParallelStrategy``, by default to ``<default_root_dir>/shrunk``)."""
+        self._session.finish(os.path.join(trainer.default_root_dir, "shrunk"))
 
     @override
     def on_exception(

@@ -129,6 +129,9 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
             (:attr:`shrink_report`); ``trainer.save_model()`` then writes the smaller model.
             The trainer's optimizer holds the old tensors: stepping it raises. See
             :doc:`/structured`.
+        shrunk_dir: Where ``shrink_at_end`` also writes the shrunk model (its
+            ``save_pretrained`` folder), on the main process; ``None`` (default): nowhere
+            (``trainer.save_model()`` writes it).
         distill_weight: Distil from a teacher (:doc:`/distillation`): the weight of the KD term
             added to the ``loss`` of the model's training outputs (what the Trainer
             back-propagates), counted as the Trainer counts that loss under gradient
@@ -197,6 +200,7 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         multiple_of: int = 1,
         target_params: int | float | None = None,
         shrink_at_end: bool = False,
+        shrunk_dir: str | None = None,
         distill_weight: float = 0.0,
         distill_temperature: float = 2.0,
         teacher: nn.Module | None = None,
@@ -395,7 +399,7 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
             saved = TrainerState.load_from_json(os.path.join(best, TRAINER_STATE_NAME))
             self._session.load_state_dict(*self._saved_state(saved))
         self._close()
-        self._session.finish()
+        self._session.finish(os.path.join(args.output_dir or ".", "shrunk"))
 
     @override
     def on_save(

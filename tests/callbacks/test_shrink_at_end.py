@@ -13,7 +13,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.strategies import ModelParallelStrategy
+from lightning.pytorch.strategies import DeepSpeedStrategy, ModelParallelStrategy
 
 from tensorplay.ao.pruning import SpentPrunerError
 from tensorplay.ao.pruning.schedules import LinearSchedule
@@ -175,9 +175,11 @@ def test_shrinking_elements_set_after_construction_is_refused_before_any_mask(
     assert not [name for name, _ in model.named_buffers() if name.endswith("_mask")]
 
 
-def test_the_strategies_that_shard_parameters_are_refused() -> None:
-    with pytest.raises(ValueError, match="ModelParallelStrategy: it shards them"):
-        check_shrinkable(ModelParallelStrategy())
+def test_deepspeed_is_refused_and_fsdp2_gathers_on_rank_zero() -> None:
+    deepspeed = DeepSpeedStrategy.__new__(DeepSpeedStrategy)  # needs no deepspeed installed
+    with pytest.raises(ValueError, match="DeepSpeedStrategy: its partitioned parameters"):
+        check_shrinkable(deepspeed)
+    check_shrinkable(ModelParallelStrategy())  # tests/callbacks/test_pruning_fsdp_shrink.py
 
 
 def test_a_strategy_that_trains_in_worker_processes_is_refused_at_set_up(tmp_path: Path) -> None:

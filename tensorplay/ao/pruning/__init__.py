@@ -51,6 +51,7 @@ from tensorplay.ao.pruning.schedules import (
     schedule_from_dict,
 )
 from tensorplay.ao.pruning.serialization import permanent_state_dict
+from tensorplay.ao.pruning.shrinking.gathered import gather_shrunk, save_shrunk
 from tensorplay.ao.pruning.shrinking.hf_config import load_shrunk
 from tensorplay.ao.pruning.shrinking.shrink import shrink
 from tensorplay.ao.pruning.shrinking.shrink_report import ShrinkReport
@@ -107,6 +108,8 @@ __all__ = [
     "shrink",
     "ShrinkReport",
     "load_shrunk",
+    "gather_shrunk",
+    "save_shrunk",
     # statistics and checkpoints
     "SparsityReport",
     "TensorSparsity",

@@ -34,7 +34,7 @@ from tensorplay.ao.pruning.masking.lean_masks import MASK_SUFFIX, lean_mask
 from tensorplay.ao.pruning.reparametrization import pruned_parts, pruned_tensor_names
 from tensorplay.ao.pruning.selection import is_dtensor
 
-__all__ = ["sharded_copy"]
+__all__ = ["sharded_copy", "unsharded_meta_copy"]
 
 _FSDP_STATE_KEY = "__composable_api_state_key"  # where fully_shard keeps its state
 _FSDP_PACKAGE = "torch.distributed.fsdp"
@@ -71,11 +71,7 @@ def sharded_copy(model: nn.Module, dtype: torch.dtype | None = None) -> nn.Modul
     """
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
-    if not isinstance(model, FSDPModule):
-        raise ValueError(
-            "Expected a model sharded with FSDP2 (`fully_shard`), but "
-            f"{type(model).__name__} is not one: apply `fully_shard` to its root as well."
-        )
+    _check_root(model)
     mesh = _check_shardable(model)
     sharded = [name for name, module in _children_first(model) if isinstance(module, FSDPModule)]
     options = {name: _shard_options(model.get_submodule(name)) for name in sharded}
@@ -156,13 +152,48 @@ def _shard_options(module: Any) -> dict[str, Any]:
     return {"reshard_after_forward": after is not None, "mp_policy": state._mp_policy}
 
 
+def unsharded_meta_copy(model: nn.Module, *, keep_masks: bool = True) -> nn.Module:
+    """A copy of the FSDP2-sharded ``model`` on the meta device, at the full shapes, unsharded:
+    its modules are instances of the classes FSDP wraps, without FSDP's state and hooks (nor the
+    hooks :func:`~tensorplay.ao.pruning.dense_copy.dense_copy` leaves out); its lean masks are
+    kept as bool buffers if ``keep_masks``. Not a collective: nothing is read from the shards.
+
+    Raises:
+        ValueError: As :func:`sharded_copy`.
+
+    Example:
+        >>> unsharded_meta_copy(nn.Linear(2, 2))
+        Traceback (most recent call last):
+        ...
+        ValueError: Expected a model sharded with FSDP2 (`fully_shard`), but Linear is not one: ...
+    """
+    _check_root(model)
+    return _meta_clone(model, _check_shardable(model), None, {}, keep_masks=keep_masks)
+
+
+def _check_root(model: nn.Module) -> None:
+    from torch.distributed.fsdp import FSDPModule
+
+    if not isinstance(model, FSDPModule):
+        raise ValueError(
+            "Expected a model sharded with FSDP2 (`fully_shard`), but "
+            f"{type(model).__name__} is not one: apply `fully_shard` to its root as well."
+        )
+
+
 def _meta_clone(
-    model: nn.Module, mesh: Any, dtype: torch.dtype | None, placements: dict[int, Any]
+    model: nn.Module,
+    mesh: Any,
+    dtype: torch.dtype | None,
+    placements: dict[int, Any],
+    *,
+    keep_masks: bool = False,
 ) -> nn.Module:
     """A copy of ``model`` with meta parameters and buffers of the full shapes (in ``dtype``),
     its FSDP modules made instances of the classes they wrap, without FSDP's state, FSDP's hooks,
-    the hooks :func:`~tensorplay.ao.pruning.dense_copy.dense_copy` leaves out, or lean masks;
-    ``placements`` maps each meta parameter to its model parameter's placement."""
+    the hooks :func:`~tensorplay.ao.pruning.dense_copy.dense_copy` leaves out, or (unless
+    ``keep_masks``) lean masks; ``placements`` maps each meta parameter to its model
+    parameter's placement."""
     # dense_copy's own marking of the hooks it leaves out (it imports this module)
     from tensorplay.ao.pruning.dense_copy import _LEFT_OUT, _drop_left_out_hooks, _hook_dicts
 
@@ -179,7 +210,7 @@ def _meta_clone(
         for hooks in _hook_dicts(module):
             memo.update((id(hook), _LEFT_OUT) for hook in hooks.values() if _is_dropped(hook))
     for module in reversed(list(model.modules())):  # children first: they are in the memo
-        memo[id(module)] = _module_copy(module, memo)
+        memo[id(module)] = _module_copy(module, memo, keep_masks=keep_masks)
     clone = memo[id(model)]
     assert isinstance(clone, nn.Module)  # for mypy: _module_copy makes modules
     for module in clone.modules():
@@ -201,9 +232,9 @@ def _is_dropped(hook: object) -> bool:
     return _is_left_out(hook) or (isinstance(where, str) and where.startswith(_FSDP_PACKAGE))
 
 
-def _module_copy(module: nn.Module, memo: dict[int, Any]) -> nn.Module:
+def _module_copy(module: nn.Module, memo: dict[int, Any], *, keep_masks: bool) -> nn.Module:
     """A copy of ``module`` (an ``FSDPModule``: of the class it wraps, without FSDP's state),
-    its tensors, children and hooks from ``memo``, without lean masks."""
+    its tensors, children and hooks from ``memo``, without lean masks unless ``keep_masks``."""
     from torch.distributed.fsdp import FSDPModule
 
     cls: type[nn.Module] = type(module)
@@ -211,7 +242,11 @@ def _module_copy(module: nn.Module, memo: dict[int, Any]) -> nn.Module:
         cls = next(
             c for c in cls.__mro__[1:] if issubclass(c, nn.Module) and not issubclass(c, FSDPModule)
         )
-    masks = {n + MASK_SUFFIX for n in module._parameters if lean_mask(module, n) is not None}
+    masks = (
+        set()
+        if keep_masks
+        else {n + MASK_SUFFIX for n in module._parameters if lean_mask(module, n) is not None}
+    )
     getstate: Callable[[], Any] | None = getattr(module, "__getstate__", None)
     state = dict(getstate() if getstate is not None else vars(module))  # a LightningModule's
     # leaves its trainer out

@@ -25,6 +25,7 @@ __all__ = [
     "SelectionCost",
     "ShardLayout",
     "check_placement",
+    "first_sharded",
     "global_counts",
     "is_dtensor",
     "local_part",
@@ -80,6 +81,17 @@ def is_dtensor(tensor: object) -> bool:
     from torch.distributed.tensor import DTensor
 
     return isinstance(tensor, DTensor)
+
+
+def first_sharded(model: torch.nn.Module) -> str | None:
+    """The name of ``model``'s first ``DTensor`` parameter (sharded, as under FSDP2), else
+    ``None``: what a refusal of sharded models names.
+
+    Example:
+        >>> first_sharded(torch.nn.Linear(2, 2)) is None
+        True
+    """
+    return next((name for name, param in model.named_parameters() if is_dtensor(param)), None)
 
 
 def check_placement(tensor: Tensor, label: str = "the tensor") -> None:

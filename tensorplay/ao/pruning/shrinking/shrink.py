@@ -103,7 +103,7 @@ from tensorplay.ao.pruning.dependency.unit_groups import (
 from tensorplay.ao.pruning.masking.lean_masks import apply_masks, lean_mask, remove_mask
 from tensorplay.ao.pruning.masking.readers import mask_of, masked_values
 from tensorplay.ao.pruning.reparametrization import pruned_parts
-from tensorplay.ao.pruning.selection.sharding import is_dtensor
+from tensorplay.ao.pruning.selection.sharding import first_sharded
 from tensorplay.ao.pruning.shrinking.hf_config import check_config, update_config
 from tensorplay.ao.pruning.shrinking.left_masked import (
     OVERLAP_FIX,
@@ -159,7 +159,7 @@ def shrink(
             (naming the group, unit and tensor, or the module, channel and the missing
             ``example_inputs``); what :class:`~tensorplay.ao.pruning.DependencyGraph` raises
             where nothing is recorded; a sharded (FSDP2 ``DTensor``) parameter, first of all:
-            gather the model to one device first.
+            :func:`~tensorplay.ao.pruning.save_shrunk` shrinks a sharded model.
     """
     _check_whole(model)
     untraced: Mapping[str, str] = {}
@@ -338,15 +338,14 @@ def _pruned(group: UnitGroup, kept_elements: dict[str, Tensor]) -> tuple[Tensor,
 
 def _check_whole(model: nn.Module) -> None:
     """Refuse a sharded model before anything is traced or changed."""
-    for name, param in model.named_parameters():
-        if is_dtensor(param):
-            raise ValueError(
-                f"Expected whole parameters to shrink, but {name!r} is a DTensor (a sharded "
-                "parameter, as under FSDP2): gather the model to one device first: load its "
-                "full state_dict, masks included (torch.distributed.checkpoint.state_dict."
-                "get_model_state_dict with StateDictOptions(full_state_dict=True)), into an "
-                "unsharded copy of the model, and shrink the copy."
-            )
+    name = first_sharded(model)
+    if name is not None:
+        raise ValueError(
+            f"Expected whole parameters to shrink, but {name!r} is a DTensor (a sharded "
+            "parameter, as under FSDP2): gather the model to one device first: "
+            "tensorplay.ao.pruning.save_shrunk(model, directory) on every rank gathers it "
+            "on rank 0, shrinks the copy there and writes it (gather_shrunk returns it)."
+        )
 
 
 def _kept_elements(model: nn.Module, names: Sequence[str]) -> dict[str, Tensor]:

@@ -50,8 +50,8 @@ from torch import nn
 from tensorplay.ao.pruning.base import BasePruningMethod
 from tensorplay.ao.pruning.dependency.graph import DependencyGraph
 from tensorplay.ao.pruning.dependency.unit_groups import UnitGroup
-from tensorplay.ao.pruning.dtensor_targets import is_sharded
 from tensorplay.ao.pruning.methods import L1Unstructured, RandomUnstructured
+from tensorplay.ao.pruning.selection.sharding import first_sharded
 from tensorplay.ao.pruning.structures.routing import install_routing
 from tensorplay.ao.pruning.structures.structured import UnitStructure
 from tensorplay.ao.pruning.tied_targets import Target
@@ -97,14 +97,14 @@ class ExpertStructure(UnitStructure):
         Raises:
             ValueError: Naming the first ``DTensor`` parameter.
         """
-        for name, param in model.named_parameters():
-            if is_sharded(param):
-                raise ValueError(
-                    f"Expected plain tensors with structure='expert', but {name!r} is a DTensor "
-                    "(FSDP2): experts are not pruned across shards. Prune experts on one device "
-                    "or under DDP (shrink, then shard), or use structure='channel', 'head' or "
-                    "'layer' with masking='inplace'."
-                )
+        name = first_sharded(model)
+        if name is not None:
+            raise ValueError(
+                f"Expected plain tensors with structure='expert', but {name!r} is a DTensor "
+                "(FSDP2): experts are not pruned across shards. Prune experts on one device "
+                "or under DDP (shrink, then shard), or use structure='channel', 'head' or "
+                "'layer' with masking='inplace'."
+            )
 
     def _selected_groups(
         self, graph: DependencyGraph, model: nn.Module, selected: Sequence[Target]
