@@ -9,6 +9,9 @@ the same steps on the unsharded model and :func:`~tensorplay.ao.pruning.shrink`:
 for bit, the saved weights within 1e-5 (the ranks' gradients are all-reduced sums, in another
 order than one process's), the outputs of the loaded folder within 1e-4. A refusal (a group that
 does not fit) is raised on every rank, before any folder is written, the sharded model unchanged.
+A folder saved from the sharded run with its units masked (its full state gathered and written
+with ``save_pretrained``) is shrunk later in one process by ``load_masked`` and ``shrink`` to
+exactly what the ranks wrote.
 """
 
 from __future__ import annotations
@@ -70,6 +73,17 @@ def _state(model: nn.Module) -> dict[str, Tensor]:
     return {key: value.detach().clone() for key, value in model.state_dict().items()}
 
 
+def _save_masked(model: nn.Module, folder: Path, rank: int) -> None:
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    state = get_model_state_dict(model, options=options)  # rank 0's only
+    if rank == 0:
+        model.save_pretrained(folder, state_dict=state)
+    dist.barrier()
+
+
 def _worker(rank: int, out: Path) -> None:
     from tensorplay.ao.pruning.dependency.unit_groups import Slice, UnitGroup
     from tensorplay.ao.pruning.shrinking.gathered import save_shrunk
@@ -79,6 +93,8 @@ def _worker(rank: int, out: Path) -> None:
         model, _ = _train_and_prune(name, sharded=True)
         masks = _masks(model)
         before = {key: value.to_local().clone() for key, value in model.state_dict().items()}
+        if name == "channel":  # a masked folder, as a sharded run saves its full state
+            _save_masked(model, out / "masked", rank)
         report = save_shrunk(model, out / name)
         unchanged = all(
             torch.equal(value.to_local(), before[key]) for key, value in model.state_dict().items()
@@ -96,7 +112,7 @@ def _worker(rank: int, out: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_a_sharded_run_shrinks_on_rank_zero_to_the_folder_one_process_would_save(tmp_path):
-    from tensorplay.ao.pruning import load_shrunk, shrink
+    from tensorplay.ao.pruning import load_masked, load_shrunk, shrink
     from tests.core.gloo import spawn_gloo
 
     spawn_gloo(_worker, WORLD, tmp_path)
@@ -125,6 +141,11 @@ def test_a_sharded_run_shrinks_on_rank_zero_to_the_folder_one_process_would_save
             for key, value in expected.items():
                 assert saved[key].shape == value.shape, (name, key)
                 torch.testing.assert_close(saved[key], value, atol=1e-5, rtol=1e-5)
+            if name == "channel":  # the masked folder, shrunk later in this process
+                later = load_masked(llama, tmp_path / "masked")
+                assert str(shrink(later)) == str(report)
+                for key, value in _state(later).items():
+                    torch.testing.assert_close(value, saved[key], atol=0, rtol=0)
             tokens = TOKENS[0]
             with torch.no_grad():
                 torch.testing.assert_close(

@@ -19,6 +19,14 @@ is read with the submodule's prefix, so shrinking a wrapper finds the groups of 
 on the model inside it. Recording again adds the new groups (a second pruner, another kind);
 a group recorded twice is kept once. Shrinking forgets the groups whose tensors it changed.
 
+A Hugging Face model (a module with ``save_pretrained`` and a ``config``) also holds the
+groups within it in its config, under the same key, as plain data
+(:meth:`~tensorplay.ao.pruning.dependency.unit_groups.UnitGroup.to_dict`): every
+``save_pretrained`` writes them to ``config.json``, and ``from_pretrained`` brings them back.
+So a folder saved with its units masked (their slices zero), as a sharded run saves it, is
+shrunk later on any machine with exactly the groups the pruner masked: load it and call
+:func:`~tensorplay.ao.pruning.shrink`.
+
 Example:
     >>> import copy
     >>> from torch import nn
@@ -40,7 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Collection, Iterable
-from typing import Final
+from typing import Any, Final
 
 from torch import nn
 
@@ -53,7 +61,8 @@ RECORD_ATTRIBUTE: Final = "tensorplay_unit_groups"
 
 
 def record_groups(model: nn.Module, groups: Iterable[UnitGroup]) -> None:
-    """Add ``groups`` (named as in ``model``) to ``model``'s record; each group once.
+    """Add ``groups`` (named as in ``model``) to ``model``'s record; each group once; and
+    write the record into the config of each Hugging Face model in ``model``.
 
     Example:
         >>> from torch import nn
@@ -66,6 +75,7 @@ def record_groups(model: nn.Module, groups: Iterable[UnitGroup]) -> None:
     """
     held = _own(model)
     setattr(model, RECORD_ATTRIBUTE, tuple(dict.fromkeys((*held, *groups))))
+    _write_configs(model)
 
 
 def recorded_groups(model: nn.Module) -> tuple[UnitGroup, ...]:
@@ -74,6 +84,9 @@ def recorded_groups(model: nn.Module) -> tuple[UnitGroup, ...]:
     found: dict[UnitGroup, None] = {}
     for prefix, module in model.named_modules(remove_duplicate=True):
         for group in _own(module):
+            found.setdefault(_prefixed(group, prefix), None)
+    for prefix, config in _configs(model):
+        for group in _config_record(config):
             found.setdefault(_prefixed(group, prefix), None)
     return tuple(found)
 
@@ -91,11 +104,68 @@ def forget_groups(model: nn.Module, parameters: Collection[str]) -> None:
         )
         if len(kept) != len(held):
             setattr(module, RECORD_ATTRIBUTE, kept)
+    for prefix, config in _configs(model):
+        held = _config_record(config)
+        kept = tuple(
+            group
+            for group in held
+            if not any(name in parameters for name in _prefixed(group, prefix).parameters())
+        )
+        if len(kept) != len(held):
+            setattr(config, RECORD_ATTRIBUTE, [group.to_dict() for group in kept])
 
 
 def _own(module: nn.Module) -> tuple[UnitGroup, ...]:
     held = vars(module).get(RECORD_ATTRIBUTE, ())
     return tuple(group for group in held if isinstance(group, UnitGroup))
+
+
+def _configs(model: nn.Module) -> list[tuple[str, Any]]:
+    """The prefix and config of each Hugging Face model in ``model`` (a module with
+    ``save_pretrained`` and a ``config`` that has ``to_dict``), the outermost holder of each
+    config only (a ``LlamaModel`` inside its ``LlamaForCausalLM`` shares its config)."""
+    found: dict[int, tuple[str, Any]] = {}
+    for prefix, module in model.named_modules(remove_duplicate=True):
+        config = vars(module).get("config")
+        if (
+            config is None
+            or not hasattr(config, "to_dict")
+            or not hasattr(module, "save_pretrained")
+        ):
+            continue
+        found.setdefault(id(config), (prefix, config))
+    return list(found.values())
+
+
+def _config_record(config: Any) -> tuple[UnitGroup, ...]:
+    """The groups a config holds (named from its model), read from plain data."""
+    held = getattr(config, RECORD_ATTRIBUTE, None)
+    if not isinstance(held, list):
+        return ()
+    return tuple(UnitGroup.from_dict(data) for data in held)
+
+
+def _write_configs(model: nn.Module) -> None:
+    """Each Hugging Face model's config takes the recorded groups that lie within it."""
+    groups = recorded_groups(model)
+    for prefix, config in _configs(model):
+        start = f"{prefix}." if prefix else ""
+        within = [
+            _unprefixed(group, start)
+            for group in groups
+            if all(name.startswith(start) for name in group.parameters())
+        ]
+        setattr(config, RECORD_ATTRIBUTE, [group.to_dict() for group in within])
+
+
+def _unprefixed(group: UnitGroup, start: str) -> UnitGroup:
+    if not start:
+        return group
+    slices = tuple(
+        dataclasses.replace(piece, parameter=piece.parameter.removeprefix(start))
+        for piece in group.slices
+    )
+    return dataclasses.replace(group, name=group.name.removeprefix(start), slices=slices)
 
 
 def _prefixed(group: UnitGroup, prefix: str) -> UnitGroup:

@@ -24,9 +24,10 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -123,6 +124,35 @@ class UnitGroup:
     def scored_parameters(self) -> tuple[str, ...]:
         """The names of the parameters its scored slices lie in, each once, in order."""
         return tuple(dict.fromkeys(piece.parameter for piece in self.slices if piece.scored))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (JSON: names, integers, booleans, lists), read back by :meth:`from_dict`.
+
+        Example:
+            >>> group = UnitGroup("fc", "channel", 4, (Slice("fc.weight", 0),))
+            >>> UnitGroup.from_dict(group.to_dict()) == group
+            True
+        """
+        data = dataclasses.asdict(self)
+        data["slices"] = [dataclasses.asdict(piece) for piece in self.slices]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> UnitGroup:
+        """The group :meth:`to_dict` wrote.
+
+        Raises:
+            ValueError: ``data`` is not such a record (naming what is wrong).
+        """
+        try:
+            slices = tuple(Slice(**piece) for piece in data["slices"])
+            fields = {key: value for key, value in data.items() if key != "slices"}
+            return cls(**fields, slices=slices)
+        except (KeyError, TypeError) as error:
+            raise ValueError(
+                f"Expected a unit group written by UnitGroup.to_dict, but got {dict(data)!r} "
+                f"({error})."
+            ) from None
 
 
 def shapes_of(model: nn.Module) -> dict[str, torch.Size]:
