@@ -178,3 +178,51 @@ def test_a_run_under_fsdp2_distilled_and_shrunk_at_end_writes_what_one_process_w
         torch.testing.assert_close(
             sharded(tokens).logits, single(tokens).logits, atol=1e-4, rtol=1e-4
         )
+
+
+class StateRecorder(Callback):
+    """The full state (weights and masks) when fit ends, before ``GradualPruning`` shrinks."""
+
+    def __init__(self) -> None:
+        self.state: dict[str, Tensor] = {}
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.state = full_state(pl_module)
+
+
+def _plain_worker(rank: int, world_size: int, out: Path) -> None:
+    from tests.callbacks.fsdp_helpers import ShardedTiny
+    from tests.callbacks.test_pruning_fsdp_structure import EXAMPLE, SCHEDULE
+
+    recorder = StateRecorder()
+    callback = GradualPruning(
+        SCHEDULE,
+        structure="channel",
+        masking="inplace",
+        example_inputs=EXAMPLE,
+        shrink_at_end=True,
+        shrunk_dir=str(out / "plain"),
+        verbose=False,
+    )
+    trainer = model_parallel_trainer(world_size, max_epochs=2, callbacks=[recorder, callback])
+    trainer.fit(ShardedTiny())
+    torch.save(recorder.state, out / f"plain-rank{rank}.pt")
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_a_plain_module_under_fsdp2_is_written_shrunk_as_a_pickled_module(tmp_path):
+    from tests.callbacks.fsdp_helpers import ShardedTiny
+
+    run_ranks(_plain_worker, 2, tmp_path)
+    state = torch.load(tmp_path / "plain-rank0.pt", weights_only=True)
+    masked = ShardedTiny()
+    with torch.no_grad():
+        for name, param in masked.named_parameters():
+            param.copy_(state[name] * state.get(f"{name}_mask", torch.ones((), dtype=torch.bool)))
+    shrunk = torch.load(tmp_path / "plain" / "model.pt", weights_only=False)
+    kept = int(state["net.0.weight_mask"].any(1).sum())
+    assert shrunk.net[0].out_features == kept < masked.net[0].out_features
+    inputs = torch.randn(5, 8, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(shrunk(inputs), masked(inputs), atol=1e-6, rtol=1e-6)

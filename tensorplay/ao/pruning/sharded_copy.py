@@ -152,11 +152,14 @@ def _shard_options(module: Any) -> dict[str, Any]:
     return {"reshard_after_forward": after is not None, "mp_policy": state._mp_policy}
 
 
-def unsharded_meta_copy(model: nn.Module, *, keep_masks: bool = True) -> nn.Module:
+def unsharded_meta_copy(
+    model: nn.Module, *, keep_masks: bool = True, dtype: torch.dtype | None = None
+) -> nn.Module:
     """A copy of the FSDP2-sharded ``model`` on the meta device, at the full shapes, unsharded:
     its modules are instances of the classes FSDP wraps, without FSDP's state and hooks (nor the
     hooks :func:`~tensorplay.ao.pruning.dense_copy.dense_copy` leaves out); its lean masks are
-    kept as bool buffers if ``keep_masks``. Not a collective: nothing is read from the shards.
+    kept as bool buffers if ``keep_masks``; its floating-point tensors in ``dtype`` (``None``:
+    each its own). Not a collective: nothing is read from the shards.
 
     Raises:
         ValueError: As :func:`sharded_copy`.
@@ -168,7 +171,7 @@ def unsharded_meta_copy(model: nn.Module, *, keep_masks: bool = True) -> nn.Modu
         ValueError: Expected a model sharded with FSDP2 (`fully_shard`), but Linear is not one: ...
     """
     _check_root(model)
-    return _meta_clone(model, _check_shardable(model), None, {}, keep_masks=keep_masks)
+    return _meta_clone(model, _check_shardable(model), dtype, {}, keep_masks=keep_masks)
 
 
 def _check_root(model: nn.Module) -> None:

@@ -96,6 +96,8 @@ def _worker(rank: int, out: Path) -> None:
         if name == "channel":  # a masked folder, as a sharded run saves its full state
             _save_masked(model, out / "masked", rank)
         report = save_shrunk(model, out / name)
+        if name == "channel-layerwise":  # gathered into a bfloat16 copy, written so
+            save_shrunk(model, out / "bfloat16", dtype=torch.bfloat16)
         unchanged = all(
             torch.equal(value.to_local(), before[key]) for key, value in model.state_dict().items()
         )
@@ -141,6 +143,11 @@ def test_a_sharded_run_shrinks_on_rank_zero_to_the_folder_one_process_would_save
             for key, value in expected.items():
                 assert saved[key].shape == value.shape, (name, key)
                 torch.testing.assert_close(saved[key], value, atol=1e-5, rtol=1e-5)
+            if name == "channel-layerwise":
+                half = _state(llama.from_pretrained(tmp_path / "bfloat16", dtype=torch.bfloat16))
+                assert all(value.dtype == torch.bfloat16 for value in half.values())
+                for key, value in expected.items():  # one bfloat16 rounding of the float32
+                    torch.testing.assert_close(half[key].float(), value, atol=1e-2, rtol=1e-2)
             if name == "channel":  # the masked folder, shrunk later in this process
                 later = load_masked(llama, tmp_path / "masked")
                 assert str(shrink(later)) == str(report)
