@@ -206,13 +206,15 @@ def _plain_worker(rank: int, world_size: int, out: Path) -> None:
     )
     trainer = model_parallel_trainer(world_size, max_epochs=2, callbacks=[recorder, callback])
     trainer.fit(ShardedTiny())
+    trainer.save_checkpoint(out / "masked.ckpt")  # the sharded module: masked, not shrunk
     torch.save(recorder.state, out / f"plain-rank{rank}.pt")
 
 
 @pytest.mark.slow
 @pytest.mark.distributed
-def test_a_plain_module_under_fsdp2_is_written_shrunk_as_a_pickled_module(tmp_path):
+def test_a_plain_module_under_fsdp2_is_written_shrunk_and_its_checkpoint_shrinks_later(tmp_path):
     from tests.callbacks.fsdp_helpers import ShardedTiny
+    from tests.callbacks.test_pruning_fsdp_structure import EXAMPLE
 
     run_ranks(_plain_worker, 2, tmp_path)
     state = torch.load(tmp_path / "plain-rank0.pt", weights_only=True)
@@ -226,3 +228,17 @@ def test_a_plain_module_under_fsdp2_is_written_shrunk_as_a_pickled_module(tmp_pa
     inputs = torch.randn(5, 8, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         torch.testing.assert_close(shrunk(inputs), masked(inputs), atol=1e-6, rtol=1e-6)
+    # The distributed checkpoint, shrunk later in one process: converted, masks installed.
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    from tensorplay.ao.pruning import install_saved_masks, shrink
+
+    dcp_to_torch_save(tmp_path / "masked.ckpt", tmp_path / "masked.pt")
+    saved = torch.load(tmp_path / "masked.pt", weights_only=False)["state_dict"]
+    later = ShardedTiny()
+    later.load_state_dict({k: v for k, v in saved.items() if not k.endswith("_mask")})
+    assert install_saved_masks(later, saved) == 3
+    shrink(later, example_inputs=EXAMPLE)
+    assert later.net[0].out_features == kept
+    with torch.no_grad():
+        torch.testing.assert_close(later(inputs), shrunk(inputs), atol=0, rtol=0)

@@ -53,7 +53,7 @@ from tensorplay.ao.pruning.schedules import (
 from tensorplay.ao.pruning.serialization import permanent_state_dict
 from tensorplay.ao.pruning.shrinking.gathered import gather_shrunk, save_shrunk
 from tensorplay.ao.pruning.shrinking.hf_config import load_shrunk
-from tensorplay.ao.pruning.shrinking.saved_masks import load_masked
+from tensorplay.ao.pruning.shrinking.saved_masks import install_saved_masks, load_masked
 from tensorplay.ao.pruning.shrinking.shrink import shrink
 from tensorplay.ao.pruning.shrinking.shrink_report import ShrinkReport
 from tensorplay.ao.pruning.sparse_export import load_sparse, save_sparse
@@ -112,6 +112,7 @@ __all__ = [
     "gather_shrunk",
     "save_shrunk",
     "load_masked",
+    "install_saved_masks",
     # statistics and checkpoints
     "SparsityReport",
     "TensorSparsity",

@@ -36,16 +36,17 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from tensorplay.ao.pruning.aliases import alias_map
 from tensorplay.ao.pruning.masking.lean_masks import MASK_SUFFIX, install_mask
 
-__all__ = ["load_masked", "saved_masks"]
+__all__ = ["install_saved_masks", "load_masked", "saved_masks"]
 
 _SAFETENSORS_INDEX = "model.safetensors.index.json"
 _SAFETENSORS = "model.safetensors"
@@ -82,14 +83,41 @@ def load_masked(model_class: Any, directory: str | os.PathLike[str], **kwargs: A
             "shrink it by its zeros (tensorplay.ao.pruning.shrink)."
         )
     model = model_class.from_pretrained(directory, **kwargs)
+    install_saved_masks(model, masks)
+    return model
+
+
+def install_saved_masks(model: nn.Module, state_dict: Mapping[str, Tensor]) -> int:
+    """Install the ``<name>_mask`` entries of ``state_dict`` (a saved state of a model pruned
+    with lean masks, its weights already loaded into ``model``) as the lean masks of ``model``,
+    after checking them all; other entries are ignored. How a full state saved from a sharded
+    run (a distributed checkpoint converted with
+    ``torch.distributed.checkpoint.format_utils.dcp_to_torch_save``) gets its masks back.
+
+    Returns:
+        The number of masks installed.
+
+    Raises:
+        ValueError: As :func:`load_masked`, before any mask is installed.
+
+    Example:
+        >>> layer = nn.Linear(2, 2)
+        >>> with torch.no_grad():
+        ...     _ = layer.weight.fill_(1.0).__setitem__((0, 0), 0.0)
+        >>> mask = torch.tensor([[False, True], [True, True]])
+        >>> install_saved_masks(layer, {"weight": layer.weight, "weight_mask": mask})
+        1
+        >>> layer.weight_mask.tolist()
+        [[False, True], [True, True]]
+    """
     aliases = alias_map(model)
+    masks = {key: value for key, value in state_dict.items() if key.endswith(MASK_SUFFIX)}
     for key, mask in masks.items():
-        name = key.removesuffix(MASK_SUFFIX)
-        _check_mask(aliases, name, mask)
+        _check_mask(aliases, key.removesuffix(MASK_SUFFIX), mask)
     for key, mask in masks.items():
         tied = aliases[key.removesuffix(MASK_SUFFIX)]
         install_mask(tied.pairs, mask.to(tied.parameter.device))
-    return model
+    return len(masks)
 
 
 def _check_mask(aliases: Any, name: str, mask: Tensor) -> None:
