@@ -175,12 +175,7 @@ def test_sharded_distillation_equals_one_process(tmp_path):
 
     spawn_gloo(_worker, WORLD, tmp_path)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        oracles = {family: distilled(family) for family in FAMILIES}
-    finally:
-        torch.set_num_threads(threads)
+    oracles = {family: distilled(family) for family in FAMILIES}
     for family, oracle in oracles.items():
         assert oracle["kd"] > 0 and oracle["pruned"] > 0, family  # the student left its teacher
         for key in (family, f"{family}-given"):

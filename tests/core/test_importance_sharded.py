@@ -76,12 +76,7 @@ def _worker(rank: int, out: Path) -> None:
 def test_sharded_scores_and_rows_equal_one_process(tmp_path):
     spawn_gloo(_worker, WORLD, tmp_path)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(WORLD)]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        oracles = {name: run(options, sharded=False) for name, options in CASES.items()}
-    finally:
-        torch.set_num_threads(threads)
+    oracles = {name: run(options, sharded=False) for name, options in CASES.items()}
     for name, oracle in oracles.items():
         assert oracle["history"] and all(r[name]["history"] == oracle["history"] for r in ranks)
         for rank in ranks:

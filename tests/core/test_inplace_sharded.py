@@ -188,12 +188,7 @@ def _cases_worker(rank: int, out: Path) -> None:
 
 
 def _oracle(name: str) -> dict[str, Any]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return run_case(CASES[name], sharded=False)
-    finally:
-        torch.set_num_threads(threads)
+    return run_case(CASES[name], sharded=False)
 
 
 def _check_cases(out: Path, world: int) -> None:

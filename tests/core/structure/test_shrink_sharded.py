@@ -119,47 +119,42 @@ def test_a_sharded_run_shrinks_on_rank_zero_to_the_folder_one_process_would_save
 
     spawn_gloo(_worker, WORLD, tmp_path)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        for name in CASES:
-            model, _ = _train_and_prune(name, sharded=False)
-            masks = _masks(model)
-            report = shrink(model)
-            llama = transformers.LlamaForCausalLM
-            if report.config == "uniform":  # equal widths in every layer: plain loading
-                loaded = llama.from_pretrained(tmp_path / name).eval()
-            else:
-                loaded = load_shrunk(llama, tmp_path / name).eval()
-            for rank in ranks:
-                got = rank[name]
-                assert sorted(got["masks"]) == sorted(masks), name
-                assert all(torch.equal(got["masks"][k], m) for k, m in masks.items()), name
-                assert got["report"] == str(report), name
-                assert got["unchanged"], name  # the sharded model is as it was
-            assert report.removed > 0, name
-            expected, saved = _state(model), _state(loaded)
-            assert sorted(saved) == sorted(expected), name
-            for key, value in expected.items():
-                assert saved[key].shape == value.shape, (name, key)
-                torch.testing.assert_close(saved[key], value, atol=1e-5, rtol=1e-5)
-            if name == "channel-layerwise":
-                half = _state(llama.from_pretrained(tmp_path / "bfloat16", dtype=torch.bfloat16))
-                assert all(value.dtype == torch.bfloat16 for value in half.values())
-                for key, value in expected.items():  # one bfloat16 rounding of the float32
-                    torch.testing.assert_close(half[key].float(), value, atol=1e-2, rtol=1e-2)
-            if name == "channel":  # the masked folder, shrunk later in this process
-                later = load_masked(llama, tmp_path / "masked")
-                assert str(shrink(later)) == str(report)
-                for key, value in _state(later).items():
-                    torch.testing.assert_close(value, saved[key], atol=0, rtol=0)
-            tokens = TOKENS[0]
-            with torch.no_grad():
-                torch.testing.assert_close(
-                    loaded(tokens).logits, model.eval()(tokens).logits, atol=1e-4, rtol=1e-4
-                )
-    finally:
-        torch.set_num_threads(threads)
+    for name in CASES:
+        model, _ = _train_and_prune(name, sharded=False)
+        masks = _masks(model)
+        report = shrink(model)
+        llama = transformers.LlamaForCausalLM
+        if report.config == "uniform":  # equal widths in every layer: plain loading
+            loaded = llama.from_pretrained(tmp_path / name).eval()
+        else:
+            loaded = load_shrunk(llama, tmp_path / name).eval()
+        for rank in ranks:
+            got = rank[name]
+            assert sorted(got["masks"]) == sorted(masks), name
+            assert all(torch.equal(got["masks"][k], m) for k, m in masks.items()), name
+            assert got["report"] == str(report), name
+            assert got["unchanged"], name  # the sharded model is as it was
+        assert report.removed > 0, name
+        expected, saved = _state(model), _state(loaded)
+        assert sorted(saved) == sorted(expected), name
+        for key, value in expected.items():
+            assert saved[key].shape == value.shape, (name, key)
+            torch.testing.assert_close(saved[key], value, atol=1e-5, rtol=1e-5)
+        if name == "channel-layerwise":
+            half = _state(llama.from_pretrained(tmp_path / "bfloat16", dtype=torch.bfloat16))
+            assert all(value.dtype == torch.bfloat16 for value in half.values())
+            for key, value in expected.items():  # one bfloat16 rounding of the float32
+                torch.testing.assert_close(half[key].float(), value, atol=1e-2, rtol=1e-2)
+        if name == "channel":  # the masked folder, shrunk later in this process
+            later = load_masked(llama, tmp_path / "masked")
+            assert str(shrink(later)) == str(report)
+            for key, value in _state(later).items():
+                torch.testing.assert_close(value, saved[key], atol=0, rtol=0)
+        tokens = TOKENS[0]
+        with torch.no_grad():
+            torch.testing.assert_close(
+                loaded(tokens).logits, model.eval()(tokens).logits, atol=1e-4, rtol=1e-4
+            )
     for rank in ranks:
         assert "lm_head.weight" in rank["refusal"], rank["refusal"]
     assert not (tmp_path / "misfit").exists()

@@ -253,12 +253,7 @@ def test_sharded_units_equal_one_process(tmp_path):
 
     spawn_gloo(_worker, WORLD, tmp_path)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        oracles = {name: run(name, sharded=False) for name in CASES}
-    finally:
-        torch.set_num_threads(threads)
+    oracles = {name: run(name, sharded=False) for name in CASES}
     for name, oracle in oracles.items():
         assert len(oracle["history"]) >= 2, name
         for rank in ranks:

@@ -97,22 +97,26 @@ def forget_groups(model: nn.Module, parameters: Collection[str]) -> None:
     example)."""
     for prefix, module in model.named_modules(remove_duplicate=True):
         held = _own(module)
-        kept = tuple(
-            group
-            for group in held
-            if not any(name in parameters for name in _prefixed(group, prefix).parameters())
-        )
+        kept = _untouched(held, prefix, parameters)
         if len(kept) != len(held):
             setattr(module, RECORD_ATTRIBUTE, kept)
     for prefix, config in _configs(model):
         held = _config_record(config)
-        kept = tuple(
-            group
-            for group in held
-            if not any(name in parameters for name in _prefixed(group, prefix).parameters())
-        )
+        kept = _untouched(held, prefix, parameters)
         if len(kept) != len(held):
             setattr(config, RECORD_ATTRIBUTE, [group.to_dict() for group in kept])
+
+
+def _untouched(
+    held: tuple[UnitGroup, ...], prefix: str, parameters: Collection[str]
+) -> tuple[UnitGroup, ...]:
+    """The groups of ``held`` (named from the module at ``prefix``) spanning none of
+    ``parameters``."""
+    return tuple(
+        group
+        for group in held
+        if not any(name in parameters for name in _prefixed(group, prefix).parameters())
+    )
 
 
 def _own(module: nn.Module) -> tuple[UnitGroup, ...]:
