@@ -50,7 +50,8 @@ from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.targets import KeepDense
 
-from ._distilling import Distilling
+from ._distilling import SHARDED_TEACHER, Distilling
+from ._hf_sharding import trainer_shards_with_fsdp2
 from ._json_state import find_entry, find_saved, saved_entry
 from ._lifecycle import (
     PruningSession,
@@ -60,6 +61,7 @@ from ._lifecycle import (
     split_arguments,
 )
 from ._metrics import metric_prefix, with_prefix
+from ._sharded_teacher import save_teacher, teacher_loader
 from ._state import state_key_fields
 
 __all__ = ["GradualPruningCallback"]
@@ -224,6 +226,7 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         self._forward_failed = False
         self._args: TrainingArguments | None = None
         self._teacher_ids: tuple[object, str] = (None, "")
+        self._on_sharded = False  # the Trainer shards the model with FSDP2: built on it later
 
     @property
     def state_key(self) -> str:
@@ -275,16 +278,12 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
                 "given. Define the schedule at the top level of a module; leave `teacher` and "
                 "`example_inputs` to their defaults."
             )
-        for option in ("fsdp", "deepspeed"):
-            if getattr(args, option, None):
-                raise ValueError(
-                    f"Expected a Trainer without `{option}` (DDP or one device): "
-                    f"GradualPruningCallback does not support it yet, but got "
-                    f"{option}={getattr(args, option)!r}."
-                )
+        # Under FSDP2 the Trainer shards the model in `train`, then loads a checkpoint into the
+        # sharded model: the pruner is built on it when training begins, its masks DTensors.
+        self._on_sharded = trainer_shards_with_fsdp2(args, self.config, self._session.options)
         self._args = args
         _join(args, self)
-        if model is not None:
+        if model is not None and not self._on_sharded:
             # The Trainer loads a checkpoint's weights into the model's keys: they must match.
             self._build(model)
 
@@ -302,6 +301,9 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         step ``global_step`` (0 unless resumed): a schedule may prune before training."""
         if model is None:
             raise ValueError("Expected the Trainer to pass its model to the callbacks.")
+        # Again for a callback the Trainer rebuilt from a checkpoint, or one added after it was
+        # made: neither saw `on_init_end`.
+        self._on_sharded = trainer_shards_with_fsdp2(args, self.config, self._session.options)
         if self._guards:  # an earlier run was left by an exception: take its hooks off
             self._close()
         guard = _RunGuard(self)
@@ -402,12 +404,17 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
         """Write the teacher taken (its weights) into the checkpoint just saved, on the main
-        process, so that a run resumed from it distils from the same teacher."""
+        process, so that a run resumed from it distils from the same teacher; a teacher sharded
+        with FSDP2 by every rank, as a distributed checkpoint beside it
+        (:data:`SHARDED_TEACHER_FOLDER`)."""
         teacher = self._session.distilling.teacher_state()
-        if teacher is None or not state.is_world_process_zero:
+        if teacher is None:
             return
         folder = _checkpoint_folder(args, state.global_step)
-        if os.path.isdir(folder):
+        sharded = self._session.distilling.sharded_teacher()
+        if sharded is not None:  # a collective: every rank writes its shards
+            save_teacher(sharded, os.path.join(folder, SHARDED_TEACHER_FOLDER))
+        if state.is_world_process_zero and os.path.isdir(folder):
             torch.save({"id": self._teacher_id(), "teacher": teacher}, _teacher_path(folder))
 
     @override
@@ -475,7 +482,8 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         teacher_id = entry.get(TEACHER_ENTRY)
         if teacher_id is None or not self.distill_weight > 0:
             return
-        path = _teacher_path(_checkpoint_folder(args, state.global_step))
+        folder = _checkpoint_folder(args, state.global_step)
+        path = _teacher_path(folder)
         found = torch.load(path, weights_only=True) if os.path.isfile(path) else {}
         if found.get("id") != teacher_id:
             raise ValueError(
@@ -485,7 +493,11 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
                 "from a checkpoint in the `output_dir` of this run's arguments, or copy the "
                 f"checkpoint's {TEACHER_FILE} with it."
             )
-        self._session.distilling.load_teacher_state(found["teacher"])
+        load = teacher_loader(os.path.join(folder, SHARDED_TEACHER_FOLDER))
+        if SHARDED_TEACHER in found["teacher"] and load is not None:
+            self._session.distilling.load_teacher_with(load)  # into a copy sharded like it
+        else:  # a marker with no sharded teacher saved: refused at the first pruning step due
+            self._session.distilling.load_teacher_state(found["teacher"])
 
     def _arguments(self) -> dict[str, Any] | None:
         return plain_arguments(self._session.config, self._session.options)
@@ -499,7 +511,7 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
                 if session is not None and session.built_for(model) and self._same_key(session):
                     self._session = session
                     return
-        elif state.global_step > 0:
+        elif state.global_step > 0 and not self._on_sharded:
             raise ValueError(
                 "Expected GradualPruningCallback to be given to the Trainer when it is made "
                 "(`Trainer(..., callbacks=[...])`) to resume from a checkpoint, but it was "
@@ -633,6 +645,8 @@ class _AddToOutputLoss(LeftOutOfCopies):
 
 # The teacher the callback took, saved in each checkpoint's folder; its id in trainer_state.json.
 TEACHER_FILE = "tensorplay_teacher.pt"
+# A teacher sharded with FSDP2, saved by every rank in this folder of the checkpoint's folder.
+SHARDED_TEACHER_FOLDER = "tensorplay_teacher"
 TEACHER_ENTRY = "distill_teacher"
 
 
