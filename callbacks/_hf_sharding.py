@@ -20,6 +20,9 @@ What is refused, and why:
 * Under FSDP2: a masking mode that holds no ``DTensor`` (``masking="inplace"`` is the one),
   rewinding (its snapshot is not in the sharded checkpoint), and ``shrink_at_end`` (one place,
   :func:`check_shrinkable_under_fsdp2`, until a gathered shrink replaces the refusal).
+* Resuming under FSDP2 (:func:`check_fresh_under_fsdp2`, :func:`refuse_loads_before_build`):
+  the Trainer shards the model and loads the checkpoint into it before any callback event, so
+  the masks, made on the sharded model when training begins, cannot exist to receive it.
 
 Example:
     >>> from transformers import TrainingArguments
@@ -33,7 +36,11 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
+
+from torch import nn
+from torch.utils.hooks import RemovableHandle
 
 from tensorplay.ao.pruning.config import PrunerConfig
 from tensorplay.ao.pruning.masking import masking_mode
@@ -45,11 +52,21 @@ if TYPE_CHECKING:
 
 __all__ = [
     "accelerate_shards_with_fsdp",
+    "check_fresh_under_fsdp2",
     "check_fsdp2_options",
     "check_shrinkable_under_fsdp2",
     "fsdp_version",
+    "refuse_loads_before_build",
     "trainer_shards_with_fsdp2",
 ]
+
+# Why a run cannot resume under the Trainer's FSDP2, and what works.
+_NO_RESUME = (
+    "resuming under the Trainer's FSDP2 is not supported yet: the Trainer shards the model and "
+    "loads the checkpoint into it before any callback event, so the masks (made on the sharded "
+    "model when training begins) cannot exist to receive it. Start the run afresh, or train "
+    "under Lightning's `ModelParallelStrategy`, which resumes exactly."
+)
 
 # What trains a sharded model with pruning today, for the messages.
 _WHAT_WORKS = (
@@ -188,3 +205,56 @@ def check_shrinkable_under_fsdp2(options: AdapterOptions) -> None:
             "shrink_at_end=False, then shrink a full copy of the trained model with "
             "tensorplay.ao.pruning.shrink."
         )
+
+
+def check_fresh_under_fsdp2(step: int) -> None:
+    """Refuse a run under the Trainer's FSDP2 that resumes (``step``: the Trainer's
+    ``global_step`` when training begins), before the pruner is built.
+
+    Raises:
+        ValueError: ``step`` > 0.
+
+    Example:
+        >>> check_fresh_under_fsdp2(0)
+        >>> check_fresh_under_fsdp2(4)
+        Traceback (most recent call last):
+        ...
+        ValueError: Expected GradualPruningCallback to start at step 0 under ... but got step 4: ...
+    """
+    if step > 0:
+        raise ValueError(
+            "Expected GradualPruningCallback to start at step 0 under the Trainer's FSDP2, but "
+            f"got step {step}: {_NO_RESUME}"
+        )
+
+
+def refuse_loads_before_build(model: nn.Module, built: Callable[[], bool]) -> RemovableHandle:
+    """Hook ``model`` so that loading a state dict that holds masks (``*_mask``: a checkpoint
+    saved under pruning) raises, naming one, while ``built()`` is false: under the Trainer's
+    FSDP2 that is the Trainer resuming, refused before any weight is loaded. Remove the handle
+    once the pruner is built.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> model = nn.Linear(2, 1)
+        >>> handle = refuse_loads_before_build(model, lambda: False)
+        >>> saved = {**model.state_dict(), "weight_mask": torch.ones(1, 2, dtype=torch.bool)}
+        >>> try:
+        ...     model.load_state_dict(saved)
+        ... except ValueError as error:
+        ...     print(error)
+        Expected no checkpoint saved under pruning to be loaded ... 'weight_mask': resuming ...
+        >>> handle.remove()
+    """
+
+    def refuse(module: nn.Module, state_dict: Mapping[str, Any], prefix: str, *args: Any) -> None:
+        masks = [key for key in state_dict if key.startswith(prefix) and key.endswith("_mask")]
+        if masks and not built():
+            raise ValueError(
+                "Expected no checkpoint saved under pruning to be loaded into the model before "
+                f"training begins under the Trainer's FSDP2, but got one with {masks[0]!r}: "
+                f"{_NO_RESUME}"
+            )
+
+    return model.register_load_state_dict_pre_hook(refuse)  # type: ignore[no-untyped-call,no-any-return]

@@ -478,6 +478,7 @@ class PruningSession:
         *,
         broadcast: Callable[[int], int] = rank_zero_value,
         check: Callable[[Pruner], None] | None = None,
+        permanent_saves: bool | None = None,
     ) -> bool:
         """:meth:`build` the pruner now and return ``True``; or, if tracing ``model`` needs
         inputs none gave (:meth:`needs_inputs`), record the inputs of its first training
@@ -488,13 +489,16 @@ class PruningSession:
             example_inputs: The framework's example inputs (the options' come first).
             broadcast: As :meth:`build`.
             check: As :meth:`build`.
+            permanent_saves: As :meth:`build`.
         """
         self.check_no_distillation(model)
         if self.needs_inputs(model, example_inputs):
             self.stop_waiting()
             self._first_forward = FirstForward(model)
             return False
-        self.build(model, example_inputs, broadcast=broadcast, check=check)
+        self.build(
+            model, example_inputs, broadcast=broadcast, check=check, permanent_saves=permanent_saves
+        )
         return True
 
     def build_from_first_forward(
@@ -502,6 +506,7 @@ class PruningSession:
         *,
         broadcast: Callable[[int], int] = rank_zero_value,
         check: Callable[[Pruner], None] | None = None,
+        permanent_saves: bool | None = None,
     ) -> bool:
         """If the pruner waits and the model's first training forward has given its inputs:
         build it, traced with them, and return ``True``.
@@ -554,6 +559,7 @@ class PruningSession:
         *,
         broadcast: Callable[[int], int] = rank_zero_value,
         check: Callable[[Pruner], None] | None = None,
+        permanent_saves: bool | None = None,
     ) -> Pruner:
         """Build the pruner of ``model`` and give every target its mask, so that a checkpoint's
         weights load into the keys the model has at every step; load a state given early.
@@ -565,6 +571,9 @@ class PruningSession:
             broadcast: Rank zero's value of an int (the seed, so random methods draw the same
                 masks on every rank).
             check: Called with the new pruner before the model changes (may raise).
+            permanent_saves: ``False``: not for this model, whatever the session was made
+                with (a model sharded with FSDP2, whose ``DTensor`` targets they cannot hook:
+                its saves keep the masks, sharded like the weights); ``None``: the session's.
         """
         check_options(self.config, self.options)  # an option may be set after construction
         seed = torch.initial_seed() if self.config.seed is None else self.config.seed
@@ -579,7 +588,7 @@ class PruningSession:
             check(pruner)
         self._pruner = pruner
         pruner.reparametrize()
-        if self._permanent_saves:
+        if self._permanent_saves and permanent_saves is not False:
             self._saves = save_permanent(pruner)
         self._load_pending()
         return pruner

@@ -22,7 +22,7 @@ from typing import Any
 
 from torch import nn
 
-__all__ = ["TEACHER_PREFIX", "add_teacher", "save_teacher", "teacher_loader"]
+__all__ = ["TEACHER_PREFIX", "add_teacher", "teacher_loader"]
 
 #: The prefix of the teacher's entries in the checkpoint's model state.
 TEACHER_PREFIX = "_tensorplay_distill_teacher."
@@ -40,30 +40,6 @@ def add_teacher(model_state: dict[str, Any], teacher: nn.Module) -> None:
         ['w', '_tensorplay_distill_teacher.weight']
     """
     model_state.update((TEACHER_PREFIX + key, value) for key, value in teacher.state_dict().items())
-
-
-def save_teacher(teacher: nn.Module, path: str | Path) -> None:
-    """Write the teacher alone as a distributed checkpoint in the folder ``path``, laid out as
-    Lightning's (its entries under ``state_dict.`` and :data:`TEACHER_PREFIX`), so that
-    :func:`teacher_loader` reads it back: for a framework that saves no distributed checkpoint of
-    its own to add it to (the Hugging Face ``Trainer``). A collective: every rank writes its
-    shards.
-
-    Example:
-        >>> import tempfile
-        >>> from torch import nn
-        >>> folder = tempfile.mkdtemp()
-        >>> teacher, copy = nn.Linear(2, 1), nn.Linear(2, 1)
-        >>> save_teacher(teacher, folder)
-        >>> teacher_loader(folder)(copy)  # in one process: the whole tensors
-        >>> bool((copy.weight == teacher.weight).all())
-        True
-    """
-    import torch.distributed.checkpoint as dcp
-
-    state: dict[str, Any] = {}
-    add_teacher(state, teacher)
-    dcp.save({_SAVED_UNDER.rstrip("."): state}, checkpoint_id=str(path))  # type: ignore[attr-defined]
 
 
 def teacher_loader(path: str | Path | None) -> Callable[[nn.Module], None] | None:

@@ -3,10 +3,11 @@
 Every pruning decision belongs to :class:`~tensorplay.ao.pruning.pruner.Pruner`; the callback
 builds it when the ``Trainer`` is made (``on_init_end``: the masks must exist before
 ``train(resume_from_checkpoint=...)`` loads a checkpoint's weights, and before DDP wraps the
-model), gives it rank zero's seed and the trainer's optimizer, steps it with
-``state.global_step`` (``k`` right after the ``k``-th optimizer step), adds its metrics to the
-Trainer's logs, and keeps its state in ``trainer_state.json``. Importing this module needs
-``transformers`` (and, to train, ``accelerate``), not Lightning.
+model; under FSDP2 when training begins, on the sharded model), gives it rank zero's seed and
+the trainer's optimizer, steps it with ``state.global_step`` (``k`` right after the ``k``-th
+optimizer step), adds its metrics to the Trainer's logs, and keeps its state in
+``trainer_state.json``. Importing this module needs ``transformers`` (and, to train,
+``accelerate``), not Lightning.
 """
 
 from __future__ import annotations
@@ -50,8 +51,12 @@ from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.targets import KeepDense
 
-from ._distilling import SHARDED_TEACHER, Distilling
-from ._hf_sharding import trainer_shards_with_fsdp2
+from ._distilling import Distilling
+from ._hf_sharding import (
+    check_fresh_under_fsdp2,
+    refuse_loads_before_build,
+    trainer_shards_with_fsdp2,
+)
 from ._json_state import find_entry, find_saved, saved_entry
 from ._lifecycle import (
     PruningSession,
@@ -61,7 +66,6 @@ from ._lifecycle import (
     split_arguments,
 )
 from ._metrics import metric_prefix, with_prefix
-from ._sharded_teacher import save_teacher, teacher_loader
 from ._state import state_key_fields
 
 __all__ = ["GradualPruningCallback"]
@@ -88,6 +92,11 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
     ``trainer.state.log_history`` always, and in the reporting integrations (TensorBoard, W&B,
     ...) that run after this callback, which :meth:`put_first` arranges. With several of these
     callbacks in one ``Trainer``, the ``i``-th of them logs ``pruning/<i>/sparsity`` and so on.
+
+    Under FSDP2 (``TrainingArguments(fsdp=True)``, version 2, on GPUs) the pruner is built when
+    training begins, on the model the Trainer has sharded (``masking="inplace"``: masks sharded
+    like the weights); a run under FSDP2 cannot resume yet, and its saves keep the masks
+    (``*_mask`` entries) rather than the permanent form.
 
     With ``masking="inplace"`` the trainer's optimizer (Accelerate's wrapper, unwrapped) is
     attached to the pruner; the pruned gradients are zero as soon as autograd accumulates them,
@@ -150,11 +159,14 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         TypeError: As :class:`~tensorplay.ao.pruning.config.PrunerConfig`; a distillation
             argument of the wrong type; ``example_inputs`` neither a tensor nor a tuple.
         ValueError: As it; ``distill_weight`` < 0 or ``distill_temperature`` <= 0; when the
-            ``Trainer`` is made, as the ``Pruner`` (an unknown or empty selection), with FSDP or
-            DeepSpeed (not supported yet), or with ``restore_callback_states_from_checkpoint=True``
-            and a schedule that has no plain-data form (a lambda), a ``teacher`` module or
-            ``example_inputs``; ``example_inputs`` with ``structure="element"``; when resuming
-            a run whose pruner waits for the first training forward.
+            ``Trainer`` is made, as the ``Pruner`` (an unknown or empty selection), with
+            DeepSpeed, FSDP1, or FSDP2 that Accelerate does not run (on CPU), and under FSDP2
+            with ``masking`` other than ``"inplace"``, ``rewind`` or ``shrink_at_end`` (see
+            :doc:`/huggingface_trainer`); when a run resumes under FSDP2; or with
+            ``restore_callback_states_from_checkpoint=True`` and a schedule that has no
+            plain-data form (a lambda), a ``teacher`` module or ``example_inputs``;
+            ``example_inputs`` with ``structure="element"``; when resuming a run whose pruner
+            waits for the first training forward.
         RuntimeError: The pruner waits for the first training forward, and the first optimizer
             step came without one (the loss computed without calling the model).
 
@@ -227,6 +239,7 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         self._args: TrainingArguments | None = None
         self._teacher_ids: tuple[object, str] = (None, "")
         self._on_sharded = False  # the Trainer shards the model with FSDP2: built on it later
+        self._load_guard: RemovableHandle | None = None  # until then, refuses a resume's load
 
     @property
     def state_key(self) -> str:
@@ -236,7 +249,8 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
 
     @property
     def pruner(self) -> Pruner:
-        """The pruner, built when the ``Trainer`` is made (before, a ``RuntimeError``)."""
+        """The pruner, built when the ``Trainer`` is made, under FSDP2 when training begins
+        (before, a ``RuntimeError``)."""
         return self._session.pruner
 
     @staticmethod
@@ -283,7 +297,9 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         self._on_sharded = trainer_shards_with_fsdp2(args, self.config, self._session.options)
         self._args = args
         _join(args, self)
-        if model is not None and not self._on_sharded:
+        if model is not None and self._on_sharded:
+            self._load_guard = refuse_loads_before_build(model, lambda: self._session.built)
+        elif model is not None:
             # The Trainer loads a checkpoint's weights into the model's keys: they must match.
             self._build(model)
 
@@ -304,6 +320,8 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         # Again for a callback the Trainer rebuilt from a checkpoint, or one added after it was
         # made: neither saw `on_init_end`.
         self._on_sharded = trainer_shards_with_fsdp2(args, self.config, self._session.options)
+        if self._on_sharded and not self._session.built:
+            check_fresh_under_fsdp2(state.global_step)
         if self._guards:  # an earlier run was left by an exception: take its hooks off
             self._close()
         guard = _RunGuard(self)
@@ -404,17 +422,12 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
         """Write the teacher taken (its weights) into the checkpoint just saved, on the main
-        process, so that a run resumed from it distils from the same teacher; a teacher sharded
-        with FSDP2 by every rank, as a distributed checkpoint beside it
-        (:data:`SHARDED_TEACHER_FOLDER`)."""
+        process, so that a run resumed from it distils from the same teacher."""
         teacher = self._session.distilling.teacher_state()
-        if teacher is None:
+        if teacher is None or not state.is_world_process_zero:
             return
         folder = _checkpoint_folder(args, state.global_step)
-        sharded = self._session.distilling.sharded_teacher()
-        if sharded is not None:  # a collective: every rank writes its shards
-            save_teacher(sharded, os.path.join(folder, SHARDED_TEACHER_FOLDER))
-        if state.is_world_process_zero and os.path.isdir(folder):
+        if os.path.isdir(folder):
             torch.save({"id": self._teacher_id(), "teacher": teacher}, _teacher_path(folder))
 
     @override
@@ -482,8 +495,7 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         teacher_id = entry.get(TEACHER_ENTRY)
         if teacher_id is None or not self.distill_weight > 0:
             return
-        folder = _checkpoint_folder(args, state.global_step)
-        path = _teacher_path(folder)
+        path = _teacher_path(_checkpoint_folder(args, state.global_step))
         found = torch.load(path, weights_only=True) if os.path.isfile(path) else {}
         if found.get("id") != teacher_id:
             raise ValueError(
@@ -493,11 +505,7 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
                 "from a checkpoint in the `output_dir` of this run's arguments, or copy the "
                 f"checkpoint's {TEACHER_FILE} with it."
             )
-        load = teacher_loader(os.path.join(folder, SHARDED_TEACHER_FOLDER))
-        if SHARDED_TEACHER in found["teacher"] and load is not None:
-            self._session.distilling.load_teacher_with(load)  # into a copy sharded like it
-        else:  # a marker with no sharded teacher saved: refused at the first pruning step due
-            self._session.distilling.load_teacher_state(found["teacher"])
+        self._session.distilling.load_teacher_state(found["teacher"])
 
     def _arguments(self) -> dict[str, Any] | None:
         return plain_arguments(self._session.config, self._session.options)
@@ -511,7 +519,7 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
                 if session is not None and session.built_for(model) and self._same_key(session):
                     self._session = session
                     return
-        elif state.global_step > 0 and not self._on_sharded:
+        elif state.global_step > 0:
             raise ValueError(
                 "Expected GradualPruningCallback to be given to the Trainer when it is made "
                 "(`Trainer(..., callbacks=[...])`) to resume from a checkpoint, but it was "
@@ -523,8 +531,13 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         return _state_key(session.config) == self.state_key
 
     def _build(self, model: nn.Module) -> None:
-        if self._session.build_or_wait(model):
+        # A model sharded with FSDP2: its saves keep the masks, sharded like the weights.
+        permanent_saves = False if self._on_sharded else None
+        if self._session.build_or_wait(model, permanent_saves=permanent_saves):
             self._registered()
+        if self._load_guard is not None:
+            self._load_guard.remove()
+            self._load_guard = None
 
     def _registered(self) -> None:
         _SESSIONS[:] = [ref for ref in _SESSIONS if ref() is not None]
@@ -645,8 +658,6 @@ class _AddToOutputLoss(LeftOutOfCopies):
 
 # The teacher the callback took, saved in each checkpoint's folder; its id in trainer_state.json.
 TEACHER_FILE = "tensorplay_teacher.pt"
-# A teacher sharded with FSDP2, saved by every rank in this folder of the checkpoint's folder.
-SHARDED_TEACHER_FOLDER = "tensorplay_teacher"
 TEACHER_ENTRY = "distill_teacher"
 
 

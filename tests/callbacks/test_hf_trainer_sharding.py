@@ -12,11 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from tensorplay.ao.pruning.schedules import LinearSchedule
 from tensorplay.callbacks._hf_sharding import (
+    check_fresh_under_fsdp2,
     check_fsdp2_options,
     fsdp_version,
+    refuse_loads_before_build,
     trainer_shards_with_fsdp2,
 )
 from tensorplay.callbacks._lifecycle import split_arguments
@@ -93,3 +96,27 @@ def test_fsdp2_accepts_lean_masks_and_distillation() -> None:
         {"schedule": SCHEDULE, "masking": "inplace", "distill_weight": 1.0}
     )
     check_fsdp2_options(config, options)  # no error
+
+
+def test_a_resumed_run_under_fsdp2_is_refused_saying_what_works() -> None:
+    check_fresh_under_fsdp2(0)  # a fresh run
+    with pytest.raises(ValueError, match=r"start at step 0.*got step 3.*ModelParallelStrategy"):
+        check_fresh_under_fsdp2(3)
+
+
+def test_a_checkpoint_with_masks_is_refused_before_the_pruner_exists_and_nothing_loads() -> None:
+    model = tiny_gpt2().train()
+    before = {key: value.clone() for key, value in model.state_dict().items()}
+    saved = {key: torch.zeros_like(value) for key, value in before.items()}
+    saved["transformer.h.0.attn.c_attn.weight_mask"] = torch.ones(32, 96, dtype=torch.bool)
+    built = False
+    handle = refuse_loads_before_build(model, lambda: built)
+    with pytest.raises(ValueError, match=r"'transformer.h.0.attn.c_attn.weight_mask'.*FSDP2"):
+        model.load_state_dict(saved)
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key]), key
+    model.load_state_dict(before)  # no masks: a load the guard lets through
+    built = True
+    with pytest.raises(RuntimeError, match="Unexpected key"):  # torch's own error: not the guard
+        model.load_state_dict(saved)
+    handle.remove()
