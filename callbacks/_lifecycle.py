@@ -511,6 +511,11 @@ class PruningSession:
         """If the pruner waits and the model's first training forward has given its inputs:
         build it, traced with them, and return ``True``.
 
+        Args:
+            broadcast: As :meth:`build`.
+            check: As :meth:`build`.
+            permanent_saves: As :meth:`build`.
+
         Raises:
             RuntimeError: The framework's step ended with no training forward of the model
                 (the loss was computed from a submodule: ``self.net(x)``, not ``self(x)``).
@@ -528,7 +533,10 @@ class PruningSession:
                 "callback (in Lightning, or set `example_input_array`)."
             )
         self._first_forward = None
-        self.build(first.model, first.inputs, broadcast=broadcast, check=check)
+        self.build(
+            first.model, first.inputs, broadcast=broadcast, check=check,
+            permanent_saves=permanent_saves,
+        )  # fmt: skip
         return True
 
     def check_no_distillation(self, model: nn.Module) -> None:

@@ -363,7 +363,7 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         first training forward is built first (its step 0 taken)."""
         self._session.distilling.check_reached()
         optimizer = kwargs.get("optimizer")
-        if self._session.build_from_first_forward():
+        if self._session.build_from_first_forward(permanent_saves=self._permanent_saves()):
             self._registered()
             self._session.start([] if optimizer is None else [optimizer])
             self._session.step(state.global_step)
@@ -531,13 +531,17 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         return _state_key(session.config) == self.state_key
 
     def _build(self, model: nn.Module) -> None:
-        # A model sharded with FSDP2: its saves keep the masks, sharded like the weights.
-        permanent_saves = False if self._on_sharded else None
-        if self._session.build_or_wait(model, permanent_saves=permanent_saves):
+        if self._session.build_or_wait(model, permanent_saves=self._permanent_saves()):
             self._registered()
         if self._load_guard is not None:
             self._load_guard.remove()
             self._load_guard = None
+
+    def _permanent_saves(self) -> bool | None:
+        """``False`` on a model sharded with FSDP2: its saves keep the masks, sharded like the
+        weights (permanent saves hook plain tensors only); else the session's (every save in
+        the permanent form)."""
+        return False if self._on_sharded else None
 
     def _registered(self) -> None:
         _SESSIONS[:] = [ref for ref in _SESSIONS if ref() is not None]
