@@ -1,7 +1,8 @@
 """Which of the Hugging Face ``Trainer``'s sharded set-ups ``GradualPruningCallback`` serves.
 
-The Trainer shards a model when ``TrainingArguments`` carry ``fsdp`` or ``deepspeed``; what it
-really does is Accelerate's to decide. :func:`trainer_shards_with_fsdp2` reads both, refuses what
+The Trainer shards a model when ``TrainingArguments`` carry ``fsdp`` or ``deepspeed``, or when
+``accelerate launch`` turns FSDP or DeepSpeed on; what it really does is Accelerate's to decide
+(:func:`accelerate_state`). :func:`trainer_shards_with_fsdp2` reads both, refuses what
 the callback cannot serve (naming the option and its value, and saying what works), and tells
 the callback whether the model will be sharded with FSDP2 (``fully_shard``: ``DTensor``
 parameters), in which case the pruner is built on the sharded model, when training begins.
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
     from ._lifecycle import AdapterOptions
 
 __all__ = [
-    "accelerate_shards_with_fsdp",
+    "accelerate_state",
     "check_fresh_under_fsdp2",
     "check_fsdp2_options",
     "check_shrinkable_under_fsdp2",
@@ -97,37 +98,40 @@ def trainer_shards_with_fsdp2(
         ...
         ValueError: Expected `fsdp` (FSDP2) to shard the model, but Accelerate ...
     """
-    if getattr(args, "deepspeed", None):
+    kind, plugin_version = accelerate_state()
+    if getattr(args, "deepspeed", None) or kind == "DEEPSPEED":
         raise ValueError(
             "Expected a Trainer without `deepspeed` (GradualPruningCallback cannot mask the "
             "flat, partitioned buffers of DeepSpeed's engine), but got "
-            f"deepspeed={args.deepspeed!r}. {_WHAT_WORKS}"
+            f"deepspeed={args.deepspeed!r} (Accelerate's state: {kind or 'not made'}). "
+            f"{_WHAT_WORKS}"
         )
-    version = fsdp_version(args)
+    version = plugin_version if kind == "FSDP" else fsdp_version(args)
     if version is None:
         return False
     if version != 2:
         raise ValueError(
-            "Expected FSDP2 (`fsdp_config={'version': 2}`) with `fsdp`, but got "
-            f"fsdp_config['version']={version!r}: FSDP1 flattens a unit's parameters into one "
-            "`FlatParameter` and gives each rank an unshaped slice, so a mask can be neither "
-            f"placed nor saved sharded. Set fsdp_config={{'version': 2}}. {_WHAT_WORKS}"
+            "Expected FSDP2 (`fsdp_config={'version': 2}`, or `accelerate launch "
+            f"--fsdp_version 2`), but got FSDP version {version!r}: FSDP1 flattens a unit's "
+            "parameters into one `FlatParameter` and gives each rank an unshaped slice, so a "
+            f"mask can be neither placed nor saved sharded. Use version 2. {_WHAT_WORKS}"
         )
-    if not accelerate_shards_with_fsdp():
+    if kind != "FSDP":
         raise ValueError(
             "Expected `fsdp` (FSDP2) to shard the model, but Accelerate does not shard it here "
-            f"(fsdp={args.fsdp!r}, use_cpu={args.use_cpu!r}, device {args.device.type!r}): it "
-            "runs FSDP only on accelerators (CUDA, XPU, ...); on CPU it drops the FSDP plugin "
-            "and the Trainer trains with DDP, its parameters never sharded. Run on GPUs "
-            f"(torchrun), or drop `fsdp` to train under DDP. {_WHAT_WORKS}"
+            f"(fsdp={args.fsdp!r}, use_cpu={args.use_cpu!r}, device {args.device.type!r}, "
+            f"Accelerate's state: {kind or 'not made'}): it runs FSDP only on accelerators "
+            "(CUDA, XPU, ...); on CPU it drops the FSDP plugin and the Trainer trains with DDP, "
+            "its parameters never sharded. Run on GPUs (torchrun), or drop `fsdp` to train "
+            f"under DDP. {_WHAT_WORKS}"
         )
     check_fsdp2_options(config, options)
     return True
 
 
 def fsdp_version(args: TrainingArguments) -> int | None:
-    """The FSDP version the Trainer of ``args`` asks Accelerate for (``None``: no ``fsdp``), read
-    as the Trainer reads it (``fsdp_config["version"]``, 2 by default).
+    """The FSDP version ``args`` ask Accelerate for (``None``: no ``fsdp``), read as the Trainer
+    reads it (``fsdp_config["version"]``, 2 by default).
 
     Example:
         >>> from transformers import TrainingArguments
@@ -142,18 +146,26 @@ def fsdp_version(args: TrainingArguments) -> int | None:
     return int(fsdp_config.get("version", 2))
 
 
-def accelerate_shards_with_fsdp() -> bool:
-    """Whether Accelerate's state, made by the Trainer (``Accelerator``), is FSDP: ``False``
-    before any ``Accelerator`` is made, and on CPU, where it keeps ``MULTI_CPU``.
+def accelerate_state() -> tuple[str, int | None]:
+    """What Accelerate's state, made by the Trainer's ``Accelerator``, runs: its distributed
+    type by name (``"NO"``, ``"MULTI_CPU"``, ``"MULTI_GPU"``, ``"FSDP"``, ``"DEEPSPEED"``, ...;
+    ``""`` before any ``Accelerator`` is made) and, under FSDP, its plugin's version. Read
+    apart from ``TrainingArguments``: ``accelerate launch --use_fsdp`` turns FSDP on without
+    them, and on CPU Accelerate keeps ``MULTI_CPU`` whatever they ask.
 
     Example:
-        >>> accelerate_shards_with_fsdp()  # no Accelerator made in this process
-        False
+        >>> accelerate_state()  # no Accelerator made in this process
+        ('', None)
     """
     from accelerate.state import AcceleratorState, is_initialized
     from accelerate.utils import DistributedType
 
-    return bool(is_initialized() and AcceleratorState().distributed_type == DistributedType.FSDP)
+    if not is_initialized():
+        return "", None
+    state = AcceleratorState()
+    kind = DistributedType(state.distributed_type).value
+    plugin = getattr(state, "fsdp_plugin", None) if kind == "FSDP" else None
+    return str(kind), None if plugin is None else int(plugin.fsdp_version)
 
 
 def check_fsdp2_options(config: PrunerConfig, options: AdapterOptions) -> None:

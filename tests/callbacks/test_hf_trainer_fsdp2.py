@@ -32,6 +32,7 @@ def test_on_cpu_accelerate_does_not_shard_and_the_callback_says_so(tmp_path: Pat
         assert found["kinds"] == ["Parameter"]  # never a DTensor: not sharded
         assert "Accelerate does not shard it here" in found["refused"]
         assert "use_cpu=True" in found["refused"]
+        assert "Accelerate's state: MULTI_CPU" in found["refused"]
         assert "drops the FSDP plugin" in found["refused"]
 
 
