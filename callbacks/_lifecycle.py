@@ -502,6 +502,7 @@ class PruningSession:
         *,
         broadcast: Callable[[int], int] = rank_zero_value,
         check: Callable[[Pruner], None] | None = None,
+        permanent_saves: bool | None = None,
     ) -> bool:
         """:meth:`build` the pruner now and return ``True``; or, if tracing ``model`` needs
         inputs none gave (:meth:`needs_inputs`), record the inputs of its first training
@@ -512,13 +513,16 @@ class PruningSession:
             example_inputs: The framework's example inputs (the options' come first).
             broadcast: As :meth:`build`.
             check: As :meth:`build`.
+            permanent_saves: As :meth:`build`.
         """
         self.check_no_distillation(model)
         if self.needs_inputs(model, example_inputs):
             self.stop_waiting()
             self._first_forward = FirstForward(model)
             return False
-        self.build(model, example_inputs, broadcast=broadcast, check=check)
+        self.build(
+            model, example_inputs, broadcast=broadcast, check=check, permanent_saves=permanent_saves
+        )
         return True
 
     def build_from_first_forward(
@@ -526,9 +530,15 @@ class PruningSession:
         *,
         broadcast: Callable[[int], int] = rank_zero_value,
         check: Callable[[Pruner], None] | None = None,
+        permanent_saves: bool | None = None,
     ) -> bool:
         """If the pruner waits and the model's first training forward has given its inputs:
         build it, traced with them, and return ``True``.
+
+        Args:
+            broadcast: As :meth:`build`.
+            check: As :meth:`build`.
+            permanent_saves: As :meth:`build`.
 
         Raises:
             RuntimeError: The framework's step ended with no training forward of the model
@@ -547,7 +557,10 @@ class PruningSession:
                 "callback (in Lightning, or set `example_input_array`)."
             )
         self._first_forward = None
-        self.build(first.model, first.inputs, broadcast=broadcast, check=check)
+        self.build(
+            first.model, first.inputs, broadcast=broadcast, check=check,
+            permanent_saves=permanent_saves,
+        )  # fmt: skip
         return True
 
     def check_no_distillation(self, model: nn.Module) -> None:
@@ -578,6 +591,7 @@ class PruningSession:
         *,
         broadcast: Callable[[int], int] = rank_zero_value,
         check: Callable[[Pruner], None] | None = None,
+        permanent_saves: bool | None = None,
     ) -> Pruner:
         """Build the pruner of ``model`` and give every target its mask, so that a checkpoint's
         weights load into the keys the model has at every step; load a state given early.
@@ -589,6 +603,9 @@ class PruningSession:
             broadcast: Rank zero's value of an int (the seed, so random methods draw the same
                 masks on every rank).
             check: Called with the new pruner before the model changes (may raise).
+            permanent_saves: ``False``: not for this model, whatever the session was made
+                with (a model sharded with FSDP2, whose ``DTensor`` targets they cannot hook:
+                its saves keep the masks, sharded like the weights); ``None``: the session's.
         """
         check_options(self.config, self.options)  # an option may be set after construction
         if self.options.shrink_at_end and first_sharded(model) is not None:
@@ -605,7 +622,7 @@ class PruningSession:
             check(pruner)
         self._pruner = pruner
         pruner.reparametrize()
-        if self._permanent_saves:
+        if self._permanent_saves and permanent_saves is not False:
             self._saves = save_permanent(pruner)
         self._load_pending()
         return pruner

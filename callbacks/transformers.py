@@ -3,10 +3,11 @@
 Every pruning decision belongs to :class:`~tensorplay.ao.pruning.pruner.Pruner`; the callback
 builds it when the ``Trainer`` is made (``on_init_end``: the masks must exist before
 ``train(resume_from_checkpoint=...)`` loads a checkpoint's weights, and before DDP wraps the
-model), gives it rank zero's seed and the trainer's optimizer, steps it with
-``state.global_step`` (``k`` right after the ``k``-th optimizer step), adds its metrics to the
-Trainer's logs, and keeps its state in ``trainer_state.json``. Importing this module needs
-``transformers`` (and, to train, ``accelerate``), not Lightning.
+model; under FSDP2 when training begins, on the sharded model), gives it rank zero's seed and
+the trainer's optimizer, steps it with ``state.global_step`` (``k`` right after the ``k``-th
+optimizer step), adds its metrics to the Trainer's logs, and keeps its state in
+``trainer_state.json``. Importing this module needs ``transformers`` (and, to train,
+``accelerate``), not Lightning.
 """
 
 from __future__ import annotations
@@ -51,6 +52,11 @@ from tensorplay.ao.pruning.schedules import Schedule
 from tensorplay.ao.pruning.targets import KeepDense
 
 from ._distilling import Distilling
+from ._hf_sharding import (
+    check_fresh_under_fsdp2,
+    refuse_loads_before_build,
+    trainer_shards_with_fsdp2,
+)
 from ._json_state import find_entry, find_saved, saved_entry
 from ._lifecycle import (
     PruningSession,
@@ -86,6 +92,11 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
     ``trainer.state.log_history`` always, and in the reporting integrations (TensorBoard, W&B,
     ...) that run after this callback, which :meth:`put_first` arranges. With several of these
     callbacks in one ``Trainer``, the ``i``-th of them logs ``pruning/<i>/sparsity`` and so on.
+
+    Under FSDP2 (``TrainingArguments(fsdp=True)``, version 2, on GPUs) the pruner is built when
+    training begins, on the model the Trainer has sharded (``masking="inplace"``: masks sharded
+    like the weights); a run under FSDP2 cannot resume yet, and its saves keep the masks
+    (``*_mask`` entries) rather than the permanent form.
 
     With ``masking="inplace"`` the trainer's optimizer (Accelerate's wrapper, unwrapped) is
     attached to the pruner; the pruned gradients are zero as soon as autograd accumulates them,
@@ -151,11 +162,14 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         TypeError: As :class:`~tensorplay.ao.pruning.config.PrunerConfig`; a distillation
             argument of the wrong type; ``example_inputs`` neither a tensor nor a tuple.
         ValueError: As it; ``distill_weight`` < 0 or ``distill_temperature`` <= 0; when the
-            ``Trainer`` is made, as the ``Pruner`` (an unknown or empty selection), with FSDP or
-            DeepSpeed (not supported yet), or with ``restore_callback_states_from_checkpoint=True``
-            and a schedule that has no plain-data form (a lambda), a ``teacher`` module or
-            ``example_inputs``; ``example_inputs`` with ``structure="element"``; when resuming
-            a run whose pruner waits for the first training forward.
+            ``Trainer`` is made, as the ``Pruner`` (an unknown or empty selection), with
+            DeepSpeed, FSDP1, or FSDP2 that Accelerate does not run (on CPU), and under FSDP2
+            with ``masking`` other than ``"inplace"``, ``rewind`` or ``shrink_at_end`` (see
+            :doc:`/huggingface_trainer`); when a run resumes under FSDP2; or with
+            ``restore_callback_states_from_checkpoint=True`` and a schedule that has no
+            plain-data form (a lambda), a ``teacher`` module or ``example_inputs``;
+            ``example_inputs`` with ``structure="element"``; when resuming a run whose pruner
+            waits for the first training forward.
         RuntimeError: The pruner waits for the first training forward, and the first optimizer
             step came without one (the loss computed without calling the model).
 
@@ -228,6 +242,8 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         self._forward_failed = False
         self._args: TrainingArguments | None = None
         self._teacher_ids: tuple[object, str] = (None, "")
+        self._on_sharded = False  # the Trainer shards the model with FSDP2: built on it later
+        self._load_guard: RemovableHandle | None = None  # until then, refuses a resume's load
 
     @property
     def state_key(self) -> str:
@@ -237,7 +253,8 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
 
     @property
     def pruner(self) -> Pruner:
-        """The pruner, built when the ``Trainer`` is made (before, a ``RuntimeError``)."""
+        """The pruner, built when the ``Trainer`` is made, under FSDP2 when training begins
+        (before, a ``RuntimeError``)."""
         return self._session.pruner
 
     @staticmethod
@@ -279,16 +296,14 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
                 "given. Define the schedule at the top level of a module; leave `teacher` and "
                 "`example_inputs` to their defaults."
             )
-        for option in ("fsdp", "deepspeed"):
-            if getattr(args, option, None):
-                raise ValueError(
-                    f"Expected a Trainer without `{option}` (DDP or one device): "
-                    f"GradualPruningCallback does not support it yet, but got "
-                    f"{option}={getattr(args, option)!r}."
-                )
+        # Under FSDP2 the Trainer shards the model in `train`, then loads a checkpoint into the
+        # sharded model: the pruner is built on it when training begins, its masks DTensors.
+        self._on_sharded = trainer_shards_with_fsdp2(args, self.config, self._session.options)
         self._args = args
         _join(args, self)
-        if model is not None:
+        if model is not None and self._on_sharded:
+            self._load_guard = refuse_loads_before_build(model, lambda: self._session.built)
+        elif model is not None:
             # The Trainer loads a checkpoint's weights into the model's keys: they must match.
             self._build(model)
 
@@ -306,6 +321,11 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         step ``global_step`` (0 unless resumed): a schedule may prune before training."""
         if model is None:
             raise ValueError("Expected the Trainer to pass its model to the callbacks.")
+        # Again for a callback the Trainer rebuilt from a checkpoint, or one added after it was
+        # made: neither saw `on_init_end`.
+        self._on_sharded = trainer_shards_with_fsdp2(args, self.config, self._session.options)
+        if self._on_sharded and not self._session.built:
+            check_fresh_under_fsdp2(state.global_step)
         if self._guards:  # an earlier run was left by an exception: take its hooks off
             self._close()
         guard = _RunGuard(self)
@@ -347,7 +367,7 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         first training forward is built first (its step 0 taken)."""
         self._session.distilling.check_reached()
         optimizer = kwargs.get("optimizer")
-        if self._session.build_from_first_forward():
+        if self._session.build_from_first_forward(permanent_saves=self._permanent_saves()):
             self._registered()
             self._session.start([] if optimizer is None else [optimizer])
             self._session.step(state.global_step)
@@ -515,8 +535,17 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         return _state_key(session.config) == self.state_key
 
     def _build(self, model: nn.Module) -> None:
-        if self._session.build_or_wait(model):
+        if self._session.build_or_wait(model, permanent_saves=self._permanent_saves()):
             self._registered()
+        if self._load_guard is not None:
+            self._load_guard.remove()
+            self._load_guard = None
+
+    def _permanent_saves(self) -> bool | None:
+        """``False`` on a model sharded with FSDP2: its saves keep the masks, sharded like the
+        weights (permanent saves hook plain tensors only); else the session's (every save in
+        the permanent form)."""
+        return False if self._on_sharded else None
 
     def _registered(self) -> None:
         _SESSIONS[:] = [ref for ref in _SESSIONS if ref() is not None]

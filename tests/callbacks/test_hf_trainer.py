@@ -18,8 +18,6 @@ from tests.callbacks.hf_trainer_helpers import (
     make_trainer,
     masked_zeros,
     masks,
-    training_args,
-    transformers,
 )
 from tests.hf_models import tiny_bert, tiny_gpt2
 
@@ -219,13 +217,3 @@ def test_the_arguments_are_the_lightning_callbacks_one_for_one() -> None:
     kwargs = {"keep_dense": ["last"], "scope": "layerwise", "min_density": 0.1, "seed": 3}
     lightning = GradualPruning(SCHEDULE, **kwargs)  # type: ignore[arg-type]
     assert GradualPruningCallback(SCHEDULE, **kwargs).config == lightning.config  # type: ignore[arg-type]
-
-
-def test_fsdp_is_refused_before_any_mask_is_made(tmp_path: Path) -> None:
-    # A Trainer refuses FSDP in one process itself, so the event is called as it would call it.
-    model = tiny_gpt2().train()
-    args = training_args(tmp_path, fsdp=True)
-    state, control = transformers.TrainerState(), transformers.TrainerControl()
-    with pytest.raises(ValueError, match=r"without `fsdp`.*does not support it yet"):
-        GradualPruningCallback(SCHEDULE).on_init_end(args, state, control, model=model)
-    assert masks(model) == {}
