@@ -27,7 +27,10 @@ like it). Checked, each printed PASS or FAIL:
 3. the trained weights and the logged losses (the distillation term included) equal the one
    GPU's within ``atol=1e-4, rtol=1e-3`` (float32, TF32 off: the sums are grouped differently);
 4. ``trainer.save_model()`` under FSDP2 writes a folder that ``from_pretrained`` loads to the
-   trained weights exactly (the masks saved beside them, ``*_mask``, are left out by it).
+   trained weights exactly (the masks saved beside them, ``*_mask``, are left out by it);
+5. ``shrink_at_end=True`` under FSDP2 (the model gathered on the main process) writes
+   ``<output_dir>/shrunk``, which loads to the one GPU's trained model shrunk, within the
+   tolerance of 3.
 
 The exit status is 0 when all pass, 1 when one fails, 2 when there are too few GPUs.
 """
@@ -108,7 +111,7 @@ def train(out: Path, role: str, gpus: int) -> None:
     )  # fmt: skip
     pruning = GradualPruningCallback(
         LinearSchedule(0.5, end_step=4, frequency=2), structure="channel", masking="inplace",
-        distill_weight=1.0, verbose=False,
+        distill_weight=1.0, shrink_at_end=sharded, verbose=False,
     )  # fmt: skip
     model = tiny_llama()
     trainer = transformers.Trainer(
@@ -175,11 +178,32 @@ def compare(out: Path) -> bool:
             sorted(saved) == sorted(sharded["weights"])
             and all(torch.equal(w, sharded["weights"][n]) for n, w in saved.items())
         ),
+        "5. shrink_at_end under FSDP2 writes the one GPU's model, shrunk": _shrunk_alike(
+            single, out / "fsdp2" / "shrunk", close
+        ),
     }
     for name, passed in checks.items():
         print(f"{'PASS' if passed else 'FAIL'}  {name}")
     print(f"history: one GPU {single['history']}, FSDP2 {sharded['history']}")
     return all(checks.values())
+
+
+def _shrunk_alike(single: dict[str, Any], folder: Path, close: Any) -> bool:
+    """Whether ``folder`` (written by ``shrink_at_end`` under FSDP2) holds the one GPU's
+    trained model shrunk (its weights and masks installed in a fresh model, then shrunk)."""
+    import transformers
+
+    from tensorplay.ao.pruning import install_saved_masks, load_shrunk, shrink
+
+    model = tiny_llama()
+    model.load_state_dict(single["weights"], strict=False)
+    install_saved_masks(model, single["masks"])
+    shrink(model)
+    expected = model.state_dict()
+    written = load_shrunk(transformers.LlamaForCausalLM, folder).state_dict()
+    return sorted(written) == sorted(expected) and all(
+        close(value.cpu(), written[key]) for key, value in expected.items()
+    )
 
 
 def run(command: list[str], env: dict[str, str]) -> None:

@@ -18,9 +18,10 @@ What is refused, and why:
   plugin is dropped and the Trainer trains with DDP, the parameters never sharded; on a host
   without an accelerator and without ``use_cpu`` the Trainer refuses ``fsdp`` itself ("only works
   in distributed training").
-* Under FSDP2: a masking mode that holds no ``DTensor`` (``masking="inplace"`` is the one),
-  rewinding (its snapshot is not in the sharded checkpoint), and ``shrink_at_end`` (one place,
-  :func:`check_shrinkable_under_fsdp2`, until a gathered shrink replaces the refusal).
+* Under FSDP2: a masking mode that holds no ``DTensor`` (``masking="inplace"`` is the one) and
+  rewinding (its snapshot is not in the sharded checkpoint). ``shrink_at_end`` is served there by
+  gathering the model on the main process and writing the shrunk copy to a folder
+  (:func:`~tensorplay.ao.pruning.save_shrunk`).
 * Resuming under FSDP2 (:func:`check_fresh_under_fsdp2`, :func:`refuse_loads_before_build`):
   the Trainer shards the model and loads the checkpoint into it before any callback event, so
   the masks, made on the sharded model when training begins, cannot exist to receive it.
@@ -55,7 +56,6 @@ __all__ = [
     "accelerate_state",
     "check_fresh_under_fsdp2",
     "check_fsdp2_options",
-    "check_shrinkable_under_fsdp2",
     "fsdp_version",
     "refuse_loads_before_build",
     "trainer_shards_with_fsdp2",
@@ -173,7 +173,7 @@ def check_fsdp2_options(config: PrunerConfig, options: AdapterOptions) -> None:
 
     Raises:
         ValueError: A masking mode that holds no ``DTensor``; ``rewind`` other than
-            ``"none"``; ``shrink_at_end`` (:func:`check_shrinkable_under_fsdp2`).
+            ``"none"``.
 
     Example:
         >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
@@ -193,29 +193,6 @@ def check_fsdp2_options(config: PrunerConfig, options: AdapterOptions) -> None:
         raise ValueError(
             "Expected `rewind='none'` under the Trainer's FSDP2 (the snapshot of sharded weights "
             f"is not saved in its checkpoints), but got rewind={config.rewind!r}."
-        )
-    check_shrinkable_under_fsdp2(options)
-
-
-def check_shrinkable_under_fsdp2(options: AdapterOptions) -> None:
-    """The one place that refuses ``shrink_at_end`` under the Trainer's FSDP2: shrinking cuts
-    whole tensors, which no rank holds there.
-
-    Raises:
-        ValueError: ``shrink_at_end=True``.
-
-    Example:
-        >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
-        >>> from tensorplay.callbacks._lifecycle import split_arguments
-        >>> _, options = split_arguments({"schedule": OneShotSchedule(0.5)})
-        >>> check_shrinkable_under_fsdp2(options)  # shrink_at_end=False
-    """
-    if options.shrink_at_end:
-        raise ValueError(
-            "Expected `shrink_at_end=False` under the Trainer's FSDP2 (shrinking cuts whole "
-            "tensors, which no rank holds), but got shrink_at_end=True. Train with "
-            "shrink_at_end=False, then shrink a full copy of the trained model with "
-            "tensorplay.ao.pruning.shrink."
         )
 
 

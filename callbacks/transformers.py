@@ -139,10 +139,12 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
             the model's config and report the parameters and widths before and after
             (:attr:`shrink_report`); ``trainer.save_model()`` then writes the smaller model.
             The trainer's optimizer holds the old tensors: stepping it raises. See
-            :doc:`/structured`.
+            :doc:`/structured`. Under FSDP2 the sharded model stays as it is: it is gathered
+            once on the main process, to the CPU, and the shrunk copy (:attr:`shrunk_model`
+            there) is written to ``shrunk_dir`` (:doc:`/large_models`).
         shrunk_dir: Where ``shrink_at_end`` also writes the shrunk model (its
             ``save_pretrained`` folder), on the main process; ``None`` (default): nowhere
-            (``trainer.save_model()`` writes it).
+            (``trainer.save_model()`` writes it), except under FSDP2: ``<output_dir>/shrunk``.
         distill_weight: Distil from a teacher (:doc:`/distillation`): the weight of the KD term
             added to the ``loss`` of the model's training outputs (what the Trainer
             back-propagates), counted as the Trainer counts that loss under gradient
@@ -164,7 +166,7 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         ValueError: As it; ``distill_weight`` < 0 or ``distill_temperature`` <= 0; when the
             ``Trainer`` is made, as the ``Pruner`` (an unknown or empty selection), with
             DeepSpeed, FSDP1, or FSDP2 that Accelerate does not run (on CPU), and under FSDP2
-            with ``masking`` other than ``"inplace"``, ``rewind`` or ``shrink_at_end`` (see
+            with ``masking`` other than ``"inplace"`` or with ``rewind`` (see
             :doc:`/huggingface_trainer`); when a run resumes under FSDP2; or with
             ``restore_callback_states_from_checkpoint=True`` and a schedule that has no
             plain-data form (a lambda), a ``teacher`` module or ``example_inputs``;

@@ -32,11 +32,26 @@ def test_its_checks_fail_a_run_that_is_not_sharded_and_pass_the_rest(
 ) -> None:
     # The one-device run (here on the CPU) stands in for the FSDP2 one: the same masks,
     # weights, losses and saved folder, but plain parameters.
+    from tensorplay.ao.pruning import install_saved_masks, shrink
+
     script = load_script("gpu_hf_trainer_fsdp2")
     script.train(tmp_path, "single", 2)
     shutil.copy(tmp_path / "single.pt", tmp_path / "fsdp2.pt")
     shutil.copytree(tmp_path / "saved-single", tmp_path / "saved-fsdp2")
+    # What shrink_at_end writes under FSDP2: the trained model, its masks installed, shrunk.
+    found = torch.load(tmp_path / "single.pt", weights_only=False)
+    model = script.tiny_llama()
+    model.load_state_dict(found["weights"], strict=False)
+    install_saved_masks(model, found["masks"])
+    shrink(model)
+    model.save_pretrained(tmp_path / "fsdp2" / "shrunk")
     assert not script.compare(tmp_path)
     lines = [line for line in capsys.readouterr().out.splitlines() if line[:4] in ("PASS", "FAIL")]
-    assert [line[:4] for line in lines] == ["FAIL", "PASS", "PASS", "PASS"], lines
+    assert [line[:4] for line in lines] == ["FAIL", "PASS", "PASS", "PASS", "PASS"], lines
     assert "DTensor" in lines[0]
+    # A folder of the model not shrunk fails the fifth check.
+    shutil.rmtree(tmp_path / "fsdp2" / "shrunk")
+    shutil.copytree(tmp_path / "saved-single", tmp_path / "fsdp2" / "shrunk")
+    script.compare(tmp_path)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line[:4] in ("PASS", "FAIL")]
+    assert lines[4].startswith("FAIL  5."), lines

@@ -36,9 +36,10 @@ def test_on_cpu_accelerate_does_not_shard_and_the_callback_says_so(tmp_path: Pat
         assert "drops the FSDP plugin" in found["refused"]
 
 
-def _masks_after_one_pruning_step(sharded: bool) -> dict[str, Any]:
+def _masks_after_one_pruning_step(sharded: bool, out: Path) -> dict[str, Any]:
     """The session of the Trainer's callback (permanent saves, as it is made), built as it is
-    built on a model sharded with FSDP2 (``permanent_saves=False``), one channel step taken."""
+    built on a model sharded with FSDP2 (``permanent_saves=False``), one channel step taken;
+    then training ends with ``shrink_at_end`` writing the shrunk model to ``out``."""
     from tensorplay.ao.pruning.schedules import OneShotSchedule
     from tensorplay.callbacks._json_state import find_saved, saved_entry
     from tensorplay.callbacks._lifecycle import PruningSession, split_arguments
@@ -49,7 +50,8 @@ def _masks_after_one_pruning_step(sharded: bool) -> dict[str, Any]:
     if sharded:
         _shard(model, "llama")
     arguments = {"schedule": OneShotSchedule(0.5), "structure": "channel", "masking": "inplace"}
-    config, options = split_arguments({**arguments, "verbose": False})
+    shrinking = {"shrink_at_end": True, "shrunk_dir": str(out)}
+    config, options = split_arguments({**arguments, **shrinking, "verbose": False})
     session = PruningSession(config, options, name="P", built_when="", permanent_saves=True)
     session.build(model, permanent_saves=False if sharded else None)
     session.start([])
@@ -68,25 +70,26 @@ def _masks_after_one_pruning_step(sharded: bool) -> dict[str, Any]:
                 buffer = buffer.full_tensor()  # type: ignore[attr-defined]  # a collective
             masks[name] = buffer.detach().clone()
     found = {"masks": masks, "pruned": session.pruner.pruned_count(), "state_step": state["step"]}
-    return {**found, "kept": kept, "placements": placements}
+    session.finish()
+    return {**found, "kept": kept, "placements": placements, "report": str(session.shrink_report)}
 
 
 def _session_worker(rank: int, out: Path) -> None:
-    found = _masks_after_one_pruning_step(sharded=True)
+    found = _masks_after_one_pruning_step(sharded=True, out=out / "shrunk-sharded")
     if rank == 0:
         torch.save(found, out / "session.pt")
 
 
 @pytest.mark.slow
 @pytest.mark.distributed
-def test_the_callbacks_session_builds_on_a_sharded_model_as_on_one_process(
+def test_the_callbacks_session_builds_and_shrinks_a_sharded_model_as_on_one_process(
     tmp_path: Path,
 ) -> None:
     from tests.core.gloo import spawn_gloo
 
     spawn_gloo(_session_worker, 2, tmp_path)
     sharded = torch.load(tmp_path / "session.pt", weights_only=False)
-    single = _masks_after_one_pruning_step(sharded=False)
+    single = _masks_after_one_pruning_step(sharded=False, out=tmp_path / "shrunk-single")
     assert sorted(sharded["masks"]) == sorted(single["masks"]) and len(single["masks"]) > 0
     for name, mask in single["masks"].items():
         assert torch.equal(sharded["masks"][name], mask), name
@@ -94,3 +97,13 @@ def test_the_callbacks_session_builds_on_a_sharded_model_as_on_one_process(
     assert sharded["kept"] == {} and sharded["state_step"] == single["state_step"] == 0
     for name, (mask_placements, weight_placements) in sharded["placements"].items():
         assert mask_placements == weight_placements, name  # masks sharded like the weights
+    # shrink_at_end: gathered on rank 0 and written; equal to the one process's, shrunk in place
+    from transformers import LlamaForCausalLM
+
+    from tensorplay.ao.pruning import load_shrunk
+
+    assert sharded["report"] == single["report"] and "per layer" in single["report"]
+    written = load_shrunk(LlamaForCausalLM, tmp_path / "shrunk-sharded").state_dict()
+    expected = load_shrunk(LlamaForCausalLM, tmp_path / "shrunk-single").state_dict()
+    assert sorted(written) == sorted(expected)
+    assert all(torch.equal(written[key], value) for key, value in expected.items())

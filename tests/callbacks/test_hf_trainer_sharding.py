@@ -80,11 +80,6 @@ def test_without_sharding_the_callback_builds_when_the_trainer_is_made(tmp_path:
         pytest.param(
             {"masking": "inplace", "rewind": "init"}, r"`rewind='none'`.*rewind='init'", id="rewind"
         ),
-        pytest.param(
-            {"masking": "inplace", "structure": "channel", "shrink_at_end": True},
-            r"`shrink_at_end=False`.*tensorplay.ao.pruning.shrink",
-            id="shrink_at_end",
-        ),
     ],
 )
 def test_fsdp2_refuses_what_sharded_parameters_cannot_hold(
@@ -95,9 +90,15 @@ def test_fsdp2_refuses_what_sharded_parameters_cannot_hold(
         check_fsdp2_options(config, options)
 
 
-def test_fsdp2_accepts_lean_masks_and_distillation() -> None:
+def test_fsdp2_accepts_lean_masks_distillation_and_shrinking_at_the_end() -> None:
     config, options = split_arguments(
-        {"schedule": SCHEDULE, "masking": "inplace", "distill_weight": 1.0}
+        {
+            "schedule": SCHEDULE,
+            "masking": "inplace",
+            "distill_weight": 1.0,
+            "structure": "channel",
+            "shrink_at_end": True,
+        }
     )
     check_fsdp2_options(config, options)  # no error
 
