@@ -17,7 +17,7 @@ The same Llama-style model (hidden 768, 12 layers, FFN 2048, 12 heads, 4 KV head
   ``save_pretrained`` (the reference).
 
 Reported per rank: the peak resident memory during the step above the resident memory just
-before it (``VmHWM`` reset through ``/proc/self/clear_refs``, read after; Linux only), in MB and
+before it (``harness.PeakMemory``: the kernel's ``VmHWM`` on Linux), in MB and
 in bytes per parameter of the model, and the seconds the step took (the slowest rank). The
 2-process folder is checked to equal the 1-process one (same keys and shapes). CPU timings on a
 shared machine: read the memory columns, not the seconds. Results go to
@@ -41,7 +41,7 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import machine, proc_kib, write_results
+from harness import PeakMemory, machine, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FULL = {
@@ -100,11 +100,6 @@ def _prune(model: Any) -> None:
     pruner.step(0)
 
 
-def _peak_reset() -> int:
-    Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
-    return proc_kib("VmRSS")
-
-
 def run_rank(rank: int, world: int, port: int, sizes: dict[str, int], out: str) -> None:
     """One rank (``world == 1``: the one-process reference): build, prune, shrink, measure."""
     import torch.distributed as dist
@@ -122,16 +117,16 @@ def run_rank(rank: int, world: int, port: int, sizes: dict[str, int], out: str) 
     folder = Path(out) / f"shrunk-{world}"
     if world > 1:
         dist.barrier()
-    before = _peak_reset()
-    start = time.perf_counter()
-    if world > 1:
-        save_shrunk(model, folder)
-    else:
-        shrink(model)
-        model.save_pretrained(folder)
-    seconds = time.perf_counter() - start
-    peak = proc_kib("VmHWM") - before
-    record = {"rank": rank, "seconds": seconds, "peak_bytes": peak * 1024, "params": params}
+    with PeakMemory() as memory:
+        start = time.perf_counter()
+        if world > 1:
+            save_shrunk(model, folder)
+        else:
+            shrink(model)
+            model.save_pretrained(folder)
+        seconds = time.perf_counter() - start
+    peak = memory.peak - memory.before
+    record = {"rank": rank, "seconds": seconds, "peak_bytes": peak, "params": params}
     (Path(out) / f"rank{rank}-of-{world}.json").write_text(json.dumps(record))
     if world > 1:
         dist.barrier()

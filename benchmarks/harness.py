@@ -147,8 +147,8 @@ class PeakMemory:
     resident memory (``psutil``) every millisecond.
 
     Example:
-        >>> with PeakMemory() as memory:
-        ...     block = bytearray(1 << 24)
+        >>> with PeakMemory() as memory:  # written, so resident (a calloc'd block may not be)
+        ...     block = b"x" * (1 << 24)
         >>> memory.peak - memory.before >= 1 << 24
         True
     """
