@@ -172,19 +172,23 @@ class MemoryItem:
 
 
 def memory_per_rank(
-    shape: LlamaShape, world: int, structure: Structure = "channel", prefetch: int = 2
+    shape: LlamaShape, world: int, structure: Structure = "channel", embeddings_apart: bool = True
 ) -> list[MemoryItem]:
     """The bytes each of ``world`` ranks holds to prune ``shape`` under FSDP2 (``fully_shard``
-    per decoder layer and on the root, ``masking="inplace"``) while training it with AdamW in
-    mixed precision, and to distil it from a bfloat16 teacher (the items marked
-    ``teacher_only``).
+    on every decoder layer and on the root, ``masking="inplace"``) while training it with AdamW
+    in mixed precision (``MixedPrecisionPolicy(param_dtype=torch.bfloat16)``), and to distil it
+    from a bfloat16 teacher (the items marked ``teacher_only``).
+
+    What FSDP2 gathers, in bfloat16: during a forward, a decoder layer and the next (prefetched),
+    or the LM head beside the last layer; a root stays gathered from its forward to its
+    backward, and a teacher's root (which runs no backward) between its forwards too.
 
     Args:
         shape: The model.
         world: The ranks the model is sharded over.
         structure: The unit: which weights have masks, and the ``all_reduce`` payload.
-        prefetch: The decoder layers gathered at once (the one computing and the one
-            prefetched), per model that runs a forward.
+        embeddings_apart: ``True``: ``fully_shard`` on the embedding and on the LM head too, so
+            the root holds only the final norm; ``False``: the root holds them.
 
     Raises:
         ValueError: If ``world`` is not a positive int.
@@ -192,13 +196,25 @@ def memory_per_rank(
     Example:
         >>> items = memory_per_rank(LLAMA3_8B, 8)
         >>> [round(item.bytes / 1e9, 2) for item in items]  # GB: student, masks, ..., teacher
-        [16.06, 0.7, 0.87, 0.01, 2.01, 1.84, 0.87]
+        [16.06, 0.7, 1.49, 0.01, 2.01, 0.0, 1.49]
+        >>> [round(item.bytes / 1e9, 2) for item in memory_per_rank(LLAMA3_8B, 8, "channel", False)]
+        [16.06, 0.7, 2.97, 0.01, 2.01, 1.84, 0.87]
     """
     if not isinstance(world, int) or isinstance(world, bool) or world < 1:
         raise ValueError(f"Expected `world` to be a positive int, but got {world!r}.")
     total, targets = parameters(shape), target_parameters(shape, structure)
-    gathered = prefetch * layer_parameters(shape) * 2
-    scores = bytes_per_step(shape, structure)
+    layer, head = layer_parameters(shape), shape.vocab * shape.hidden
+    if embeddings_apart:
+        root = shape.hidden  # the final norm
+        gathered = 2 * max(2 * layer, layer + head)
+        teacher_gathered = gathered
+        where = "2 layers, or the LM head and a layer"
+    else:
+        root = root_parameters(shape)
+        gathered = 2 * (root + 2 * layer)
+        teacher_gathered = 2 * 2 * layer  # its root is held already
+        where = "the root and 2 layers"
+    teacher_where = where if embeddings_apart else "2 layers"
     return [
         MemoryItem(
             "student: float32 parameters, gradients, Adam moments",
@@ -206,21 +222,23 @@ def memory_per_rank(
             16 * total // world,
         ),
         MemoryItem("lean masks (bool)", f"1 B/target param / {world}", targets // world),
+        MemoryItem("student: gathered in a forward (bfloat16, transient)", where, gathered),
         MemoryItem(
-            "student: gathered layers (bfloat16, transient)", f"{prefetch} layers x 2 B", gathered
+            "unit sums and scores (float64)",
+            "the all_reduce payload",
+            bytes_per_step(shape, structure),
         ),
-        MemoryItem("unit sums and scores (float64)", "= the all_reduce payload", scores),
         MemoryItem("teacher shard (bfloat16)", f"2 B/param / {world}", 2 * total // world, True),
         MemoryItem(
-            "teacher: root left gathered (embedding, LM head, norm; bfloat16)",
+            "teacher: root left gathered (bfloat16)",
             f"2 B x root params x {world - 1}/{world}",
-            2 * root_parameters(shape) * (world - 1) // world,
+            2 * root * (world - 1) // world,
             True,
         ),
         MemoryItem(
-            "teacher: gathered layers (bfloat16, transient)",
-            f"{prefetch} layers x 2 B",
-            gathered,
+            "teacher: gathered in a forward (bfloat16, transient)",
+            teacher_where,
+            teacher_gathered,
             True,
         ),
     ]

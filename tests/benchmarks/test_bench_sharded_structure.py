@@ -69,7 +69,9 @@ def test_memory_per_rank_adds_the_teacher_and_shrinks_with_the_ranks(memory: Any
     assert student["student: float32 parameters, gradients, Adam moments"] == 16 * params // 8
     assert student["lean masks (bool)"] == memory.target_parameters(shape, "channel") // 8
     assert teacher["teacher shard (bfloat16)"] == 2 * params // 8
-    gathered = teacher["teacher: root left gathered (embedding, LM head, norm; bfloat16)"]
+    assert teacher["teacher: root left gathered (bfloat16)"] == 2 * 4096 * 7 // 8  # the norm
+    in_root = memory.memory_per_rank(shape, 8, "channel", embeddings_apart=False)
+    gathered = {i.item: i.bytes for i in in_root}["teacher: root left gathered (bfloat16)"]
     assert gathered == 2 * (2 * 128256 * 4096 + 4096) * 7 // 8
     assert student["unit sums and scores (float64)"] == 32 * 32 * 14336
     halved = {i.item: i.bytes for i in memory.memory_per_rank(shape, 16)}
@@ -127,3 +129,9 @@ def test_tiny_run_matches_one_process_and_the_computed_bytes(tmp_path: Path) -> 
     table = (tmp_path / "sharded_structure.md").read_text()
     assert table in out
     assert "| oneshot-head-wanda |" in table and "| **with the teacher** |" in table
+    # The tables again from the JSON alone, as they were.
+    assert (
+        run_script("bench_sharded_structure.py", "--tables", "--out", str(tmp_path))
+        == out[out.index(table) :]
+    )
+    assert (tmp_path / "sharded_structure.md").read_text() == table
