@@ -531,13 +531,13 @@ def _check_lines(results: dict[str, Any]) -> list[str]:
     lines = ["| on each of 2 ranks | computed | measured (exact) | measured (resident) |"]
     lines.append("|---|---|---|---|")
     for name, row, item in (
-        ("masks, B/target param", "oneshot-channel-magnitude", "lean masks (bool)"),
+        ("masks, B/weight of a masked tensor", "oneshot-channel-magnitude", "lean masks (bool)"),
         ("teacher, B/param", "distill-channel", "teacher shard (bfloat16)"),
     ):
         if row not in rows:
             continue
         got = rows[row]
-        of = model["channel_targets"] if "target" in name else model["params"]
+        of = model["channel_targets"] if "masks" in name else model["params"]
         lines.append(
             f"| {name} | {items[item] / (of / WORLD):.3f} | "
             f"{got['exact_held'] / got['exact_of']:.3f} | {got['held'] / got['exact_of']:.3f} |"
@@ -580,18 +580,22 @@ def markdown(results: dict[str, Any]) -> str:
         "distill-channel); bytes: what tensorplay passed to collectives per pruning step, the "
         "most any rank sent; held: resident memory the first pruning step (the masks) or the "
         "bfloat16 teacher's copy added; step peak: resident peak of a step above the memory "
-        "before it.",
+        "before it. Resident memory undercounts what reuses memory the process freed before "
+        "(gradients, gathered weights): the exact bytes are below. Masks are made for the "
+        "tensors a step prunes units of.",
         "",
         "Computed against measured (the model above on 2 ranks):",
         "",
         *_check_lines(results),
         "",
-        f"Llama-3-8B ({eight['params'] / 1e9:.2f}B parameters, {eight['targets'] / 1e9:.2f}B in "
-        'the FFNs, `structure="channel"`) on 8 ranks, computed, activations not counted: '
+        *_memory_table(eight["items"], eight["items_in_root"]),
+        "",
+        f"Above: Llama-3-8B ({eight['params'] / 1e9:.2f}B parameters, "
+        f'{eight["targets"] / 1e9:.2f}B in the FFNs, `structure="channel"`) on 8 ranks, '
+        "computed per rank, the embedding and the LM head with a `fully_shard` of their own "
+        "or in the root's; activations not counted: "
         f"{eight['bytes_per_step']['channel']:,} bytes all-reduced per channel step, "
         f"{eight['bytes_per_step']['head']:,} per head step.",
-        "",
-        *_memory_table(eight["items"], eight["items_in_root"]),
     ]
     return "\n".join(lines) + "\n"
 
