@@ -1,0 +1,76 @@
+"""docs/large_models.rst: its code is valid Python whose tensorplay names exist, and the 8B
+recipe's memory table is the one the benchmark computes."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.benchmarks.scripts import load_script
+from tests.docs.code_blocks import code_blocks
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "large_models.rst"
+
+
+def _recipe() -> str:
+    recipes = [code for language, code in code_blocks(PAGE) if "prune_8b.py" in code]
+    assert len(recipes) == 1
+    return recipes[0]
+
+
+@pytest.mark.parametrize(
+    "index", [i for i, (language, _) in enumerate(code_blocks(PAGE)) if language == "python"]
+)
+def test_python_blocks_parse(index: int) -> None:
+    ast.parse(code_blocks(PAGE)[index][1])
+
+
+def test_the_recipe_imports_what_tensorplay_has_and_sets_what_the_page_says() -> None:
+    tree = ast.parse(_recipe())
+    imported = [
+        (node.module, alias.name)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tensorplay")
+        for alias in node.names
+    ]
+    assert imported
+    for module, name in imported:
+        assert hasattr(importlib.import_module(module), name), (module, name)
+    code = _recipe()
+    for setting in (
+        'structure="channel"',
+        'masking="inplace"',
+        "target_params=0.8",
+        "Distillation(teacher_dtype=torch.bfloat16)",
+        "fully_shard(model.lm_head",
+        "fully_shard(model.model.embed_tokens",
+    ):
+        assert setting in code, setting
+
+
+def _table_after(marker: str) -> list[tuple[str, str, str]]:
+    """The rows of the first list-table after ``marker``: (first, second, third) cells."""
+    text = PAGE.read_text()
+    table = text[text.index(".. list-table::", text.index(marker)) :]
+    rows = re.findall(r"\n   \* - (.*)\n     -(.*)\n     - (.*)", "\n" + table.split("\n\n", 2)[1])
+    return [(a.strip(), b.strip(), c.strip()) for a, b, c in rows]
+
+
+def test_the_recipe_memory_table_is_the_computed_one() -> None:
+    memory = load_script("sharded_memory")
+    items = memory.memory_per_rank(memory.LLAMA3_8B, 8)
+    rows = _table_after("Then gather the model to one device and shrink it")
+    assert len(rows) == len(items) + 3  # the header, the items, two totals
+    for item, (name, rate, gb) in zip(items, rows[1:], strict=False):
+        assert name.startswith(item.item) and rate == item.rate, name
+        assert gb == f"{item.bytes / 1e9:.2f}", name
+    without = sum(i.bytes for i in items if not i.teacher_only) / 1e9
+    everything = sum(i.bytes for i in items) / 1e9
+    assert rows[-2][2] == f"**{without:.2f}**" and rows[-1][2] == f"**{everything:.2f}**"
+    text = " ".join(PAGE.read_text().split())
+    assert f"a rank needs {without:.2f} GB besides activations" in text
+    assert f"with the bfloat16 teacher {everything:.2f} GB" in text
