@@ -25,7 +25,8 @@ Rows (each in fresh processes, ``--repeats`` times; medians reported):
   steps, a pruning step after each of steps 1, 2 and 3, each timed;
 * ``distill-channel``: ``Distillation(teacher_dtype=torch.bfloat16)`` attached (a sharded copy of
   the sharded student on 2 ranks, a dense copy on 1), channels pruned once to 50%, then 3 AdamW
-  steps of task + KD loss, each timed.
+  steps of task + KD loss, each timed; ``distill-channel-apart``: the same with a ``fully_shard``
+  of their own on the embedding and the LM head (the root holds only the final norm).
 
 Columns: the time per pruning step (per training step for ``distill``) on the slowest rank,
 between two barriers; the **bytes tensorplay exchanges per pruning step**: the sum of
@@ -94,6 +95,7 @@ ROWS = (
     "oneshot-head-wanda",
     "gradual-channel-magnitude",
     "distill-channel",
+    "distill-channel-apart",
 )
 COLLECTIVES = {  # what tensorplay could call, and the argument it sends
     "all_reduce": "tensor",
@@ -177,7 +179,7 @@ def build_model(shape: LlamaShape) -> nn.Module:
     return model
 
 
-def _shard(model: nn.Module) -> None:
+def _shard(model: nn.Module, apart: bool) -> None:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -185,6 +187,9 @@ def _shard(model: nn.Module) -> None:
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     for layer in model.model.layers:  # type: ignore[union-attr]
         fully_shard(layer, mesh=mesh)
+    if apart:  # the root then holds only the final norm
+        fully_shard(model.model.embed_tokens, mesh=mesh)  # type: ignore[union-attr,arg-type]
+        fully_shard(model.lm_head, mesh=mesh)  # type: ignore[arg-type]
     fully_shard(model, mesh=mesh)
 
 
@@ -217,7 +222,7 @@ def _digests(model: nn.Module) -> dict[str, list[Any]]:
 class Rank:
     """One rank of a row (or, with ``world == 1``, the one-process reference)."""
 
-    def __init__(self, rank: int, world: int, tiny: bool) -> None:
+    def __init__(self, rank: int, world: int, tiny: bool, apart: bool = False) -> None:
         import torch.distributed as dist
 
         self.rank, self.world = rank, world
@@ -228,7 +233,7 @@ class Rank:
         self.held: list[int] = []  # the resident memory each timed call left
         self.model = build_model(self.shape)
         if world > 1:
-            _shard(self.model)
+            _shard(self.model, apart)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
         generator = torch.Generator().manual_seed(7)
         tokens = torch.randint(0, self.shape.vocab, (8, WORLD, SEQUENCE[tiny]), generator=generator)
@@ -347,7 +352,7 @@ def run_rank(rank_index: int, world: int, init: str, row: str, tiny: bool, out: 
 
     if world > 1:
         dist.init_process_group("gloo", rank=rank_index, world_size=world, init_method=init)
-    rank = Rank(rank_index, world, tiny)
+    rank = Rank(rank_index, world, tiny, apart=row.endswith("-apart"))
     kind, structure, *rest = row.split("-")
     found = distill_row(rank) if kind == "distill" else prune_row(rank, kind, structure, rest[0])
     # Per timed step: seconds, bytes, calls, peak; then held, exact held, its parameters, KD.
@@ -474,6 +479,7 @@ def analytic(shape: LlamaShape) -> dict[str, Any]:
             "channel_targets": target_parameters(shape, "channel"),
             # The benchmark's layout: the embedding and the LM head in the root.
             "items": [vars(item) for item in memory_per_rank(shape, WORLD, "channel", False)],
+            "items_apart": [vars(item) for item in memory_per_rank(shape, WORLD)],
             "bytes_per_step": {s: bytes_per_step(shape, s) for s in ("channel", "head")},
         },
     }
@@ -548,6 +554,16 @@ def _check_lines(results: dict[str, Any]) -> list[str]:
         computed += items["teacher: root left gathered (bfloat16)"]
         lines.append(
             f"| teacher after its forwards (root gathered), B/param | "
+            f"{computed / (model['params'] / WORLD):.3f} | "
+            f"{got['exact_after'] / got['exact_of']:.3f} | |"
+        )
+    if "distill-channel-apart" in rows:
+        got = rows["distill-channel-apart"]
+        apart = {item["item"]: item["bytes"] for item in model["items_apart"]}
+        computed = apart["teacher shard (bfloat16)"]
+        computed += apart["teacher: root left gathered (bfloat16)"]  # the final norm
+        lines.append(
+            f"| teacher after its forwards, embedding and LM head apart, B/param | "
             f"{computed / (model['params'] / WORLD):.3f} | "
             f"{got['exact_after'] / got['exact_of']:.3f} | |"
         )

@@ -126,6 +126,11 @@ def test_tiny_run_matches_one_process_and_the_computed_bytes(tmp_path: Path) -> 
     # After its forwards the teacher's root (FSDP2 reshards a root after backward only) is whole.
     root = memory.root_parameters(bench.TINY)
     assert distill["exact_after"] == distill["exact_held"] + 2 * (root - root // 2)
+    # With the embedding and the LM head sharded on their own, only the final norm stays whole.
+    apart = rows["distill-channel-apart"]["sharded"]
+    assert apart["exact_held"] == 2 * apart["exact_of"]
+    hidden = bench.TINY.hidden
+    assert apart["exact_after"] == apart["exact_held"] + 2 * (hidden - hidden // 2)
     table = (tmp_path / "sharded_structure.md").read_text()
     assert table in out
     assert "| oneshot-head-wanda |" in table and "| **with the teacher** |" in table
