@@ -577,6 +577,19 @@ def _check_lines(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _later(results: dict[str, Any]) -> list[str]:
+    """A sentence naming the rows measured in a later run (``later_run``), if any."""
+    later = results.get("later_run")
+    if not later:
+        return []
+    return [
+        "",
+        f"Measured in a later run ({later['repeats']} runs, load {later['machine']['load']:.1f}): "
+        + ", ".join(later["rows"])
+        + ".",
+    ]
+
+
 def markdown(results: dict[str, Any]) -> str:
     shape = results["shape"]
     params = results["rows"][0]["single"]["params"]
@@ -593,12 +606,13 @@ def markdown(results: dict[str, Any]) -> str:
         f"decoder layer and root on 2 ranks against the plain model in 1 process, "
         f'`masking="inplace"`, AdamW. Medians of {results["repeats"]} runs in fresh processes; '
         "time of the slowest rank per pruning step (per training step with the teacher for "
-        "distill-channel); bytes: what tensorplay passed to collectives per pruning step, the "
+        "the distill rows); bytes: what tensorplay passed to collectives per pruning step, the "
         "most any rank sent; held: resident memory the first pruning step (the masks) or the "
         "bfloat16 teacher's copy added; step peak: resident peak of a step above the memory "
         "before it. Resident memory undercounts what reuses memory the process freed before "
         "(gradients, gathered weights): the exact bytes are below. Masks are made for the "
         "tensors a step prunes units of.",
+        *_later(results),
         "",
         "Computed against measured (the model above on 2 ranks):",
         "",

@@ -1,10 +1,12 @@
-"""docs/large_models.rst: its code is valid Python whose tensorplay names exist, and the 8B
-recipe's memory table is the one the benchmark computes."""
+"""docs/large_models.rst: its code is valid Python whose tensorplay names exist, the 8B recipe's
+memory table is the one the benchmark computes, and the measured numbers it quotes are those of
+``benchmarks/results/sharded_structure.json``."""
 
 from __future__ import annotations
 
 import ast
 import importlib
+import json
 import re
 from pathlib import Path
 
@@ -74,3 +76,25 @@ def test_the_recipe_memory_table_is_the_computed_one() -> None:
     text = " ".join(PAGE.read_text().split())
     assert f"a rank needs {without:.2f} GB besides activations" in text
     assert f"with the bfloat16 teacher {everything:.2f} GB" in text
+
+
+def test_the_page_quotes_the_committed_results() -> None:
+    path = PAGE.parents[1] / "benchmarks" / "results" / "sharded_structure.json"
+    rows = {row["row"]: row for row in json.loads(path.read_text())["rows"]}
+    text = " ".join(PAGE.read_text().split())
+    assert all(row["equal"] for row in rows.values())
+    wanda = rows["oneshot-head-wanda"]["sharded"]
+    assert f"{max(wanda['bytes_sent']):,} bytes in {max(wanda['collectives'])}" in text
+    for name, words in (
+        ("gradual-channel-magnitude", "Gradual channel steps took {two:.2f} s on the 2 ranks "
+         "against {one:.2f} s in one process"),
+        ("oneshot-channel-magnitude", "a first one-shot step {two:.2f} s against {one:.2f} s"),
+        ("distill-channel", "sharded teacher took {two:.1f} s against {one:.1f} s"),
+    ):  # fmt: skip
+        row = rows[name]
+        assert words.format(two=row["sharded"]["seconds"], one=row["single"]["seconds"]) in text
+    distill = rows["distill-channel"]["sharded"]
+    assert f"measured: {distill['exact_after'] / distill['exact_of']:.2f} bytes" in text
+    apart = rows["distill-channel-apart"]["sharded"]
+    assert f"(measured: {apart['exact_after'] / apart['exact_of']:.3f})" in text
+    assert f"fell from {distill['peak'] / 1e6:.0f} MB to {apart['peak'] / 1e6:.0f} MB" in text
