@@ -9,6 +9,7 @@ import importlib
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -98,3 +99,69 @@ def test_the_page_quotes_the_committed_results() -> None:
     apart = rows["distill-channel-apart"]["sharded"]
     assert f"(measured: {apart['exact_after'] / apart['exact_of']:.3f})" in text
     assert f"fell from {distill['peak'] / 1e6:.0f} MB to {apart['peak'] / 1e6:.0f} MB" in text
+
+
+# The recipe on 2 gloo ranks of this machine, with a tiny Llama: only what a CPU test must change.
+RECIPE_ON_CPU = {
+    'dist.init_process_group("nccl")': "",  # the test's ranks are in their group already
+    "torch.cuda.set_device(dist.get_rank() % torch.cuda.device_count())": "",
+    'torch.device("cuda")': 'torch.device("cpu")',
+    "batch = batch.cuda()": "",
+    "AutoConfig.from_pretrained(NAME)": "CONFIG",
+    "AutoModelForCausalLM.from_pretrained(NAME, torch_dtype=torch.float32)": "PRETRAINED",
+    "end_step=2000, frequency=100": "end_step=4, frequency=1",
+}
+
+
+def _recipe_rank(rank: int, out: Path) -> None:
+    import torch
+    import transformers
+
+    code = _recipe()
+    for old, new in RECIPE_ON_CPU.items():
+        assert old in code, old
+        code = code.replace(old, new)
+    config = transformers.LlamaConfig(
+        vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 97, (6, 2, 8), generator=torch.Generator().manual_seed(1))
+    namespace: dict[str, Any] = {
+        "CONFIG": config,
+        "PRETRAINED": transformers.LlamaForCausalLM(config) if rank == 0 else None,
+        "loader": list(tokens[:, rank : rank + 1]),  # each rank its half of every batch
+    }
+    exec(compile(code, "recipe", "exec"), namespace)
+    model, distill = namespace["model"], namespace["distill"]
+    masks = {
+        name: buffer.full_tensor()  # type: ignore[union-attr]
+        for name, buffer in model.named_buffers()
+        if name.endswith("_mask")
+    }
+    torch.save(
+        {
+            "masks": masks,
+            "kd": float(distill.last_loss),
+            "report": str(namespace["pruner"].report()),
+        },
+        out / f"rank{rank}.pt",
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_the_recipe_runs_on_two_cpu_ranks(tmp_path: Path) -> None:
+    import torch
+
+    from tests.core.gloo import spawn_gloo
+
+    pytest.importorskip("transformers")
+    spawn_gloo(_recipe_rank, 2, tmp_path)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
+    assert ranks[0]["report"] == ranks[1]["report"]
+    assert sorted(ranks[0]["masks"]) == sorted(ranks[1]["masks"]) and ranks[0]["masks"]
+    for name, mask in ranks[0]["masks"].items():
+        assert torch.equal(mask, ranks[1]["masks"][name]), name
+    pruned = sum(int((~mask).sum()) for mask in ranks[0]["masks"].values())
+    assert pruned > 0 and all(rank["kd"] > 0 for rank in ranks)
