@@ -29,9 +29,11 @@ def run_script(script: str, *args: str) -> str:
 
 
 def load_script(name: str) -> ModuleType:
-    """``benchmarks/<name>.py`` imported as a module (its functions, without running it)."""
+    """``benchmarks/<name>.py`` imported as a module (its functions, without running it), and
+    registered in ``sys.modules`` under ``name``, where dataclasses look their module up."""
     spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module

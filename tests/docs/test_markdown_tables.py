@@ -63,6 +63,7 @@ def test_the_pages_show_every_result_they_include_as_a_table() -> None:
         "benchmarks/results/reconstruction.md",
         "benchmarks/results/reconstruction_cost.md",
         "benchmarks/results/sharded_selection.md",
+        "benchmarks/results/sharded_structure.md",
         "benchmarks/results/structured_overhead.md",
         "benchmarks/results/structured_peer.md",
         "benchmarks/results/structured_speed.md",
