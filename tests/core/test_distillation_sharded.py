@@ -90,7 +90,11 @@ def distilled(
         inputs = inputs.chunk(WORLD)[rank]
     (_task(student, family, inputs) + distill.loss()).backward()
     assert distill.teacher is not None
+    sharded_after = all(  # the teacher's root too: it runs no backward, which would reshard it
+        type(p).__name__ == "DTensor" for p in distill.teacher.parameters()
+    )
     return {
+        "sharded_after": sharded_after,
         "grads": {n: _full(p.grad) for n, p in student.named_parameters() if p.grad is not None},
         "teacher": {n: _full(t) for n, t in distill.teacher.state_dict().items()},
         "kd": float(distill.last_loss),  # type: ignore[arg-type]
@@ -184,6 +188,7 @@ def test_sharded_distillation_equals_one_process(tmp_path):
             for rank in ranks:
                 got = rank[key]
                 assert got["frozen"] and got["pruned"] == oracle["pruned"], key
+                assert got["sharded_after"], key
                 assert sorted(got["grads"]) == sorted(oracle["grads"]), key
                 for name, grad in oracle["grads"].items():
                     torch.testing.assert_close(got["grads"][name], grad, atol=ATOL, rtol=RTOL)

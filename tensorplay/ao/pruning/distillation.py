@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -459,6 +460,7 @@ class Distillation(LeftOutOfCopies):
             teacher.eval()
         with torch.no_grad():
             output = teacher(*_cast(args, self._input_dtype), **_cast(kwargs, self._input_dtype))
+        _reshard_root(teacher)
         return _logits(output, "teacher")
 
     def _positions(self, kwargs: dict[str, Any], logits: Tensor) -> Tensor | None:
@@ -570,3 +572,15 @@ def attached_distillation(student: nn.Module) -> Distillation | None:
         if isinstance(owner, Distillation) and owner.student is student:
             return owner
     return None
+
+
+def _reshard_root(teacher: nn.Module) -> None:
+    """Free what a sharded teacher's root gathered for its forward: FSDP2 reshards a root after
+    its backward only, and a teacher runs none (its other modules reshard after their
+    forwards)."""
+    if "torch.distributed.fsdp" not in sys.modules:
+        return
+    from torch.distributed.fsdp import FSDPModule
+
+    if isinstance(teacher, FSDPModule):
+        teacher.reshard()
