@@ -548,25 +548,20 @@ def _check_lines(results: dict[str, Any]) -> list[str]:
             f"| {name} | {items[item] / (of / WORLD):.3f} | "
             f"{got['exact_held'] / got['exact_of']:.3f} | {got['held'] / got['exact_of']:.3f} |"
         )
-    if "distill-channel" in rows:
-        got = rows["distill-channel"]
-        computed = items["teacher shard (bfloat16)"]
-        computed += items["teacher: root left gathered (bfloat16)"]
-        lines.append(
-            f"| teacher after its forwards (root gathered), B/param | "
-            f"{computed / (model['params'] / WORLD):.3f} | "
-            f"{got['exact_after'] / got['exact_of']:.3f} | |"
-        )
-    if "distill-channel-apart" in rows:
-        got = rows["distill-channel-apart"]
-        apart = {item["item"]: item["bytes"] for item in model["items_apart"]}
-        computed = apart["teacher shard (bfloat16)"]
-        computed += apart["teacher: root left gathered (bfloat16)"]  # the final norm
-        lines.append(
-            f"| teacher after its forwards, embedding and LM head apart, B/param | "
-            f"{computed / (model['params'] / WORLD):.3f} | "
-            f"{got['exact_after'] / got['exact_of']:.3f} | |"
-        )
+    for row, label in (
+        ("distill-channel", "teacher after its forwards, B/param"),
+        (
+            "distill-channel-apart",
+            "teacher after its forwards, embedding and LM head apart, B/param",
+        ),
+    ):  # its root resharded after each forward: the shard alone
+        if row in rows:
+            got = rows[row]
+            computed = items["teacher shard (bfloat16)"]
+            lines.append(
+                f"| {label} | {computed / (model['params'] / WORLD):.3f} | "
+                f"{got['exact_after'] / got['exact_of']:.3f} | |"
+            )
     for structure in ("channel", "head"):
         row = f"oneshot-{structure}-magnitude"
         if row in rows:

@@ -9,7 +9,7 @@ from a Llama-style config (no model is built).
 * :func:`memory_per_rank`: the bytes each of ``world`` ranks holds, item by item, for a student
   trained in mixed precision with AdamW (FSDP2: float32 sharded parameters, gradients and Adam
   moments, bfloat16 compute), its lean masks and, optionally, a bfloat16 teacher sharded like it
-  (whose root FSDP2 leaves gathered between its forwards, :func:`root_parameters`).
+  (what a root holds, :func:`root_parameters`, is gathered for its whole forward).
 
 Activations are not counted: they depend on the batch, the sequence and activation
 checkpointing, not on pruning.
@@ -130,8 +130,8 @@ def parameters(shape: LlamaShape) -> int:
 
 def root_parameters(shape: LlamaShape) -> int:
     """The parameters ``fully_shard`` on the root holds when every decoder layer has its own:
-    the embedding, the LM head and the final norm. FSDP2 does not reshard a root after its
-    forward, only after its backward: a teacher, which runs no backward, keeps them gathered.
+    the embedding, the LM head and the final norm, gathered from the root's forward to its
+    backward (a teacher's until tensorplay reshards it after the forward).
 
     Example:
         >>> root_parameters(LLAMA3_8B)
@@ -181,7 +181,7 @@ def memory_per_rank(
 
     What FSDP2 gathers, in bfloat16: during a forward, a decoder layer and the next (prefetched),
     or the LM head beside the last layer; a root stays gathered from its forward to its
-    backward, and a teacher's root (which runs no backward) between its forwards too.
+    backward (a teacher's, which runs no backward, is resharded after its forward).
 
     Args:
         shape: The model.
@@ -196,25 +196,20 @@ def memory_per_rank(
     Example:
         >>> items = memory_per_rank(LLAMA3_8B, 8)
         >>> [round(item.bytes / 1e9, 2) for item in items]  # GB: student, masks, ..., teacher
-        [16.06, 0.7, 1.49, 0.01, 2.01, 0.0, 1.49]
+        [16.06, 0.7, 1.49, 0.01, 2.01, 1.49]
         >>> [round(item.bytes / 1e9, 2) for item in memory_per_rank(LLAMA3_8B, 8, "channel", False)]
-        [16.06, 0.7, 2.97, 0.01, 2.01, 1.84, 0.87]
+        [16.06, 0.7, 2.97, 0.01, 2.01, 2.97]
     """
     if not isinstance(world, int) or isinstance(world, bool) or world < 1:
         raise ValueError(f"Expected `world` to be a positive int, but got {world!r}.")
     total, targets = parameters(shape), target_parameters(shape, structure)
     layer, head = layer_parameters(shape), shape.vocab * shape.hidden
     if embeddings_apart:
-        root = shape.hidden  # the final norm
         gathered = 2 * max(2 * layer, layer + head)
-        teacher_gathered = gathered
         where = "2 layers, or the LM head and a layer"
     else:
-        root = root_parameters(shape)
-        gathered = 2 * (root + 2 * layer)
-        teacher_gathered = 2 * 2 * layer  # its root is held already
+        gathered = 2 * (root_parameters(shape) + 2 * layer)
         where = "the root and 2 layers"
-    teacher_where = where if embeddings_apart else "2 layers"
     return [
         MemoryItem(
             "student: float32 parameters, gradients, Adam moments",
@@ -229,16 +224,5 @@ def memory_per_rank(
             bytes_per_step(shape, structure),
         ),
         MemoryItem("teacher shard (bfloat16)", f"2 B/param / {world}", 2 * total // world, True),
-        MemoryItem(
-            "teacher: root left gathered (bfloat16)",
-            f"2 B x root params x {world - 1}/{world}",
-            2 * root * (world - 1) // world,
-            True,
-        ),
-        MemoryItem(
-            "teacher: gathered in a forward (bfloat16, transient)",
-            teacher_where,
-            teacher_gathered,
-            True,
-        ),
+        MemoryItem("teacher: gathered in a forward (bfloat16, transient)", where, gathered, True),
     ]
