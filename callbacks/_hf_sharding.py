@@ -45,7 +45,8 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from tensorplay.ao.pruning.config import PrunerConfig
-from tensorplay.ao.pruning.masking import masking_mode
+
+from ._fsdp2_config import check_fsdp2_config
 
 if TYPE_CHECKING:
     from transformers import TrainingArguments
@@ -184,16 +185,7 @@ def check_fsdp2_options(config: PrunerConfig, options: AdapterOptions) -> None:
         ...
         ValueError: Expected `masking='inplace'` under the Trainer's FSDP2 ...
     """
-    if not masking_mode(config.masking).holds_dtensors:
-        raise ValueError(
-            "Expected `masking='inplace'` under the Trainer's FSDP2 (the reparametrization "
-            f"cannot hold DTensor parameters), but got masking={config.masking!r}."
-        )
-    if config.rewind != "none":
-        raise ValueError(
-            "Expected `rewind='none'` under the Trainer's FSDP2 (the snapshot of sharded weights "
-            f"is not saved in its checkpoints), but got rewind={config.rewind!r}."
-        )
+    check_fsdp2_config(config, "the Trainer's FSDP2")
 
 
 def check_fresh_under_fsdp2(step: int) -> None:

@@ -14,8 +14,9 @@ from lightning.pytorch.strategies import DeepSpeedStrategy, FSDPStrategy, ModelP
 from lightning.pytorch.strategies.launchers.multiprocessing import _MultiProcessingLauncher
 
 from tensorplay.ao.pruning.config import PrunerConfig
-from tensorplay.ao.pruning.masking import masking_mode
 from tensorplay.ao.pruning.pruner import Pruner
+
+from ._fsdp2_config import check_fsdp2_config
 
 if TYPE_CHECKING:
     from ._lifecycle import AdapterOptions
@@ -50,17 +51,7 @@ def check_strategy(
         check_distilled_strategy(strategy, options)
     if not isinstance(strategy, ModelParallelStrategy):
         return
-    if not masking_mode(config.masking).holds_dtensors:
-        raise ValueError(
-            "Expected `masking='inplace'` under `ModelParallelStrategy` (the "
-            "reparametrization cannot hold DTensor parameters), but got "
-            f"masking={config.masking!r}."
-        )
-    if config.rewind != "none":
-        raise ValueError(
-            "Expected `rewind='none'` under `ModelParallelStrategy` (the snapshot of sharded "
-            f"weights is not saved in distributed checkpoints), but got rewind={config.rewind!r}."
-        )
+    check_fsdp2_config(config, "`ModelParallelStrategy`")
 
 
 def check_shrinkable(strategy: object) -> None:
