@@ -155,8 +155,9 @@ def accelerate_state() -> tuple[str, int | None]:
     them, and on CPU Accelerate keeps ``MULTI_CPU`` whatever they ask.
 
     Example:
-        >>> accelerate_state()  # no Accelerator made in this process
-        ('', None)
+        >>> kind, version = accelerate_state()  # one process: none made yet, or one made
+        >>> kind in ("", "NO"), version  # that distributes nothing; no FSDP either way
+        (True, None)
     """
     from accelerate.state import AcceleratorState, is_initialized
     from accelerate.utils import DistributedType
