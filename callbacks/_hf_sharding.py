@@ -30,9 +30,9 @@ Example:
     >>> from transformers import TrainingArguments
     >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
     >>> from tensorplay.callbacks._lifecycle import split_arguments
-    >>> config, options = split_arguments({"schedule": OneShotSchedule(0.5)})
+    >>> config, _ = split_arguments({"schedule": OneShotSchedule(0.5)})
     >>> args = TrainingArguments("out", use_cpu=True, report_to="none")
-    >>> trainer_shards_with_fsdp2(args, config, options)
+    >>> trainer_shards_with_fsdp2(args, config)
     False
 """
 
@@ -51,12 +51,9 @@ from ._fsdp2_config import check_fsdp2_config
 if TYPE_CHECKING:
     from transformers import TrainingArguments
 
-    from ._lifecycle import AdapterOptions
-
 __all__ = [
     "accelerate_state",
     "check_fresh_under_fsdp2",
-    "check_fsdp2_options",
     "fsdp_version",
     "refuse_loads_before_build",
     "trainer_shards_with_fsdp2",
@@ -78,23 +75,22 @@ _WHAT_WORKS = (
 )
 
 
-def trainer_shards_with_fsdp2(
-    args: TrainingArguments, config: PrunerConfig, options: AdapterOptions
-) -> bool:
+def trainer_shards_with_fsdp2(args: TrainingArguments, config: PrunerConfig) -> bool:
     """Whether the Trainer of ``args`` shards the model with FSDP2, refusing the sharded
     set-ups the callback cannot serve; nothing is built or changed before.
 
     Raises:
         ValueError: With ``deepspeed``; with FSDP1; with FSDP2 that Accelerate does not run (on
-            CPU); under FSDP2, as :func:`check_fsdp2_options`.
+            CPU); under FSDP2, a masking mode that holds no ``DTensor`` and rewinding
+            (:func:`~callbacks._fsdp2_config.check_fsdp2_config`).
 
     Example:
         >>> from transformers import TrainingArguments
         >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
         >>> from tensorplay.callbacks._lifecycle import split_arguments
-        >>> config, options = split_arguments({"schedule": OneShotSchedule(0.5)})
+        >>> config, _ = split_arguments({"schedule": OneShotSchedule(0.5)})
         >>> args = TrainingArguments("out", use_cpu=True, report_to="none", fsdp=True)
-        >>> trainer_shards_with_fsdp2(args, config, options)
+        >>> trainer_shards_with_fsdp2(args, config)
         Traceback (most recent call last):
         ...
         ValueError: Expected `fsdp` (FSDP2) to shard the model, but Accelerate ...
@@ -126,7 +122,7 @@ def trainer_shards_with_fsdp2(
             "its parameters never sharded. Run on GPUs (torchrun), or drop `fsdp` to train "
             f"under DDP. {_WHAT_WORKS}"
         )
-    check_fsdp2_options(config, options)
+    check_fsdp2_config(config, "the Trainer's FSDP2")
     return True
 
 
@@ -168,25 +164,6 @@ def accelerate_state() -> tuple[str, int | None]:
     kind = DistributedType(state.distributed_type).value
     plugin = getattr(state, "fsdp_plugin", None) if kind == "FSDP" else None
     return str(kind), None if plugin is None else int(plugin.fsdp_version)
-
-
-def check_fsdp2_options(config: PrunerConfig, options: AdapterOptions) -> None:
-    """Refuse what the callback cannot do on a model sharded with FSDP2.
-
-    Raises:
-        ValueError: A masking mode that holds no ``DTensor``; ``rewind`` other than
-            ``"none"``.
-
-    Example:
-        >>> from tensorplay.ao.pruning.schedules import OneShotSchedule
-        >>> from tensorplay.callbacks._lifecycle import split_arguments
-        >>> config, options = split_arguments({"schedule": OneShotSchedule(0.5)})
-        >>> check_fsdp2_options(config, options)
-        Traceback (most recent call last):
-        ...
-        ValueError: Expected `masking='inplace'` under the Trainer's FSDP2 ...
-    """
-    check_fsdp2_config(config, "the Trainer's FSDP2")
 
 
 def check_fresh_under_fsdp2(step: int) -> None:

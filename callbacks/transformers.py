@@ -300,7 +300,7 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
             )
         # Under FSDP2 the Trainer shards the model in `train`, then loads a checkpoint into the
         # sharded model: the pruner is built on it when training begins, its masks DTensors.
-        self._on_sharded = trainer_shards_with_fsdp2(args, self.config, self._session.options)
+        self._on_sharded = trainer_shards_with_fsdp2(args, self.config)
         self._args = args
         _join(args, self)
         if model is not None and self._on_sharded:
@@ -325,7 +325,7 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
             raise ValueError("Expected the Trainer to pass its model to the callbacks.")
         # Again for a callback the Trainer rebuilt from a checkpoint, or one added after it was
         # made: neither saw `on_init_end`.
-        self._on_sharded = trainer_shards_with_fsdp2(args, self.config, self._session.options)
+        self._on_sharded = trainer_shards_with_fsdp2(args, self.config)
         if self._on_sharded and not self._session.built:
             check_fresh_under_fsdp2(state.global_step)
         if self._guards:  # an earlier run was left by an exception: take its hooks off

@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from tensorplay.ao.pruning.schedules import LinearSchedule
+from tensorplay.callbacks._fsdp2_config import check_fsdp2_config
 from tensorplay.callbacks._hf_sharding import (
     check_fresh_under_fsdp2,
-    check_fsdp2_options,
     fsdp_version,
     refuse_loads_before_build,
     trainer_shards_with_fsdp2,
@@ -69,8 +69,8 @@ def test_deepspeed_is_refused_naming_its_value(tmp_path: Path) -> None:
 
 
 def test_without_sharding_the_callback_builds_when_the_trainer_is_made(tmp_path: Path) -> None:
-    config, options = split_arguments({"schedule": SCHEDULE})
-    assert not trainer_shards_with_fsdp2(training_args(tmp_path), config, options)
+    config, _ = split_arguments({"schedule": SCHEDULE})
+    assert not trainer_shards_with_fsdp2(training_args(tmp_path), config)
 
 
 @pytest.mark.parametrize(
@@ -85,13 +85,13 @@ def test_without_sharding_the_callback_builds_when_the_trainer_is_made(tmp_path:
 def test_fsdp2_refuses_what_sharded_parameters_cannot_hold(
     arguments: dict[str, Any], match: str
 ) -> None:
-    config, options = split_arguments({"schedule": SCHEDULE, **arguments})
+    config, _ = split_arguments({"schedule": SCHEDULE, **arguments})
     with pytest.raises(ValueError, match=match):
-        check_fsdp2_options(config, options)
+        check_fsdp2_config(config, "the Trainer's FSDP2")
 
 
 def test_fsdp2_accepts_lean_masks_distillation_and_shrinking_at_the_end() -> None:
-    config, options = split_arguments(
+    config, _ = split_arguments(
         {
             "schedule": SCHEDULE,
             "masking": "inplace",
@@ -100,7 +100,7 @@ def test_fsdp2_accepts_lean_masks_distillation_and_shrinking_at_the_end() -> Non
             "shrink_at_end": True,
         }
     )
-    check_fsdp2_options(config, options)  # no error
+    check_fsdp2_config(config, "the Trainer's FSDP2")  # no error
 
 
 def test_a_resumed_run_under_fsdp2_is_refused_saying_what_works() -> None:
