@@ -62,7 +62,7 @@ from tensorplay.ao.pruning.permanent_saves import (
 from tensorplay.ao.pruning.pruner import Pruner
 from tensorplay.ao.pruning.schedules import schedule_from_dict
 from tensorplay.ao.pruning.selection.sharding import first_sharded
-from tensorplay.ao.pruning.sharded_copy import unsharded_meta_copy
+from tensorplay.ao.pruning.sharded_copy import check_gatherable
 from tensorplay.ao.pruning.shrinking.gathered import gather_shrunk, write_shrunk
 from tensorplay.ao.pruning.shrinking.reshape import ShrunkShapes
 from tensorplay.ao.pruning.shrinking.shrink import shrink
@@ -609,7 +609,7 @@ class PruningSession:
         """
         check_options(self.config, self.options)  # an option may be set after construction
         if self.options.shrink_at_end and first_sharded(model) is not None:
-            unsharded_meta_copy(model)  # refuses, before training, what gathering cannot copy
+            check_gatherable(model)  # refuses, before training, what gathering cannot copy
         seed = torch.initial_seed() if self.config.seed is None else self.config.seed
         kwargs = {**self.config.as_kwargs(), "seed": int(broadcast(int(seed)))}
         given = self.options.example_inputs
@@ -783,10 +783,7 @@ class PruningSession:
         pruner = self.pruner
         self._report = pruner.report()
         gathered = gather_shrunk(pruner.model, groups=shrink_groups(pruner, self._inputs))
-        if gathered.model is not None:
-            write_shrunk(gathered.model, directory)
-        if torch.distributed.is_initialized():
-            torch.distributed.barrier()  # the folder is whole before any rank goes on
+        gathered.write(directory)
         self._shrunk = (gathered.report, None)
         self._shrunk_model = gathered.model
         if self.options.verbose:

@@ -34,8 +34,14 @@ from tensorplay.ao.pruning.masking.lean_masks import MASK_SUFFIX, lean_mask
 from tensorplay.ao.pruning.reparametrization import pruned_parts, pruned_tensor_names
 from tensorplay.ao.pruning.selection import is_dtensor
 
-__all__ = ["sharded_copy", "unsharded_meta_copy"]
+__all__ = ["check_gatherable", "sharded_copy", "unsharded_meta_copy"]
 
+# What to do instead, when the copy is refused: for a teacher, and for a gathered copy.
+_TEACHER_REMEDY = "pass a teacher you built and sharded yourself"
+_GATHER_REMEDY = (
+    "gather its full state yourself (torch.distributed.checkpoint's get_model_state_dict with "
+    "full_state_dict=True) into an unsharded model, then call tensorplay.ao.pruning.shrink"
+)
 _FSDP_STATE_KEY = "__composable_api_state_key"  # where fully_shard keeps its state
 _FSDP_PACKAGE = "torch.distributed.fsdp"
 
@@ -72,7 +78,7 @@ def sharded_copy(model: nn.Module, dtype: torch.dtype | None = None) -> nn.Modul
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
     _check_root(model)
-    mesh = _check_shardable(model)
+    mesh = _check_shardable(model, _TEACHER_REMEDY)
     sharded = [name for name, module in _children_first(model) if isinstance(module, FSDPModule)]
     options = {name: _shard_options(model.get_submodule(name)) for name in sharded}
     placements: dict[int, Any] = {}
@@ -90,8 +96,9 @@ def sharded_copy(model: nn.Module, dtype: torch.dtype | None = None) -> nn.Modul
     return clone.eval()
 
 
-def _check_shardable(model: nn.Module) -> Any:
-    """The model's one mesh, after refusing what the copy would not reproduce exactly."""
+def _check_shardable(model: nn.Module, remedy: str) -> Any:
+    """The model's one mesh, after refusing what the copy would not reproduce exactly, each
+    refusal ending with ``remedy``."""
     meshes: dict[Any, str] = {}  # each mesh and a parameter on it
     for module_name, module in model.named_modules():
         if any(pruned_parts(module, n) for n in pruned_tensor_names(module)):
@@ -109,14 +116,13 @@ def _check_shardable(model: nn.Module) -> Any:
         if mesh.ndim != 1:
             raise ValueError(
                 f"Expected a 1-D device mesh (FSDP), but {name} is sharded on a mesh of "
-                f"{mesh.ndim} dimensions (HSDP or tensor parallelism): pass a teacher you built "
-                "and sharded yourself."
+                f"{mesh.ndim} dimensions (HSDP or tensor parallelism): {remedy}."
             )
         meshes.setdefault(mesh, name)
     if len(meshes) > 1:
         raise ValueError(
             f"Expected one device mesh for every parameter, but {list(meshes.values())} are on "
-            "different ones: pass a teacher you built and sharded yourself."
+            f"different ones: {remedy}."
         )
     return next(iter(meshes))
 
@@ -170,8 +176,25 @@ def unsharded_meta_copy(
         ...
         ValueError: Expected a model sharded with FSDP2 (`fully_shard`), but Linear is not one: ...
     """
+    return _meta_clone(model, check_gatherable(model), dtype, {}, keep_masks=keep_masks)
+
+
+def check_gatherable(model: nn.Module) -> Any:
+    """Refuse, before anything is read or built, what :func:`unsharded_meta_copy` cannot copy;
+    the model's device mesh otherwise. Not a collective.
+
+    Raises:
+        ValueError: As :func:`sharded_copy`, each refusal saying how to gather the model
+            instead.
+
+    Example:
+        >>> check_gatherable(nn.Linear(2, 2))
+        Traceback (most recent call last):
+        ...
+        ValueError: Expected a model sharded with FSDP2 (`fully_shard`), but Linear is not one: ...
+    """
     _check_root(model)
-    return _meta_clone(model, _check_shardable(model), dtype, {}, keep_masks=keep_masks)
+    return _check_shardable(model, _GATHER_REMEDY)
 
 
 def _check_root(model: nn.Module) -> None:

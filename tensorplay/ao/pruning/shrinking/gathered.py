@@ -42,7 +42,7 @@ from torch import Tensor, nn
 
 from tensorplay.ao.pruning.dependency.unit_groups import UnitGroup
 from tensorplay.ao.pruning.selection import is_dtensor
-from tensorplay.ao.pruning.sharded_copy import unsharded_meta_copy
+from tensorplay.ao.pruning.sharded_copy import check_gatherable, unsharded_meta_copy
 from tensorplay.ao.pruning.shrinking.shrink import shrink
 from tensorplay.ao.pruning.shrinking.shrink_report import ShrinkReport
 
@@ -63,6 +63,27 @@ class GatheredShrink:
 
     model: nn.Module | None
     report: ShrinkReport
+
+    def write(self, directory: str | os.PathLike[str]) -> None:
+        """Write the copy to ``directory`` on rank 0 (:func:`write_shrunk`); every rank returns
+        once the folder is whole. Collective.
+
+        Example:
+            >>> import tempfile
+            >>> from torch import nn
+            >>> from tensorplay.ao.pruning.shrinking.shrink_report import ShrinkReport
+            >>> report = ShrinkReport(6, 6, (), 0, "none", ())
+            >>> with tempfile.TemporaryDirectory() as folder:
+            ...     GatheredShrink(nn.Linear(2, 2), report).write(folder)
+            ...     sorted(path.name for path in Path(folder).iterdir())
+            ['model.pt']
+        """
+        import torch.distributed as dist
+
+        if self.model is not None:
+            write_shrunk(self.model, directory)
+        if dist.is_initialized():
+            dist.barrier()  # the folder is whole before any rank goes on
 
 
 def gather_shrunk(
@@ -96,11 +117,10 @@ def gather_shrunk(
     import torch.distributed as dist
 
     chosen = None if groups is None else list(groups)
-    # Made on every rank (on the meta device: no memory), so every rank refuses alike before
-    # the first collective; only rank 0's is filled.
-    copy: nn.Module | None = unsharded_meta_copy(model, keep_masks=True, dtype=dtype)
-    if dist.is_initialized() and dist.get_rank() != 0:
-        copy = None
+    check_gatherable(model)  # every rank refuses alike, before the first collective
+    copy = None
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        copy = unsharded_meta_copy(model, keep_masks=True, dtype=dtype)
     _reshard(model)
     if copy is not None:
         copy.to_empty(device="cpu")
@@ -150,13 +170,8 @@ def save_shrunk(
         ...
         ValueError: Expected a model sharded with FSDP2 (`fully_shard`), but Linear is not one: ...
     """
-    import torch.distributed as dist
-
     gathered = gather_shrunk(model, groups=groups, dtype=dtype)
-    if gathered.model is not None:
-        write_shrunk(gathered.model, directory)
-    if dist.is_initialized():
-        dist.barrier()  # the folder is whole before any rank goes on
+    gathered.write(directory)
     return gathered.report
 
 
