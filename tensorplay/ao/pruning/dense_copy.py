@@ -40,6 +40,7 @@ from torch import Tensor, nn
 from tensorplay.ao.pruning.masking.lean_masks import MASK_SUFFIX, lean_mask
 from tensorplay.ao.pruning.reparametrization import pruned_parts, pruned_tensor_names
 from tensorplay.ao.pruning.selection import is_dtensor
+from tensorplay.ao.pruning.selection.sharding import first_sharded
 from tensorplay.ao.pruning.serialization import dense_order, masked_tensor
 from tensorplay.ao.pruning.sharded_copy import sharded_copy
 
@@ -114,7 +115,7 @@ def dense_copy(model: nn.Module, dtype: torch.dtype | None = None) -> nn.Module:
         raise TypeError(
             f"Expected `dtype` to be a floating-point torch.dtype or None, but got {dtype!r}."
         )
-    if any(is_dtensor(p) for p in model.parameters()):
+    if first_sharded(model) is not None:
         return sharded_copy(model, dtype)
     _refuse_dtensors(model)
     freeze = _Freezer(dtype)

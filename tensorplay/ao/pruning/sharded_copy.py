@@ -33,6 +33,7 @@ from torch import Tensor, nn
 from tensorplay.ao.pruning.masking.lean_masks import MASK_SUFFIX, lean_mask
 from tensorplay.ao.pruning.reparametrization import pruned_parts, pruned_tensor_names
 from tensorplay.ao.pruning.selection import is_dtensor
+from tensorplay.ao.pruning.selection.sharding import fsdp_wrapped_class
 
 __all__ = ["check_gatherable", "sharded_copy", "unsharded_meta_copy"]
 
@@ -261,13 +262,7 @@ def _is_dropped(hook: object) -> bool:
 def _module_copy(module: nn.Module, memo: dict[int, Any], *, keep_masks: bool) -> nn.Module:
     """A copy of ``module`` (an ``FSDPModule``: of the class it wraps, without FSDP's state),
     its tensors, children and hooks from ``memo``, without lean masks unless ``keep_masks``."""
-    from torch.distributed.fsdp import FSDPModule
-
-    cls: type[nn.Module] = type(module)
-    if isinstance(module, FSDPModule):  # fully_shard's class: FSDP<cls>(FSDPModule, cls)
-        cls = next(
-            c for c in cls.__mro__[1:] if issubclass(c, nn.Module) and not issubclass(c, FSDPModule)
-        )
+    cls = fsdp_wrapped_class(module) or type(module)
     masks = (
         set()
         if keep_masks

@@ -22,7 +22,6 @@ Example:
 from __future__ import annotations
 
 import copy
-import sys
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +32,7 @@ from torch.utils._pytree import tree_map
 
 from tensorplay.ao.pruning.dependency.channel_modules import module_rule
 from tensorplay.ao.pruning.dependency.channel_ops import ELEMENTWISE_FUNCTIONS, ELEMENTWISE_METHODS
+from tensorplay.ao.pruning.selection.sharding import fsdp_wrapped_class
 
 __all__ = ["capture", "example_tuple"]
 
@@ -235,7 +235,7 @@ def _meta_copy(module: nn.Module) -> nn.Module:
         memo[id(tensor)] = (
             nn.Parameter(meta, tensor.requires_grad) if isinstance(tensor, nn.Parameter) else meta
         )
-    wrapped = _fsdp_wrapped_class(module)
+    wrapped = fsdp_wrapped_class(module)
     if wrapped is None:
         return copy.deepcopy(module, memo)
     # FSDP2 (fully_shard) refuses deepcopy: copy the module it wraps, without FSDP's state and
@@ -247,18 +247,3 @@ def _meta_copy(module: nn.Module) -> nn.Module:
         fresh = isinstance(value, OrderedDict) and "hooks" in key
         copied.__dict__[key] = OrderedDict() if fresh else copy.deepcopy(value, memo)
     return copied
-
-
-def _fsdp_wrapped_class(module: nn.Module) -> type[nn.Module] | None:
-    """The class an FSDP2 module (``fully_shard``) wraps; ``None`` for any other module."""
-    if "torch.distributed.fsdp" not in sys.modules:
-        return None
-    from torch.distributed.fsdp import FSDPModule
-
-    if not isinstance(module, FSDPModule):
-        return None
-    return next(
-        base
-        for base in type(module).__mro__[1:]
-        if issubclass(base, nn.Module) and not issubclass(base, FSDPModule)
-    )

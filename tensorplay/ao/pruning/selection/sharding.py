@@ -26,6 +26,7 @@ __all__ = [
     "ShardLayout",
     "check_placement",
     "first_sharded",
+    "fsdp_wrapped_class",
     "global_counts",
     "is_dtensor",
     "local_part",
@@ -92,6 +93,29 @@ def first_sharded(model: torch.nn.Module) -> str | None:
         True
     """
     return next((name for name, param in model.named_parameters() if is_dtensor(param)), None)
+
+
+def fsdp_wrapped_class(module: torch.nn.Module) -> type[torch.nn.Module] | None:
+    """The class an FSDP2 module (``fully_shard`` makes ``FSDP<cls>(FSDPModule, cls)``) wraps;
+    ``None`` for any other module (FSDP is imported only where it already is).
+
+    Example:
+        >>> fsdp_wrapped_class(torch.nn.Linear(2, 2)) is None
+        True
+    """
+    import sys
+
+    if "torch.distributed.fsdp" not in sys.modules:
+        return None
+    from torch.distributed.fsdp import FSDPModule
+
+    if not isinstance(module, FSDPModule):
+        return None
+    return next(
+        base
+        for base in type(module).__mro__[1:]
+        if issubclass(base, torch.nn.Module) and not issubclass(base, FSDPModule)
+    )
 
 
 def check_placement(tensor: Tensor, label: str = "the tensor") -> None:
