@@ -103,7 +103,7 @@ def check_trainer_callback(folder: Path) -> None:
     """A tiny GPT-2 (random init, random tokens) pruned to 50% in 4 Trainer steps."""
     import transformers
 
-    from tensorplay.callbacks.transformers import GradualPruningCallback
+    from tensorplay.callbacks.transformers.gradual_pruning_callback import GradualPruningCallback
 
     config = transformers.GPT2Config(
         n_layer=1,

@@ -61,7 +61,7 @@ from gpt_bytes import perplexity, train
 from harness import machine, write_results
 
 from tensorplay.ao.pruning import Distillation, Pruner, dense_copy, shrink
-from tensorplay.ao.pruning.structures.budget import model_params
+from tensorplay.ao.pruning.structured.units.budget import model_params
 
 # The parameters kept, as a fraction of today's: 20%, 35% and 50% of them removed.
 KEPT = (0.8, 0.65, 0.5)

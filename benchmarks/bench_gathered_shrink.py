@@ -92,7 +92,7 @@ def _build(sizes: dict[str, int], shard: bool) -> Any:
 
 def _prune(model: Any) -> None:
     from tensorplay.ao.pruning import Pruner
-    from tensorplay.ao.pruning.schedules import OneShotSchedule
+    from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
 
     pruner = Pruner(
         model, OneShotSchedule(0.5), structure="channel", scope="layerwise", masking="inplace"

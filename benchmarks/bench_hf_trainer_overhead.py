@@ -85,7 +85,7 @@ def run(variant: str, width: int, layers: int, steps: int, out: Path) -> dict[st
     """One ``Trainer.train`` of ``variant``: its wall time, pruning events and sparsity."""
     from transformers import PrinterCallback, Trainer, TrainingArguments
 
-    from tensorplay.callbacks.transformers import GradualPruningCallback
+    from tensorplay.callbacks.transformers.gradual_pruning_callback import GradualPruningCallback
 
     torch.manual_seed(0)
     model = gpt2(width, layers)

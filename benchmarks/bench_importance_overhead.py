@@ -39,7 +39,7 @@ import torch
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning import Pruner, calibrate
-from tensorplay.ao.pruning.schedules import OneShotSchedule
+from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

@@ -98,7 +98,7 @@ def _caller(mode: str, model: Any) -> Any:
 
         return call
     from tensorplay.ao.pruning import Pruner
-    from tensorplay.ao.pruning.schedules import CallableSchedule
+    from tensorplay.ao.pruning.pruner.schedules import CallableSchedule
 
     holder: dict[str, Any] = {}
 

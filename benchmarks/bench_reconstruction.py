@@ -50,7 +50,7 @@ from harness import machine, write_results
 from transformers import GPT2LMHeadModel
 
 from tensorplay.ao.pruning import Pruner, prune_one_shot
-from tensorplay.ao.pruning.reconstruction import DEFAULT_DAMPING
+from tensorplay.ao.pruning.structured.reconstruction import DEFAULT_DAMPING
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = {"channel": "FFN channels", "head": "heads"}

@@ -47,7 +47,7 @@ from bench_structured_speed import FULL, TINY, Size, build_llama
 from harness import PeakMemory, cpu_seconds, machine, worker_json, write_results
 
 from tensorplay.ao.pruning import prune_one_shot, shrink
-from tensorplay.ao.pruning.structures.budget import model_params
+from tensorplay.ao.pruning.structured.units.budget import model_params
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENS = 256  # per calibration sequence

@@ -108,7 +108,7 @@ def first_call(tiny: bool) -> dict[str, float]:
     import torch._refs
 
     seconds["import torch._refs, torch._dynamo"] = time.perf_counter() - start
-    from tensorplay.ao.pruning.dependency.tracing import trace_channels
+    from tensorplay.ao.pruning.structured.dependency.tracing import trace_channels
 
     model, example = _setup(tiny)
     start = time.perf_counter()
@@ -122,7 +122,7 @@ def measure(tiny: bool, repeats: int) -> dict[str, Any]:
     import torch
     from torch import fx
 
-    from tensorplay.ao.pruning.dependency.tracing import trace_channels
+    from tensorplay.ao.pruning.structured.dependency.tracing import trace_channels
 
     torch.set_num_threads(1)
     model, example = _setup(tiny)

@@ -151,7 +151,7 @@ def _conv_roots(model: nn.Module, groups: list[Any]) -> list[tuple[str, Any]]:
 
 def _pruned_indices(model: nn.Module, group: Any) -> list[int]:
     """The units of ``group`` whose scored slices are all zero in ``model`` (masked)."""
-    from tensorplay.ao.pruning.dependency.unit_groups import pruned_units
+    from tensorplay.ao.pruning.structured.dependency.unit_groups import pruned_units
 
     masks = {name: model.get_parameter(name).detach() for name in group.parameters()}
     return torch.nonzero(pruned_units(group, masks)).flatten().tolist()

@@ -21,9 +21,10 @@ of the same dense model:
   layer's fixed work per forward).
 
 Pruning is one-shot by magnitude per unit: a unit's score is
-:func:`~tensorplay.ao.pruning.dependency.unit_groups.unit_scores` of ``|w|`` (the root mean
-square of its weights), the lowest-scoring units of each group are masked with
-:func:`~tensorplay.ao.pruning.dependency.unit_groups.expand_keep` (every layer keeps the same width;
+:func:`~tensorplay.ao.pruning.structured.dependency.unit_groups.unit_scores` of ``|w|`` (the root
+mean square of its weights), the lowest-scoring units of each group are masked with
+:func:`~tensorplay.ao.pruning.structured.dependency.unit_groups.expand_keep` (every layer keeps the
+same width;
 layers: the lowest-scoring blocks of the model), and
 :func:`~tensorplay.ao.pruning.shrink` removes them. Measured for each model:
 
@@ -151,7 +152,11 @@ def prune_by_magnitude(
     blocks of lowest score.
     """
     from tensorplay.ao.pruning import DependencyGraph
-    from tensorplay.ao.pruning.dependency.unit_groups import expand_keep, shapes_of, unit_scores
+    from tensorplay.ao.pruning.structured.dependency.unit_groups import (
+        expand_keep,
+        shapes_of,
+        unit_scores,
+    )
 
     groups = DependencyGraph(model, example_inputs).groups(kind)
     shapes = shapes_of(model)

@@ -84,8 +84,8 @@ def training_form_bytes(model: torch.nn.Module) -> int:
 def run(way: str, width: int, layers: int, out: Path) -> tuple[dict[str, Any], Any]:
     from transformers import Trainer, TrainingArguments
 
-    from tensorplay.ao.pruning.schedules import OneShotSchedule
-    from tensorplay.callbacks.transformers import GradualPruningCallback
+    from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
+    from tensorplay.callbacks.transformers.gradual_pruning_callback import GradualPruningCallback
 
     model = gpt2(width, layers)
     callbacks = []

@@ -90,8 +90,8 @@ def train(out: Path, role: str, gpus: int) -> None:
     """One run (``role``: ``"single"`` or ``"fsdp2"``); rank zero writes ``<out>/<role>.pt``."""
     import transformers
 
-    from tensorplay.ao.pruning.schedules import LinearSchedule
-    from tensorplay.callbacks.transformers import GradualPruningCallback
+    from tensorplay.ao.pruning.pruner.schedules import LinearSchedule
+    from tensorplay.callbacks.transformers.gradual_pruning_callback import GradualPruningCallback
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False

@@ -12,10 +12,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._lifecycle import PruningRollbackWarning
-    from ._loading import PrunableMixin
-    from .pruning import GradualPruning
-    from .transformers import GradualPruningCallback
+    from .core.lifecycle import PruningRollbackWarning
+    from .lightning.gradual_pruning import GradualPruning
+    from .lightning.loading import PrunableMixin
+    from .transformers.gradual_pruning_callback import GradualPruningCallback
 
 __all__ = [
     # training: Lightning
@@ -29,10 +29,10 @@ __all__ = [
 
 # The module of each name, imported on first use.
 _MODULES = {
-    "GradualPruning": "tensorplay.callbacks.pruning",
+    "GradualPruning": "tensorplay.callbacks.lightning.gradual_pruning",
     "GradualPruningCallback": "tensorplay.callbacks.transformers",
-    "PrunableMixin": "tensorplay.callbacks._loading",
-    "PruningRollbackWarning": "tensorplay.callbacks._lifecycle",
+    "PrunableMixin": "tensorplay.callbacks.lightning.loading",
+    "PruningRollbackWarning": "tensorplay.callbacks.core.lifecycle",
 }
 
 

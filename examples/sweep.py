@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plots import plot_accuracy_vs_sparsity
 from train import TRAINER_DEFAULTS, main
 
-from tensorplay.ao.pruning.stats import sparsity_report
+from tensorplay.ao.pruning.masking.stats import sparsity_report
 
 __all__ = ["METHODS", "Run", "plot_summary", "read_rows", "run", "scaled_config"]
 

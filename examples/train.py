@@ -33,7 +33,7 @@ from data import DigitsDataModule
 from models import DigitsClassifier
 from plots import plot_layer_sparsity, plot_sparsity_curve
 
-from tensorplay.ao.pruning.stats import sparsity_report
+from tensorplay.ao.pruning.masking.stats import sparsity_report
 
 __all__ = ["DigitsCLI", "TRAINER_DEFAULTS", "main"]
 

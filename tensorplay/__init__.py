@@ -4,4 +4,8 @@ The core lives in :mod:`tensorplay.ao.pruning` and depends on ``torch`` alone; t
 integration is :mod:`tensorplay.callbacks` (install the ``lightning`` extra).
 """
 
+from tensorplay import moved
+
 __version__ = "0.1.0"
+
+moved.install()

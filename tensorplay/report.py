@@ -49,9 +49,9 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from tensorplay.ao.pruning.masking.permanent import share_storage
 from tensorplay.ao.pruning.masking.readers import saved_mask_names
-from tensorplay.ao.pruning.serialization import share_storage
-from tensorplay.ao.pruning.stats import SparsityReport, TensorSparsity
+from tensorplay.ao.pruning.masking.stats import SparsityReport, TensorSparsity
 
 __all__ = [
     "all_zero_tensors",
@@ -174,7 +174,7 @@ def plot_layer_sparsity(report: SparsityReport, path: str | Path) -> Path:
     Needs matplotlib; it draws on its own figure and leaves pyplot's global state alone.
 
     Args:
-        report: A :class:`~tensorplay.ao.pruning.stats.SparsityReport`.
+        report: A :class:`~tensorplay.ao.pruning.masking.stats.SparsityReport`.
         path: Where to write the image; the format follows the suffix (``.png``, ``.svg``, ...).
 
     Returns:
@@ -349,7 +349,7 @@ def _read_safetensors(path: Path) -> tuple[dict[str, Tensor], str]:
     try:
         import safetensors.torch
 
-        from tensorplay.ao.pruning.sparse_export import is_sparse_export, load_sparse
+        from tensorplay.ao.pruning.saving.sparse_export import is_sparse_export, load_sparse
     except ImportError as error:
         raise ValueError(
             f"Expected the optional package safetensors, to read {str(path)!r}: "

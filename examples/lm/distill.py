@@ -53,7 +53,7 @@ from gpt_bytes import copy_of, gpt_config, nll, perplexity, train
 from reporting import mean_std, write_results
 
 from tensorplay.ao.pruning import Distillation, Pruner, dense_copy, shrink
-from tensorplay.ao.pruning.schedules import CubicSchedule, OneShotSchedule, Schedule
+from tensorplay.ao.pruning.pruner.schedules import CubicSchedule, OneShotSchedule, Schedule
 
 __all__ = [
     "main",

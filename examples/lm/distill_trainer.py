@@ -50,8 +50,8 @@ from distill import (
 from gpt_bytes import copy_of, perplexity
 from reporting import mean_std, write_results
 
-from tensorplay.ao.pruning.schedules import OneShotSchedule
-from tensorplay.callbacks.transformers import GradualPruningCallback
+from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
+from tensorplay.callbacks.transformers.gradual_pruning_callback import GradualPruningCallback
 
 __all__ = ["main", "recover_with_trainer"]
 

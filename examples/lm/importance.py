@@ -44,7 +44,7 @@ from gpt_bytes import copy_of, gpt_config, perplexity, train
 from reporting import mean_std, write_results
 
 from tensorplay.ao.pruning import Pruner, calibrate
-from tensorplay.ao.pruning.schedules import CubicSchedule, OneShotSchedule
+from tensorplay.ao.pruning.pruner.schedules import CubicSchedule, OneShotSchedule
 
 __all__ = ["STDLIB_FILES", "main", "oneshot", "pretrain", "stdlib_bytes", "transfer"]
 

@@ -54,7 +54,7 @@ from gpt_bytes import copy_of, perplexity, train
 from reporting import mean_std, write_results
 
 from tensorplay.ao.pruning import Pruner, shrink
-from tensorplay.ao.pruning.schedules import CubicSchedule, OneShotSchedule
+from tensorplay.ao.pruning.pruner.schedules import CubicSchedule, OneShotSchedule
 
 __all__ = ["main", "measure_recovery", "measure_speed", "tables"]
 

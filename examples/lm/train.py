@@ -44,7 +44,7 @@ from pydoc_text import PydocText
 from tiny_gpt import TinyGPT, perplexity
 
 from tensorplay.ao.pruning import permanent_state_dict, save_sparse, select_parameters
-from tensorplay.ao.pruning.stats import SparsityReport, sparsity_report
+from tensorplay.ao.pruning.masking.stats import SparsityReport, sparsity_report
 from tensorplay.callbacks import GradualPruning
 
 __all__ = ["LMCLI", "TRAINER_DEFAULTS", "block_table", "main"]
@@ -95,7 +95,7 @@ def block_table(report: SparsityReport) -> str:
     """Sparsity per transformer block (``h.<i>``), summed over the block's tensors in ``report``.
 
     Example:
-        >>> from tensorplay.ao.pruning.stats import TensorSparsity
+        >>> from tensorplay.ao.pruning.masking.stats import TensorSparsity
         >>> rows = (TensorSparsity("h.0.attn.c_attn.weight", (4, 12), 48, 12),
         ...         TensorSparsity("h.0.mlp.c_fc.weight", (4, 16), 64, 52),
         ...         TensorSparsity("h.1.mlp.c_fc.weight", (4, 16), 64, 32))

@@ -36,7 +36,7 @@ from byte_text import Windows, load_bytes, split_windows
 from gpt_bytes import gpt_config, perplexity
 
 from tensorplay.ao.pruning import CubicSchedule
-from tensorplay.callbacks.transformers import GradualPruningCallback
+from tensorplay.callbacks.transformers.gradual_pruning_callback import GradualPruningCallback
 
 __all__ = ["LMWindows", "main", "schedule_for", "train"]
 

@@ -14,7 +14,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from torch import nn
 
 from tensorplay.ao.pruning import DependencyGraph
-from tensorplay.ao.pruning.schedules import LinearSchedule, OneShotSchedule
+from tensorplay.ao.pruning.pruner.schedules import LinearSchedule, OneShotSchedule
 from tensorplay.callbacks import GradualPruning, PrunableMixin
 from tests.callbacks.cnn_helpers import (
     CHANNELS,
@@ -155,7 +155,7 @@ def test_the_trainer_callback_traces_a_plain_model_with_its_first_inputs(
 ) -> None:
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
-    from tensorplay.callbacks.transformers import GradualPruningCallback
+    from tensorplay.callbacks.transformers.gradual_pruning_callback import GradualPruningCallback
     from tests.callbacks.hf_trainer_helpers import training_args
 
     pruning = GradualPruningCallback(OneShotSchedule(0.5), structure="channel", verbose=False)
@@ -178,7 +178,7 @@ def test_the_trainer_callback_refuses_to_resume_a_run_built_from_the_first_forwa
     tmp_path: Path,
 ) -> None:
     transformers = pytest.importorskip("transformers")
-    from tensorplay.callbacks.transformers import GradualPruningCallback
+    from tensorplay.callbacks.transformers.gradual_pruning_callback import GradualPruningCallback
     from tests.callbacks.hf_trainer_helpers import training_args
 
     pruning = GradualPruningCallback(OneShotSchedule(0.5), structure="channel", verbose=False)
@@ -192,7 +192,7 @@ def test_the_trainer_callback_refuses_to_resume_a_run_built_from_the_first_forwa
 
 
 def test_a_frameworks_example_inputs_become_positional_inputs() -> None:
-    from tensorplay.callbacks._example_inputs import as_example_inputs
+    from tensorplay.callbacks.core.example_inputs import as_example_inputs
 
     model, x = CnnNet(), images(2)[0]
     assert as_example_inputs(model, [x])[0] is x  # type: ignore[index]
@@ -207,7 +207,7 @@ def test_a_frameworks_example_inputs_become_positional_inputs() -> None:
 
 def test_example_inputs_have_no_plain_form_for_restored_callback_states(tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
-    from tensorplay.callbacks.transformers import GradualPruningCallback
+    from tensorplay.callbacks.transformers.gradual_pruning_callback import GradualPruningCallback
     from tests.callbacks.hf_trainer_helpers import training_args
 
     pruning = GradualPruningCallback(

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tensorplay.ao.pruning.schedules import LinearSchedule
-from tensorplay.callbacks.transformers import GradualPruningCallback
+from tensorplay.ao.pruning.pruner.schedules import LinearSchedule
+from tensorplay.callbacks.transformers.gradual_pruning_callback import GradualPruningCallback
 from tests.callbacks.hf_trainer_helpers import make_trainer, transformers
 from tests.moe_models import EXPERTS, tiny_qwen3_moe
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from tensorplay.ao.pruning import Pruner
-from tensorplay.ao.pruning.schedules import CallableSchedule, LinearSchedule, OneShotSchedule
-from tensorplay.callbacks.transformers import GradualPruningCallback
+from tensorplay.ao.pruning.pruner.schedules import CallableSchedule, LinearSchedule, OneShotSchedule
+from tensorplay.callbacks.transformers.gradual_pruning_callback import GradualPruningCallback
 from tests.callbacks.hf_trainer_helpers import (
     StepRecorder,
     make_trainer,
@@ -171,7 +171,7 @@ VERBOSE = """
 import sys, tempfile
 from pathlib import Path
 from tensorplay.ao.pruning import OneShotSchedule
-from tensorplay.callbacks.transformers import GradualPruningCallback
+from tensorplay.callbacks.transformers.gradual_pruning_callback import GradualPruningCallback
 from tests.callbacks.hf_trainer_helpers import make_trainer
 from tests.hf_models import tiny_gpt2
 

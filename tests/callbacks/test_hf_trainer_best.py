@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import torch
 
-from tensorplay.ao.pruning.schedules import LinearSchedule
+from tensorplay.ao.pruning.pruner.schedules import LinearSchedule
 from tensorplay.callbacks import PruningRollbackWarning
-from tensorplay.callbacks.transformers import GradualPruningCallback
+from tensorplay.callbacks.transformers.gradual_pruning_callback import GradualPruningCallback
 from tests.callbacks.hf_trainer_helpers import StepRecorder, Tokens, training_args, transformers
 from tests.hf_models import tiny_gpt2
 

@@ -11,8 +11,11 @@ import torch
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning import dense_copy, kd_loss
-from tensorplay.ao.pruning.schedules import LinearSchedule, OneShotSchedule
-from tensorplay.callbacks.transformers import TEACHER_FILE, GradualPruningCallback
+from tensorplay.ao.pruning.pruner.schedules import LinearSchedule, OneShotSchedule
+from tensorplay.callbacks.transformers.gradual_pruning_callback import (
+    TEACHER_FILE,
+    GradualPruningCallback,
+)
 from tests.callbacks.hf_trainer_helpers import StepRecorder, make_trainer, masks, transformers
 from tests.hf_models import tiny_gpt2
 

@@ -40,9 +40,9 @@ def _masks_after_one_pruning_step(sharded: bool, out: Path) -> dict[str, Any]:
     """The session of the Trainer's callback (permanent saves, as it is made), built as it is
     built on a model sharded with FSDP2 (``permanent_saves=False``), one channel step taken;
     then training ends with ``shrink_at_end`` writing the shrunk model to ``out``."""
-    from tensorplay.ao.pruning.schedules import OneShotSchedule
-    from tensorplay.callbacks._json_state import find_saved, saved_entry
-    from tensorplay.callbacks._lifecycle import PruningSession, split_arguments
+    from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
+    from tensorplay.callbacks.core.lifecycle import PruningSession, split_arguments
+    from tensorplay.callbacks.transformers.json_state import find_saved, saved_entry
     from tests.core.structure.test_structure_sharded import _shard
     from tests.hf_models import tiny_llama
 

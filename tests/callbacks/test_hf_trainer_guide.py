@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tensorplay.ao.pruning import CubicSchedule, OneShotSchedule
-from tensorplay.callbacks.transformers import GradualPruningCallback
+from tensorplay.callbacks.transformers.gradual_pruning_callback import GradualPruningCallback
 from tests.callbacks.hf_trainer_helpers import (
     StepRecorder,
     Tokens,

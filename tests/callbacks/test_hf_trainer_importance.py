@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from tensorplay.ao.pruning.schedules import OneShotSchedule
-from tensorplay.callbacks.transformers import GradualPruningCallback
+from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
+from tensorplay.callbacks.transformers.gradual_pruning_callback import GradualPruningCallback
 from tests.callbacks.hf_trainer_helpers import make_trainer, masks, transformers
 from tests.hf_models import tiny_gpt2
 

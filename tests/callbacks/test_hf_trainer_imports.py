@@ -33,9 +33,9 @@ SCRIPT = textwrap.dedent(
         raise SystemExit("lightning was not blocked")
 
     import tensorplay.callbacks
-    from tensorplay.callbacks.transformers import GradualPruningCallback
+    from tensorplay.callbacks.transformers.gradual_pruning_callback import GradualPruningCallback
     from tensorplay.callbacks import GradualPruningCallback as again
-    from tensorplay.ao.pruning.schedules import OneShotSchedule
+    from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
     from tests.callbacks.hf_trainer_helpers import make_trainer
     from tests.hf_models import tiny_gpt2
     import tempfile, pathlib

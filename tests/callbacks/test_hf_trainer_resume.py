@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tensorplay.ao.pruning.schedules import LinearSchedule
-from tensorplay.callbacks.transformers import GradualPruningCallback
+from tensorplay.ao.pruning.pruner.schedules import LinearSchedule
+from tensorplay.callbacks.transformers.gradual_pruning_callback import GradualPruningCallback
 from tests.callbacks.hf_trainer_helpers import StepRecorder, make_trainer, masked_zeros
 from tests.hf_models import tiny_gpt2
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import torch
 
-from tensorplay.ao.pruning.schedules import LinearSchedule
-from tensorplay.callbacks.transformers import GradualPruningCallback
+from tensorplay.ao.pruning.pruner.schedules import LinearSchedule
+from tensorplay.callbacks.transformers.gradual_pruning_callback import GradualPruningCallback
 from tests.callbacks.hf_trainer_helpers import make_trainer, transformers
 from tests.hf_models import tiny_gpt2, tiny_llama
 

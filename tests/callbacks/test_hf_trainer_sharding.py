@@ -14,16 +14,16 @@ from typing import Any
 import pytest
 import torch
 
-from tensorplay.ao.pruning.schedules import LinearSchedule
-from tensorplay.callbacks._fsdp2_config import check_fsdp2_config
-from tensorplay.callbacks._hf_sharding import (
+from tensorplay.ao.pruning.pruner.schedules import LinearSchedule
+from tensorplay.callbacks.core.fsdp2_config import check_fsdp2_config
+from tensorplay.callbacks.core.lifecycle import split_arguments
+from tensorplay.callbacks.transformers.gradual_pruning_callback import GradualPruningCallback
+from tensorplay.callbacks.transformers.sharded_setups import (
     check_fresh_under_fsdp2,
     fsdp_version,
     refuse_loads_before_build,
     trainer_shards_with_fsdp2,
 )
-from tensorplay.callbacks._lifecycle import split_arguments
-from tensorplay.callbacks.transformers import GradualPruningCallback
 from tests.callbacks.hf_trainer_helpers import masks, training_args
 from tests.hf_models import tiny_gpt2
 

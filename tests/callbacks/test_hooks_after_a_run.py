@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from tensorplay.ao.pruning import BasePruningMethod, Distillation
-from tensorplay.ao.pruning.schedules import OneShotSchedule
+from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
 from tensorplay.callbacks import GradualPruning
 from tests.callbacks.lit_helpers import TinyModule
 
@@ -129,7 +129,7 @@ def test_two_distillations_on_one_student_are_refused() -> None:
 
 def test_the_trainer_callback_leaves_no_hook_after_a_refused_teacher(tmp_path: Path) -> None:
     pytest.importorskip("accelerate")
-    from tensorplay.callbacks.transformers import GradualPruningCallback
+    from tensorplay.callbacks.transformers.gradual_pruning_callback import GradualPruningCallback
     from tests.callbacks.hf_trainer_helpers import make_trainer
     from tests.hf_models import VOCAB, tiny_gpt2
 
@@ -148,7 +148,7 @@ def test_the_trainer_callback_leaves_no_hook_after_a_refused_teacher(tmp_path: P
 
 def test_the_trainer_callback_leaves_no_hook_after_a_forward_fails(tmp_path: Path) -> None:
     pytest.importorskip("accelerate")
-    from tensorplay.callbacks.transformers import GradualPruningCallback
+    from tensorplay.callbacks.transformers.gradual_pruning_callback import GradualPruningCallback
     from tests.callbacks.hf_trainer_helpers import make_trainer
     from tests.hf_models import tiny_gpt2
 

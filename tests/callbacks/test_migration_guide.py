@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from tensorplay.ao.pruning.targets import select_parameters
+from tensorplay.ao.pruning.targets.parameters import select_parameters
 from tensorplay.callbacks import GradualPruning
 from tests.callbacks.lit_helpers import TinyModule, masks_of
 from tests.docs.code_blocks import code_blocks as page_code_blocks

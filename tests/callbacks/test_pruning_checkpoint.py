@@ -9,8 +9,8 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from tensorplay.ao.pruning.methods import is_pruned
-from tensorplay.ao.pruning.schedules import (
+from tensorplay.ao.pruning.parity.methods import is_pruned
+from tensorplay.ao.pruning.pruner.schedules import (
     CallableSchedule,
     CubicSchedule,
     ExponentialSchedule,

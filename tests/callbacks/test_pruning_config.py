@@ -7,8 +7,8 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from tensorplay.ao.pruning.pruner import Pruner
-from tensorplay.ao.pruning.schedules import LinearSchedule
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.schedules import LinearSchedule
 from tensorplay.callbacks import GradualPruning
 from tests.callbacks.lit_helpers import CLI_TRAINER, TinyModule, lightning_cli, masks_of
 
@@ -90,7 +90,7 @@ def test_bad_selection_fails_at_setup_and_leaves_the_model(make_trainer, kwargs,
 CONFIG = (
     CLI_TRAINER.format(max_steps=4)
     + """        schedule:
-          class_path: tensorplay.ao.pruning.schedules.LinearSchedule
+          class_path: tensorplay.ao.pruning.pruner.schedules.LinearSchedule
           init_args:
             final_sparsity: 0.5
             end_step: 4

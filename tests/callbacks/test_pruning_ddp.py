@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tensorplay.ao.pruning.schedules import CubicSchedule, OneShotSchedule
+from tensorplay.ao.pruning.pruner.schedules import CubicSchedule, OneShotSchedule
 from tensorplay.callbacks import GradualPruning
 from tests.callbacks.lit_helpers import RankMaskWriter, RankTeacherWriter, TinyModule
 

@@ -15,11 +15,11 @@ from torch.nn import functional as F
 from torch.nn.utils import prune
 
 from tensorplay.ao.pruning import kd_loss
-from tensorplay.ao.pruning.config import PrunerConfig
-from tensorplay.ao.pruning.schedules import CubicSchedule, OneShotSchedule
+from tensorplay.ao.pruning.pruner.config import PrunerConfig
+from tensorplay.ao.pruning.pruner.schedules import CubicSchedule, OneShotSchedule
 from tensorplay.callbacks import GradualPruning
-from tensorplay.callbacks._lifecycle import AdapterOptions
-from tensorplay.callbacks._strategies import check_distilled_strategy, check_strategy
+from tensorplay.callbacks.core.lifecycle import AdapterOptions
+from tensorplay.callbacks.lightning.strategies import check_distilled_strategy, check_strategy
 from tests.callbacks.lit_helpers import TinyModule, masks_of
 
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 from lightning.pytorch.loggers import CSVLogger
 
-from tensorplay.ao.pruning.pruner import Pruner
-from tensorplay.ao.pruning.schedules import CubicSchedule, OneShotSchedule
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.schedules import CubicSchedule, OneShotSchedule
 from tensorplay.callbacks import GradualPruning
 from tests.callbacks.fsdp_helpers import (
     SHARDED_TOTAL,

@@ -16,7 +16,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from tensorplay.callbacks import GradualPruning
-from tensorplay.callbacks._distilling import SHARDED_TEACHER
+from tensorplay.callbacks.core.distilling import SHARDED_TEACHER
 from tests.callbacks.fsdp_helpers import (
     ShardedTiny,
     ShardRecorder,

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from tensorplay.ao.pruning.schedules import LinearSchedule
+from tensorplay.ao.pruning.pruner.schedules import LinearSchedule
 from tensorplay.callbacks import GradualPruning
 from tests.callbacks.fsdp_helpers import full_state, model_parallel_trainer, run_ranks
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tensorplay.ao.pruning.pruner import Pruner
-from tensorplay.ao.pruning.schedules import LinearSchedule, OneShotSchedule
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.schedules import LinearSchedule, OneShotSchedule
 from tensorplay.callbacks import GradualPruning
 from tests.callbacks.fsdp_helpers import (
     ShardedTiny,

@@ -11,7 +11,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 
-from tensorplay.ao.pruning.schedules import CubicSchedule, OneShotSchedule
+from tensorplay.ao.pruning.pruner.schedules import CubicSchedule, OneShotSchedule
 from tensorplay.callbacks import GradualPruning
 from tests.callbacks.lit_helpers import CLI_TRAINER, TinyModule, lightning_cli, masks_of
 
@@ -77,7 +77,7 @@ def test_movement_masks_at_the_pruning_step_are_the_lowest_recorded_scores(make_
 CONFIG = (
     CLI_TRAINER.format(max_steps=4)
     + """        schedule:
-          class_path: tensorplay.ao.pruning.schedules.OneShotSchedule
+          class_path: tensorplay.ao.pruning.pruner.schedules.OneShotSchedule
           init_args:
             sparsity: 0.5
             step: 4

@@ -16,7 +16,7 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 from torch import Tensor
 
-from tensorplay.ao.pruning.schedules import CubicSchedule
+from tensorplay.ao.pruning.pruner.schedules import CubicSchedule
 from tensorplay.callbacks import GradualPruning
 from tests.callbacks.fsdp_helpers import ShardedTiny
 from tests.callbacks.lit_helpers import (
@@ -316,7 +316,7 @@ def test_unsupported_strategy_fails_at_setup_and_leaves_the_model(
 LEAN_CONFIG = (
     CLI_TRAINER.format(max_steps=4)
     + """        schedule:
-          class_path: tensorplay.ao.pruning.schedules.LinearSchedule
+          class_path: tensorplay.ao.pruning.pruner.schedules.LinearSchedule
           init_args:
             final_sparsity: 0.5
             end_step: 4

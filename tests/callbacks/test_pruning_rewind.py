@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tensorplay.ao.pruning.schedules import LinearSchedule, OneShotSchedule
+from tensorplay.ao.pruning.pruner.schedules import LinearSchedule, OneShotSchedule
 from tensorplay.callbacks import GradualPruning
 from tests.callbacks.lit_helpers import TOTAL, MaskRecorder, TinyModule, masks_of
 

@@ -11,9 +11,9 @@ import yaml
 from lightning.pytorch.cli import LightningCLI
 from torch import nn
 
-from tensorplay.ao.pruning.pruner import Pruner
-from tensorplay.ao.pruning.schedules import LinearSchedule, OneShotSchedule
-from tensorplay.ao.pruning.targets import select_parameters
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.schedules import LinearSchedule, OneShotSchedule
+from tensorplay.ao.pruning.targets.parameters import select_parameters
 from tensorplay.callbacks import GradualPruning
 from tests.callbacks.lit_helpers import CLI_TRAINER, TinyModule, lightning_cli, masks_of
 from tests.callbacks.test_migration_guide import code_blocks
@@ -133,7 +133,7 @@ def test_two_callbacks_on_aliases_of_one_tied_tensor_fail_at_setup(make_trainer)
 CONFIG = (
     CLI_TRAINER.format(max_steps=1)
     + """        schedule:
-          class_path: tensorplay.ao.pruning.schedules.OneShotSchedule
+          class_path: tensorplay.ao.pruning.pruner.schedules.OneShotSchedule
           init_args: {sparsity: 0.5}
         names: [weight, bias]
         keep_dense: [embeddings, first]

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from tensorplay.ao.pruning.schedules import LinearSchedule, OneShotSchedule, Schedule
+from tensorplay.ao.pruning.pruner.schedules import LinearSchedule, OneShotSchedule, Schedule
 from tensorplay.callbacks import GradualPruning
 
 GENERATOR = ["g.0.weight", "g.2.weight"]

@@ -9,7 +9,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from tensorplay.ao.pruning.schedules import CubicSchedule, LinearSchedule
+from tensorplay.ao.pruning.pruner.schedules import CubicSchedule, LinearSchedule
 from tensorplay.callbacks import GradualPruning
 from tests.callbacks.lit_helpers import TOTAL, MaskRecorder, TinyModule, ValidatedTiny, masks_of
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from tensorplay.ao.pruning.schedules import CubicSchedule
+from tensorplay.ao.pruning.pruner.schedules import CubicSchedule
 from tensorplay.callbacks import GradualPruning
 from tests.callbacks.tied_helpers import (
     TIED_TOTAL,

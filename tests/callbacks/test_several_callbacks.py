@@ -11,7 +11,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from tensorplay.ao.pruning.schedules import LinearSchedule
+from tensorplay.ao.pruning.pruner.schedules import LinearSchedule
 from tensorplay.callbacks import GradualPruning
 from tests.callbacks.lit_helpers import TinyModule, masks_of
 
@@ -72,7 +72,7 @@ def test_two_callbacks_resume_both(make_trainer, tmp_path: Path) -> None:
 
 def test_two_trainer_callbacks_log_two_series(tmp_path: Path) -> None:
     pytest.importorskip("accelerate")
-    from tensorplay.callbacks.transformers import GradualPruningCallback
+    from tensorplay.callbacks.transformers.gradual_pruning_callback import GradualPruningCallback
     from tests.callbacks.hf_trainer_helpers import make_trainer
     from tests.hf_models import tiny_gpt2
 

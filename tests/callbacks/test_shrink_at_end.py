@@ -16,11 +16,11 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.strategies import DeepSpeedStrategy, ModelParallelStrategy
 
 from tensorplay.ao.pruning import SpentPrunerError
-from tensorplay.ao.pruning.schedules import LinearSchedule
+from tensorplay.ao.pruning.pruner.schedules import LinearSchedule
 from tensorplay.callbacks import GradualPruning
-from tensorplay.callbacks._lifecycle import PruningSession, split_arguments
-from tensorplay.callbacks._strategies import check_shrinkable
-from tensorplay.callbacks.transformers import GradualPruningCallback
+from tensorplay.callbacks.core.lifecycle import PruningSession, split_arguments
+from tensorplay.callbacks.lightning.strategies import check_shrinkable
+from tensorplay.callbacks.transformers.gradual_pruning_callback import GradualPruningCallback
 from tests.callbacks.hf_trainer_helpers import Tokens, make_trainer, training_args, transformers
 from tests.callbacks.shrink_helpers import (
     LitLlama,

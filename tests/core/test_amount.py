@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import tensorplay.ao.pruning as tp_prune
 from tensorplay.ao.pruning import amount as amount_module
-from tensorplay.ao.pruning.amount import (
+from tensorplay.ao.pruning.parity.amount import (
     compute_nparams_to_prune,
     validate_pruning_amount,
     validate_pruning_amount_init,

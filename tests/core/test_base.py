@@ -18,7 +18,7 @@ from tensorplay.ao.pruning import (
     ln_structured,
     random_unstructured,
 )
-from tensorplay.ao.pruning.base import chain_hooks
+from tensorplay.ao.pruning.parity.base import chain_hooks
 from tests.core.parity import assert_snapshot_equal, module_snapshot
 
 TORCH_PRUNED = (

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from tensorplay.ao.pruning.pruner import Pruner
-from tensorplay.ao.pruning.schedules import (
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.schedules import (
     CallableSchedule,
     ConstantSchedule,
     CubicSchedule,

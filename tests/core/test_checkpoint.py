@@ -6,10 +6,14 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from tensorplay.ao.pruning.checkpoint import is_pruned_state_dict, pruned_names, restore_pruning
-from tensorplay.ao.pruning.methods import l1_unstructured, random_unstructured
-from tensorplay.ao.pruning.pruner import Pruner
-from tensorplay.ao.pruning.schedules import LinearSchedule
+from tensorplay.ao.pruning.masking.restore import (
+    is_pruned_state_dict,
+    pruned_names,
+    restore_pruning,
+)
+from tensorplay.ao.pruning.parity.methods import l1_unstructured, random_unstructured
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.schedules import LinearSchedule
 
 
 def make_model(seed: int = 0) -> nn.Module:

@@ -11,9 +11,9 @@ import torch
 from torch import nn
 
 from tensorplay.ao.pruning import global_unstructured
-from tensorplay.ao.pruning.methods import L1Unstructured
-from tensorplay.ao.pruning.pruner import Pruner
-from tensorplay.ao.pruning.schedules import LinearSchedule, OneShotSchedule
+from tensorplay.ao.pruning.parity.methods import L1Unstructured
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.schedules import LinearSchedule, OneShotSchedule
 
 
 def classifier() -> nn.Sequential:

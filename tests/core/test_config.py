@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from torch import nn
 
-from tensorplay.ao.pruning.config import PrunerConfig, counts_itself
-from tensorplay.ao.pruning.methods import L1Unstructured, RandomUnstructured
-from tensorplay.ao.pruning.pruner import Pruner
-from tensorplay.ao.pruning.schedules import OneShotSchedule
+from tensorplay.ao.pruning.parity.methods import L1Unstructured, RandomUnstructured
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.config import PrunerConfig, counts_itself
+from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
 from tests.core.test_pruner import TwoOfFour
 
 SCHEDULE = OneShotSchedule(0.5)

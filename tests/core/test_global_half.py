@@ -18,7 +18,7 @@ import torch.nn.utils.prune as torch_prune
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning import L1Unstructured, Pruner, global_unstructured
-from tensorplay.ao.pruning.schedules import CallableSchedule
+from tensorplay.ao.pruning.pruner.schedules import CallableSchedule
 from tensorplay.ao.pruning.selection import tuning
 from tests.core.test_global_unstructured import reference_global
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-import tensorplay.ao.pruning.global_pruning as global_pruning
+import tensorplay.ao.pruning.parity.global_unstructured as global_pruning
 import tensorplay.ao.pruning.selection.masks as selection_masks
 from tensorplay.ao.pruning import L1Unstructured, RandomUnstructured, global_unstructured
 from tensorplay.ao.pruning.selection import AbsKeys, clear_lowest, cut, scans, tuning

@@ -28,7 +28,7 @@ from tensorplay.ao.pruning import (
     l1_unstructured,
 )
 from tensorplay.ao.pruning import selection as selection_module
-from tensorplay.ao.pruning.reparametrization import find_hook
+from tensorplay.ao.pruning.parity.reparametrization import find_hook
 from tests.core.parity import (
     assert_same_reparametrization,
     assert_snapshot_equal,
@@ -552,7 +552,7 @@ def test_no_reference_to_an_earlier_call_survives() -> None:
         created.extend(weakref.ref(t) for t in out)
         return out
 
-    import tensorplay.ao.pruning.global_pruning as global_pruning
+    import tensorplay.ao.pruning.parity.global_unstructured as global_pruning
 
     with mock.patch.object(global_pruning, "keep_masks", side_effect=tracking):
         for _ in range(10):

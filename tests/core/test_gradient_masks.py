@@ -13,9 +13,9 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from tensorplay.ao.pruning.checkpoint import restore_pruning
-from tensorplay.ao.pruning.pruner import Pruner
-from tensorplay.ao.pruning.schedules import OneShotSchedule
+from tensorplay.ao.pruning.masking.restore import restore_pruning
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
 from tests.core.gloo import spawn_gloo
 
 

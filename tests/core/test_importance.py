@@ -11,11 +11,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tensorplay.ao.pruning.config import PrunerConfig
 from tensorplay.ao.pruning.importance.order import ordered
 from tensorplay.ao.pruning.masking.readers import mask_of
-from tensorplay.ao.pruning.pruner import Pruner
-from tensorplay.ao.pruning.schedules import LinearSchedule, OneShotSchedule
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.config import PrunerConfig
+from tensorplay.ao.pruning.pruner.schedules import LinearSchedule, OneShotSchedule
 from tests.core.test_row_scope import Conv1D
 
 MASKINGS = ["reparametrize", "inplace"]

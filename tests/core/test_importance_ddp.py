@@ -12,8 +12,8 @@ from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
 from tensorplay.ao.pruning.masking.readers import mask_of
-from tensorplay.ao.pruning.pruner import Pruner
-from tensorplay.ao.pruning.schedules import LinearSchedule, OneShotSchedule
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.schedules import LinearSchedule, OneShotSchedule
 from tests.core.gloo import spawn_gloo
 
 WORLD = 2

@@ -11,10 +11,10 @@ import torch
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning import Pruner
-from tensorplay.ao.pruning.config import PrunerConfig
 from tensorplay.ao.pruning.importance.expert_routing import Reap
-from tensorplay.ao.pruning.one_shot import calibrate, prune_one_shot
-from tensorplay.ao.pruning.schedules import OneShotSchedule
+from tensorplay.ao.pruning.pruner.config import PrunerConfig
+from tensorplay.ao.pruning.pruner.one_shot import calibrate, prune_one_shot
+from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
 from tests.moe_models import EXPERTS, TOP_K, tiny_mixtral, tiny_qwen2_moe
 
 Build = Callable[..., nn.Module]
@@ -125,7 +125,7 @@ def test_expert_scores_are_refused_for_other_structures(importance: str) -> None
 
 
 def test_reap_refuses_a_target_that_is_not_fused_experts() -> None:
-    from tensorplay.ao.pruning.tied_targets import Target
+    from tensorplay.ao.pruning.targets.tied import Target
 
     layer = nn.Linear(2, 2)
     with pytest.raises(ValueError, match=r"gate_up_proj or down_proj of .* 'weight'"):
@@ -134,7 +134,7 @@ def test_reap_refuses_a_target_that_is_not_fused_experts() -> None:
 
 def test_reap_accumulates_in_training_and_a_gradual_schedule_prunes_by_it() -> None:
     from tensorplay.ao.pruning import shrink
-    from tensorplay.ao.pruning.schedules import LinearSchedule
+    from tensorplay.ao.pruning.pruner.schedules import LinearSchedule
 
     torch.manual_seed(0)
     model = tiny_mixtral()

@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from tensorplay.ao.pruning.pruner import Pruner
-from tensorplay.ao.pruning.schedules import LinearSchedule
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.schedules import LinearSchedule
 from tests.core.gloo import spawn_gloo
 from tests.core.test_importance_ddp import WORLD
 from tests.core.test_inplace_sharded import STEPS, WEIGHTS, _data, _full, _model, _shard

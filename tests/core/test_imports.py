@@ -8,7 +8,7 @@ import math
 import pytest
 
 from tensorplay.ao.pruning.imports import import_object, import_path
-from tensorplay.ao.pruning.schedules import CubicSchedule
+from tensorplay.ao.pruning.pruner.schedules import CubicSchedule
 
 
 @pytest.mark.parametrize(
@@ -18,7 +18,9 @@ from tensorplay.ao.pruning.schedules import CubicSchedule
         pytest.param(
             "collections.OrderedDict.fromkeys", collections.OrderedDict.fromkeys, id="attr"
         ),
-        pytest.param("tensorplay.ao.pruning.schedules.CubicSchedule", CubicSchedule, id="class"),
+        pytest.param(
+            "tensorplay.ao.pruning.pruner.schedules.CubicSchedule", CubicSchedule, id="class"
+        ),
     ],
 )
 def test_import_object(path: str, expected: object) -> None:
@@ -42,7 +44,9 @@ def nested() -> object:
     ("obj", "expected"),
     [
         pytest.param(math.sqrt, "math.sqrt", id="function"),
-        pytest.param(CubicSchedule, "tensorplay.ao.pruning.schedules.CubicSchedule", id="class"),
+        pytest.param(
+            CubicSchedule, "tensorplay.ao.pruning.pruner.schedules.CubicSchedule", id="class"
+        ),
         pytest.param(lambda: None, None, id="lambda"),
         pytest.param(nested(), None, id="nested"),
         pytest.param(3, None, id="no-name"),

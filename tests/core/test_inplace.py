@@ -11,13 +11,13 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from tensorplay.ao.pruning.base import BasePruningMethod
-from tensorplay.ao.pruning.checkpoint import restore_pruning
 from tensorplay.ao.pruning.masking import optimizer_hooks
-from tensorplay.ao.pruning.pruner import Pruner
-from tensorplay.ao.pruning.schedules import CubicSchedule, LinearSchedule, OneShotSchedule
-from tensorplay.ao.pruning.serialization import permanent_state_dict
-from tensorplay.ao.pruning.sparse_export import load_sparse, save_sparse
+from tensorplay.ao.pruning.masking.permanent import permanent_state_dict
+from tensorplay.ao.pruning.masking.restore import restore_pruning
+from tensorplay.ao.pruning.parity.base import BasePruningMethod
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.schedules import CubicSchedule, LinearSchedule, OneShotSchedule
+from tensorplay.ao.pruning.saving.sparse_export import load_sparse, save_sparse
 from tensorplay.report import state_dict_report
 from tests.core.gloo import spawn_gloo
 

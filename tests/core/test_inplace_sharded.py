@@ -21,10 +21,10 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from tensorplay.ao.pruning.base import BasePruningMethod
-from tensorplay.ao.pruning.methods import L1Unstructured
-from tensorplay.ao.pruning.pruner import Pruner
-from tensorplay.ao.pruning.schedules import CubicSchedule, OneShotSchedule, Schedule
+from tensorplay.ao.pruning.parity.base import BasePruningMethod
+from tensorplay.ao.pruning.parity.methods import L1Unstructured
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.schedules import CubicSchedule, OneShotSchedule, Schedule
 from tests.core.gloo import spawn_gloo
 
 WEIGHTS = ("0.weight", "2.weight", "4.weight")

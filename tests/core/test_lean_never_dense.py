@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from tensorplay.ao.pruning.pruner import Pruner
-from tensorplay.ao.pruning.schedules import CubicSchedule, OneShotSchedule
-from tensorplay.ao.pruning.stats import sparsity_report
+from tensorplay.ao.pruning.masking.stats import sparsity_report
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.schedules import CubicSchedule, OneShotSchedule
 
 
 def make_model() -> nn.Module:

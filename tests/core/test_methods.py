@@ -16,8 +16,8 @@ import torch.nn.utils.prune as torch_prune
 from torch import nn
 
 from tensorplay.ao.pruning import CustomFromMask, L1Unstructured, global_unstructured, remove
-from tensorplay.ao.pruning.checkpoint import restore_pruning
-from tensorplay.ao.pruning.reparametrization import find_hook
+from tensorplay.ao.pruning.masking.restore import restore_pruning
+from tensorplay.ao.pruning.parity.reparametrization import find_hook
 
 Convert = Callable[[nn.Module], object]
 

@@ -7,8 +7,8 @@ import torch
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning import calibrate, prune_one_shot
-from tensorplay.ao.pruning.pruner import Pruner
-from tensorplay.ao.pruning.schedules import OneShotSchedule
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
 
 
 def _model() -> nn.Sequential:

@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from tensorplay.ao.pruning import Pruner, permanent_state_dict
-from tensorplay.ao.pruning.permanent_saves import kept_zeros, restore_masks, save_permanent
-from tensorplay.ao.pruning.schedules import OneShotSchedule
+from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
+from tensorplay.ao.pruning.saving.permanent_saves import kept_zeros, restore_masks, save_permanent
 from tests.hf_models import tiny_gpt2, tiny_llama
 
 MASKINGS = ["reparametrize", "inplace"]

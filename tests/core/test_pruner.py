@@ -15,11 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import Tensor, nn
 
-from tensorplay.ao.pruning.base import BasePruningMethod
-from tensorplay.ao.pruning.checkpoint import restore_pruning
-from tensorplay.ao.pruning.methods import CustomFromMask
-from tensorplay.ao.pruning.pruner import Pruner
-from tensorplay.ao.pruning.schedules import (
+from tensorplay.ao.pruning.masking.restore import restore_pruning
+from tensorplay.ao.pruning.parity.base import BasePruningMethod
+from tensorplay.ao.pruning.parity.methods import CustomFromMask
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.schedules import (
     CallableSchedule,
     ConstantSchedule,
     CubicSchedule,

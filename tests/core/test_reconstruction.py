@@ -21,8 +21,8 @@ from tensorplay.ao.pruning import (
     prune_one_shot,
     shrink,
 )
-from tensorplay.ao.pruning.dependency.unit_groups import expand_keep, shapes_of
-from tensorplay.ao.pruning.reconstruction import (
+from tensorplay.ao.pruning.structured.dependency.unit_groups import expand_keep, shapes_of
+from tensorplay.ao.pruning.structured.reconstruction import (
     consumers_for,
     find_consumers,
     reconstruct,

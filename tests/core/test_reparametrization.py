@@ -10,7 +10,7 @@ import torch.nn.utils.prune as torch_prune
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning import L1Unstructured, global_unstructured, l1_unstructured, remove
-from tensorplay.ao.pruning.reparametrization import (
+from tensorplay.ao.pruning.parity.reparametrization import (
     count_pruned,
     count_zeros,
     find_hook,

@@ -10,9 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from tensorplay.ao.pruning.methods import l1_unstructured, remove
-from tensorplay.ao.pruning.pruner import Pruner
-from tensorplay.ao.pruning.schedules import OneShotSchedule
+from tensorplay.ao.pruning.parity.methods import l1_unstructured, remove
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
 from tensorplay.report import load_state_dict, main, state_dict_report
 
 EXPECTED_TABLE = """\

@@ -7,12 +7,12 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils import prune as torch_prune
 
-from tensorplay.ao.pruning.amount import row_goal
-from tensorplay.ao.pruning.base import BasePruningMethod
-from tensorplay.ao.pruning.config import PrunerConfig
 from tensorplay.ao.pruning.masking.readers import mask_of
-from tensorplay.ao.pruning.pruner import Pruner
-from tensorplay.ao.pruning.schedules import LinearSchedule, OneShotSchedule
+from tensorplay.ao.pruning.parity.amount import row_goal
+from tensorplay.ao.pruning.parity.base import BasePruningMethod
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.config import PrunerConfig
+from tensorplay.ao.pruning.pruner.schedules import LinearSchedule, OneShotSchedule
 
 MASKINGS = ["reparametrize", "inplace"]
 

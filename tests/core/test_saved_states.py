@@ -19,8 +19,8 @@ import torch
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning.masking import mask_of
-from tensorplay.ao.pruning.pruner import Pruner
-from tensorplay.ao.pruning.schedules import LinearSchedule
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.schedules import LinearSchedule
 from tests.core.data.make_saved_states import CASES, model, train
 
 SAVED = torch.load(Path(__file__).parent / "data" / "saved_states.pt", weights_only=True)

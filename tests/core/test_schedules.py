@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from tensorplay.ao.pruning.schedules import (
+from tensorplay.ao.pruning.pruner.schedules import (
     CallableSchedule,
     ConstantSchedule,
     CubicSchedule,
@@ -216,7 +216,7 @@ def test_to_dict_round_trip(schedule: Schedule) -> None:
 
 def test_to_dict_is_class_path_and_init_args() -> None:
     assert CubicSchedule(0.9, end_step=10).to_dict() == {
-        "class_path": "tensorplay.ao.pruning.schedules.CubicSchedule",
+        "class_path": "tensorplay.ao.pruning.pruner.schedules.CubicSchedule",
         "init_args": {
             "final_sparsity": 0.9,
             "end_step": 10,
@@ -260,7 +260,7 @@ def test_schedules_without_an_import_path_cannot_be_serialised() -> None:
         Local().to_dict()
 
 
-CUBIC = "tensorplay.ao.pruning.schedules.CubicSchedule"
+CUBIC = "tensorplay.ao.pruning.pruner.schedules.CubicSchedule"
 
 
 @pytest.mark.parametrize(

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from tensorplay.ao.pruning.amount import compute_nparams_to_prune
-from tensorplay.ao.pruning.config import Scope
-from tensorplay.ao.pruning.scopes import SCOPES, RowSpace, UnitSpace, make_scope
+from tensorplay.ao.pruning.parity.amount import compute_nparams_to_prune
+from tensorplay.ao.pruning.pruner.config import Scope
+from tensorplay.ao.pruning.pruner.scopes import SCOPES, RowSpace, UnitSpace, make_scope
 
 
 class ScoreLists:

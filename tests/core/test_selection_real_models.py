@@ -16,9 +16,9 @@ import pytest
 import torch
 from torch import nn
 
-from tensorplay.ao.pruning.pruner import Pruner
-from tensorplay.ao.pruning.schedules import OneShotSchedule
-from tensorplay.ao.pruning.targets import (
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
+from tensorplay.ao.pruning.targets.parameters import (
     DEFAULT_MODULE_TYPES,
     KEEP_DENSE,
     SelectionWarning,

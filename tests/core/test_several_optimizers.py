@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from tensorplay.ao.pruning.pruner import Pruner
-from tensorplay.ao.pruning.schedules import OneShotSchedule
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
 
 MASKINGS = ["reparametrize", "inplace"]
 GENERATOR = ["g.0.weight", "g.2.weight"]

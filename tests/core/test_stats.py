@@ -6,13 +6,13 @@ import pytest
 import torch
 from torch import nn
 
-from tensorplay.ao.pruning.methods import custom_from_mask, remove
-from tensorplay.ao.pruning.stats import (
+from tensorplay.ao.pruning.masking.stats import (
     SparsityReport,
     TensorSparsity,
     sparsity_report,
     tensor_sparsity,
 )
+from tensorplay.ao.pruning.parity.methods import custom_from_mask, remove
 
 
 def make_model() -> nn.Sequential:

@@ -6,13 +6,13 @@ import pytest
 import torch
 from torch import nn
 
-from tensorplay.ao.pruning.base import BasePruningMethod
-from tensorplay.ao.pruning.methods import (
+from tensorplay.ao.pruning.parity.base import BasePruningMethod
+from tensorplay.ao.pruning.parity.methods import (
     L1Unstructured,
     RandomUnstructured,
     l1_unstructured,
 )
-from tensorplay.ao.pruning.targets import (
+from tensorplay.ao.pruning.targets.parameters import (
     method_name,
     resolve_method,
     resolve_parameters,
@@ -225,7 +225,7 @@ def test_resolve_parameters_rejects_non_string() -> None:
         pytest.param("L1Unstructured", L1Unstructured, id="class-name"),
         pytest.param(L1Unstructured, L1Unstructured, id="class"),
         pytest.param(
-            "tensorplay.ao.pruning.methods.RandomUnstructured", RandomUnstructured, id="path"
+            "tensorplay.ao.pruning.parity.methods.RandomUnstructured", RandomUnstructured, id="path"
         ),
         pytest.param(f"{__name__}.HalfMagnitude", HalfMagnitude, id="user-path"),
     ],

@@ -15,19 +15,19 @@ import torch
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning import aliases
-from tensorplay.ao.pruning.aliases import alias_map, parameter_groups
-from tensorplay.ao.pruning.checkpoint import restore_pruning
-from tensorplay.ao.pruning.global_pruning import global_unstructured
-from tensorplay.ao.pruning.methods import (
+from tensorplay.ao.pruning.masking.restore import restore_pruning
+from tensorplay.ao.pruning.masking.stats import sparsity_report
+from tensorplay.ao.pruning.parity.aliases import alias_map, parameter_groups
+from tensorplay.ao.pruning.parity.global_unstructured import global_unstructured
+from tensorplay.ao.pruning.parity.methods import (
     L1Unstructured,
     custom_from_mask,
     identity,
     l1_unstructured,
     random_unstructured,
 )
-from tensorplay.ao.pruning.pruner import Pruner
-from tensorplay.ao.pruning.schedules import LinearSchedule, OneShotSchedule
-from tensorplay.ao.pruning.stats import sparsity_report
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.schedules import LinearSchedule, OneShotSchedule
 from tests.hf_models import tiny_bert, tiny_gpt2
 
 

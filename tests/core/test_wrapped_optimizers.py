@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from tensorplay.ao.pruning import Pruner
-from tensorplay.ao.pruning.attached_optimizers import unwrap_optimizer
-from tensorplay.ao.pruning.schedules import OneShotSchedule
+from tensorplay.ao.pruning.pruner.attached_optimizers import unwrap_optimizer
+from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
 
 accelerate = pytest.importorskip("accelerate")
 

@@ -10,7 +10,7 @@ import torch
 from sweep import scaled_config
 from train import main
 
-from tensorplay.ao.pruning.stats import sparsity_report
+from tensorplay.ao.pruning.masking.stats import sparsity_report
 from tensorplay.report import load_state_dict, state_dict_report
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "examples/configs").glob("*.yaml"))

@@ -8,7 +8,23 @@ layers and remove the pruned ones physically, and :class:`Distillation` recovers
 costs.
 """
 
-from tensorplay.ao.pruning.amount import (
+from tensorplay.ao.pruning.distillation.dense_copy import dense_copy
+from tensorplay.ao.pruning.distillation.distill import Distillation, kd_loss
+from tensorplay.ao.pruning.edits.spent import SpentPrunerError
+from tensorplay.ao.pruning.masking.permanent import permanent_state_dict
+from tensorplay.ao.pruning.masking.restore import (
+    is_pruned_state_dict,
+    pruned_names,
+    restore_pruning,
+)
+from tensorplay.ao.pruning.masking.saved_masks import install_saved_masks, load_masked
+from tensorplay.ao.pruning.masking.stats import (
+    SparsityReport,
+    TensorSparsity,
+    sparsity_report,
+    tensor_sparsity,
+)
+from tensorplay.ao.pruning.parity.amount import (
     _compute_nparams_toprune,
     _validate_pruning_amount,
     _validate_pruning_amount_init,
@@ -16,13 +32,9 @@ from tensorplay.ao.pruning.amount import (
     validate_pruning_amount,
     validate_pruning_amount_init,
 )
-from tensorplay.ao.pruning.base import BasePruningMethod, PruningContainer, PruningShapeError
-from tensorplay.ao.pruning.checkpoint import is_pruned_state_dict, pruned_names, restore_pruning
-from tensorplay.ao.pruning.dense_copy import dense_copy
-from tensorplay.ao.pruning.dependency.graph import DependencyGraph
-from tensorplay.ao.pruning.distillation import Distillation, kd_loss
-from tensorplay.ao.pruning.global_pruning import global_unstructured
-from tensorplay.ao.pruning.methods import (
+from tensorplay.ao.pruning.parity.base import BasePruningMethod, PruningContainer, PruningShapeError
+from tensorplay.ao.pruning.parity.global_unstructured import global_unstructured
+from tensorplay.ao.pruning.parity.methods import (
     CustomFromMask,
     Identity,
     L1Unstructured,
@@ -38,9 +50,9 @@ from tensorplay.ao.pruning.methods import (
     random_unstructured,
     remove,
 )
-from tensorplay.ao.pruning.one_shot import calibrate, prune_one_shot
-from tensorplay.ao.pruning.pruner import Pruner
-from tensorplay.ao.pruning.schedules import (
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.one_shot import calibrate, prune_one_shot
+from tensorplay.ao.pruning.pruner.schedules import (
     CallableSchedule,
     ConstantSchedule,
     CubicSchedule,
@@ -50,21 +62,17 @@ from tensorplay.ao.pruning.schedules import (
     Schedule,
     schedule_from_dict,
 )
-from tensorplay.ao.pruning.serialization import permanent_state_dict
-from tensorplay.ao.pruning.shrinking.gathered import gather_shrunk, save_shrunk
-from tensorplay.ao.pruning.shrinking.hf_config import load_shrunk
-from tensorplay.ao.pruning.shrinking.saved_masks import install_saved_masks, load_masked
-from tensorplay.ao.pruning.shrinking.shrink import shrink
-from tensorplay.ao.pruning.shrinking.shrink_report import ShrinkReport
-from tensorplay.ao.pruning.sparse_export import load_sparse, save_sparse
-from tensorplay.ao.pruning.spent import SpentPrunerError
-from tensorplay.ao.pruning.stats import (
-    SparsityReport,
-    TensorSparsity,
-    sparsity_report,
-    tensor_sparsity,
+from tensorplay.ao.pruning.saving.sparse_export import load_sparse, save_sparse
+from tensorplay.ao.pruning.structured.dependency.graph import DependencyGraph
+from tensorplay.ao.pruning.structured.shrinking.gathered import gather_shrunk, save_shrunk
+from tensorplay.ao.pruning.structured.shrinking.hf_config import load_shrunk
+from tensorplay.ao.pruning.structured.shrinking.shrink import shrink
+from tensorplay.ao.pruning.structured.shrinking.shrink_report import ShrinkReport
+from tensorplay.ao.pruning.targets.parameters import (
+    resolve_method,
+    resolve_parameters,
+    select_parameters,
 )
-from tensorplay.ao.pruning.targets import resolve_method, resolve_parameters, select_parameters
 
 __all__ = [
     # reparametrization mechanics

@@ -1,6 +1,6 @@
 """Import paths: the object a dotted path names, and the path that names an object.
 
-Schedules (``class_path`` and a :class:`~tensorplay.ao.pruning.schedules.CallableSchedule`'s
+Schedules (``class_path`` and a :class:`~tensorplay.ao.pruning.pruner.schedules.CallableSchedule`'s
 function), pruning methods and module types may be written as import paths in configs; these
 two functions turn a path into its object and back.
 

@@ -14,8 +14,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from tensorplay.ao.pruning.pruner import Pruner
-from tensorplay.ao.pruning.schedules import LinearSchedule
+from tensorplay.ao.pruning import LinearSchedule, Pruner
 
 CASES = {
     "reparametrize-rewind": {"masking": "reparametrize", "rewind": "init", "seed": 3},

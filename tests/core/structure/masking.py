@@ -16,9 +16,13 @@ import torch
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning import custom_from_mask
-from tensorplay.ao.pruning.aliases import alias_map
-from tensorplay.ao.pruning.dependency.unit_groups import UnitGroup, expand_keep, shapes_of
 from tensorplay.ao.pruning.masking.lean_masks import apply_masks, install_mask
+from tensorplay.ao.pruning.parity.aliases import alias_map
+from tensorplay.ao.pruning.structured.dependency.unit_groups import (
+    UnitGroup,
+    expand_keep,
+    shapes_of,
+)
 
 Mode = Literal["zeros", "reparametrize", "inplace"]
 MODES: tuple[Mode, ...] = ("zeros", "reparametrize", "inplace")

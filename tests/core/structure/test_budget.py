@@ -16,14 +16,14 @@ import torch
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning import shrink
-from tensorplay.ao.pruning.aliases import alias_map
-from tensorplay.ao.pruning.config import PrunerConfig
-from tensorplay.ao.pruning.dependency.graph import DependencyGraph
-from tensorplay.ao.pruning.dependency.unit_groups import shapes_of
-from tensorplay.ao.pruning.one_shot import prune_one_shot
-from tensorplay.ao.pruning.pruner import Pruner
-from tensorplay.ao.pruning.schedules import CubicSchedule, OneShotSchedule
-from tensorplay.ao.pruning.structures.budget import budget_keys, plan_global, unit_params
+from tensorplay.ao.pruning.parity.aliases import alias_map
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.config import PrunerConfig
+from tensorplay.ao.pruning.pruner.one_shot import prune_one_shot
+from tensorplay.ao.pruning.pruner.schedules import CubicSchedule, OneShotSchedule
+from tensorplay.ao.pruning.structured.dependency.graph import DependencyGraph
+from tensorplay.ao.pruning.structured.dependency.unit_groups import shapes_of
+from tensorplay.ao.pruning.structured.units.budget import budget_keys, plan_global, unit_params
 from tests.hf_models import VOCAB, tiny_gpt2, tiny_llama
 
 BOTH = ("channel", "head")

@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from tensorplay.ao.pruning import DependencyGraph
-from tensorplay.ao.pruning.dependency.families import UnanalysableError
-from tensorplay.ao.pruning.dependency.unit_groups import Slice
+from tensorplay.ao.pruning.structured.dependency.families import UnanalysableError
+from tensorplay.ao.pruning.structured.dependency.unit_groups import Slice
 from tests.moe_models import (
     EXPERTS,
     TOP_K,

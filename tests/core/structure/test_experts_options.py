@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from tensorplay.ao.pruning import Pruner
-from tensorplay.ao.pruning.config import PrunerConfig
-from tensorplay.ao.pruning.schedules import OneShotSchedule
+from tensorplay.ao.pruning.pruner.config import PrunerConfig
+from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
 from tests.hf_models import tiny_llama
 from tests.moe_models import EXPERTS, tiny_mixtral, tiny_qwen2_moe
 

@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 from tensorplay.ao.pruning import Pruner, load_shrunk, shrink
-from tensorplay.ao.pruning.schedules import OneShotSchedule
-from tensorplay.ao.pruning.structures.routing import remove_routing
+from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
+from tensorplay.ao.pruning.structured.units.routing import remove_routing
 from tests.moe_models import EXPERTS, MOE_MODELS, tiny_mixtral
 
 Build = Callable[..., nn.Module]
@@ -175,7 +175,7 @@ def test_a_router_of_zeros_without_masks_routes_as_it_would() -> None:
 
 @pytest.mark.parametrize("masking", MODES)
 def test_a_resumed_run_routes_around_the_masked_experts(masking: str) -> None:
-    from tensorplay.ao.pruning.checkpoint import restore_pruning
+    from tensorplay.ao.pruning.masking.restore import restore_pruning
 
     pruner = _pruned(tiny_mixtral, masking)
     with torch.no_grad():

@@ -18,9 +18,9 @@ import torch
 from torch import nn
 
 from tensorplay.ao.pruning import DependencyGraph, Pruner, load_shrunk, shrink
-from tensorplay.ao.pruning.dependency.families.layer_config import shared_config
-from tensorplay.ao.pruning.dependency.graph import KINDS
-from tensorplay.ao.pruning.schedules import OneShotSchedule
+from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
+from tensorplay.ao.pruning.structured.dependency.families.layer_config import shared_config
+from tensorplay.ao.pruning.structured.dependency.graph import KINDS
 from tests.core.structure.masking import mask_units
 from tests.core.structure.test_shrink import inputs_for, uniform_keeps
 from tests.family_models import FAMILY_MODELS
@@ -271,7 +271,7 @@ def test_the_docs_table_of_families_is_what_the_models_give() -> None:
 
 
 def test_every_family_is_a_row_of_the_oracle() -> None:
-    from tensorplay.ao.pruning.dependency.families import FAMILIES
+    from tensorplay.ao.pruning.structured.dependency.families import FAMILIES
 
     covered = {DependencyGraph(entry.build()).family for entry in FAMILY_MODELS.values()}
     assert covered == {family.name for family in FAMILIES}

@@ -11,9 +11,9 @@ import torch
 from torch import nn
 
 from tensorplay.ao.pruning import custom_from_mask
-from tensorplay.ao.pruning.dependency.families import UnanalysableError
-from tensorplay.ao.pruning.dependency.graph import DependencyGraph
-from tensorplay.ao.pruning.dependency.unit_groups import Slice
+from tensorplay.ao.pruning.structured.dependency.families import UnanalysableError
+from tensorplay.ao.pruning.structured.dependency.graph import DependencyGraph
+from tensorplay.ao.pruning.structured.dependency.unit_groups import Slice
 from tests.hf_models import (
     tiny_bert,
     tiny_gpt2,
@@ -250,7 +250,7 @@ def test_a_model_of_an_unknown_family_is_refused_naming_its_block_and_what_is_un
 
 def test_a_pruner_on_an_unknown_family_refuses_before_any_change() -> None:
     from tensorplay.ao.pruning import Pruner
-    from tensorplay.ao.pruning.schedules import OneShotSchedule
+    from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
 
     model = _tiny_falcon()
     state = copy.deepcopy(model.state_dict())

@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from tensorplay.ao.pruning.pruner import Pruner
-from tensorplay.ao.pruning.schedules import CubicSchedule, OneShotSchedule, Schedule
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.schedules import CubicSchedule, OneShotSchedule, Schedule
 
 WIDTH = 32
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from tensorplay.ao.pruning.pruner import Pruner
-from tensorplay.ao.pruning.schedules import OneShotSchedule
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
 from tests.hf_models import tiny_gpt2, tiny_llama, tiny_vit
 
 

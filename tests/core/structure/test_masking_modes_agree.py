@@ -8,10 +8,10 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from tensorplay.ao.pruning.config import Masking
 from tensorplay.ao.pruning.masking import mask_of
-from tensorplay.ao.pruning.pruner import Pruner
-from tensorplay.ao.pruning.schedules import CubicSchedule
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.config import Masking
+from tensorplay.ao.pruning.pruner.schedules import CubicSchedule
 
 SCHEDULE = CubicSchedule(0.75, end_step=8, frequency=2)
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from tensorplay.ao.pruning.pruner import Pruner
-from tensorplay.ao.pruning.reparametrization import is_pruned_tensor
-from tensorplay.ao.pruning.schedules import CubicSchedule, OneShotSchedule, Schedule
+from tensorplay.ao.pruning.parity.reparametrization import is_pruned_tensor
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.schedules import CubicSchedule, OneShotSchedule, Schedule
 
 WIDTH, MULTIPLE = 128, 64
 

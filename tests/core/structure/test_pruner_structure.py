@@ -11,10 +11,10 @@ import torch
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning import DependencyGraph, shrink
-from tensorplay.ao.pruning.dependency.unit_groups import pruned_units
 from tensorplay.ao.pruning.masking import mask_of
-from tensorplay.ao.pruning.pruner import Pruner
-from tensorplay.ao.pruning.schedules import LinearSchedule, OneShotSchedule
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.schedules import LinearSchedule, OneShotSchedule
+from tensorplay.ao.pruning.structured.dependency.unit_groups import pruned_units
 from tests.hf_models import tiny_bert, tiny_gpt2, tiny_llama
 
 transformers = pytest.importorskip("transformers")

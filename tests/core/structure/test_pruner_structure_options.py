@@ -13,13 +13,13 @@ import torch
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning import DependencyGraph, shrink
-from tensorplay.ao.pruning.config import PrunerConfig, Structure
-from tensorplay.ao.pruning.dependency.unit_groups import unit_scores
 from tensorplay.ao.pruning.masking import mask_of
-from tensorplay.ao.pruning.pruner import Pruner
-from tensorplay.ao.pruning.reparametrization import is_pruned_tensor
-from tensorplay.ao.pruning.schedules import LinearSchedule, OneShotSchedule
-from tensorplay.ao.pruning.structures import STRUCTURES
+from tensorplay.ao.pruning.parity.reparametrization import is_pruned_tensor
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.config import PrunerConfig, Structure
+from tensorplay.ao.pruning.pruner.schedules import LinearSchedule, OneShotSchedule
+from tensorplay.ao.pruning.structured.dependency.unit_groups import unit_scores
+from tensorplay.ao.pruning.structured.units import STRUCTURES
 from tests.hf_models import tiny_bert, tiny_llama
 
 SCHEDULE = LinearSchedule(0.5, end_step=4, frequency=2)
@@ -282,7 +282,7 @@ BAD_OPTIONS = [
         id="multiple-type",
     ),
     pytest.param(
-        {"structure": "channel", "method": "tensorplay.ao.pruning.methods.Identity"},
+        {"structure": "channel", "method": "tensorplay.ao.pruning.parity.methods.Identity"},
         ValueError,
         r"'l1_unstructured' or 'random_unstructured' with structure='channel', but got Identity",
         id="method",

@@ -8,9 +8,9 @@ import torch
 from torch import nn
 
 from tensorplay.ao.pruning import DependencyGraph, shrink
-from tensorplay.ao.pruning.dependency.blocks import find_blocks
-from tensorplay.ao.pruning.dependency.unit_groups import shapes_of
-from tensorplay.ao.pruning.shrinking.reshape import ShrunkShapes, reshape
+from tensorplay.ao.pruning.structured.dependency.blocks import find_blocks
+from tensorplay.ao.pruning.structured.dependency.unit_groups import shapes_of
+from tensorplay.ao.pruning.structured.shrinking.reshape import ShrunkShapes, reshape
 from tests.core.structure.masking import every_other, mask_units
 from tests.hf_models import tiny_gpt2, tiny_gpt_neox, tiny_llama, tiny_phi3
 

@@ -13,8 +13,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from tensorplay.ao.pruning import Pruner, load_masked, load_shrunk, shrink
-from tensorplay.ao.pruning.dependency.recorded import RECORD_ATTRIBUTE, recorded_groups
-from tensorplay.ao.pruning.schedules import OneShotSchedule
+from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
+from tensorplay.ao.pruning.structured.dependency.recorded import RECORD_ATTRIBUTE, recorded_groups
 from tests.hf_models import tiny_llama
 
 transformers = pytest.importorskip("transformers")

@@ -13,8 +13,8 @@ import torch
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning import DependencyGraph, l1_unstructured, shrink
-from tensorplay.ao.pruning.dependency.unit_groups import Slice, UnitGroup
-from tensorplay.ao.pruning.reparametrization import is_pruned_tensor
+from tensorplay.ao.pruning.parity.reparametrization import is_pruned_tensor
+from tensorplay.ao.pruning.structured.dependency.unit_groups import Slice, UnitGroup
 from tests.core.gloo import spawn_gloo
 from tests.core.structure.masking import MODES, Mode, mask_units
 from tests.hf_models import (

@@ -14,14 +14,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning import Pruner, custom_from_mask, shrink
-from tensorplay.ao.pruning.dependency.recorded import (
+from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
+from tensorplay.ao.pruning.structured.dependency.recorded import (
     RECORD_ATTRIBUTE,
     record_groups,
     recorded_groups,
 )
-from tensorplay.ao.pruning.dependency.tracing import traced_groups
-from tensorplay.ao.pruning.dependency.unit_groups import UnitGroup
-from tensorplay.ao.pruning.schedules import OneShotSchedule
+from tensorplay.ao.pruning.structured.dependency.tracing import traced_groups
+from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup
 from tests.core.structure.masking import mask_units
 
 POOL = 2  # the pooled map is 2 x 2: each channel is 4 of the Linear's columns once flattened

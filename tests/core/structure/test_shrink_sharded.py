@@ -4,14 +4,14 @@ layer), equal to one process's shrunk model.
 
 2 gloo ranks on CPU: a tiny Llama (grouped-query attention) with ``fully_shard`` on each decoder
 layer and the root, trained with SGD between the steps of a ``LinearSchedule`` (lean masks), then
-:func:`~tensorplay.ao.pruning.shrinking.gathered.save_shrunk`. The oracle is one process running
-the same steps on the unsharded model and :func:`~tensorplay.ao.pruning.shrink`: masks equal bit
-for bit, the saved weights within 1e-5 (the ranks' gradients are all-reduced sums, in another
+:func:`~tensorplay.ao.pruning.structured.shrinking.gathered.save_shrunk`. The oracle is one process
+running the same steps on the unsharded model and :func:`~tensorplay.ao.pruning.shrink`: masks equal
+bit for bit, the saved weights within 1e-5 (the ranks' gradients are all-reduced sums, in another
 order than one process's), the outputs of the loaded folder within 1e-4. A refusal (a group that
-does not fit) is raised on every rank, before any folder is written, the sharded model unchanged.
-A folder saved from the sharded run with its units masked (its full state gathered and written
-with ``save_pretrained``) is shrunk later in one process by ``load_masked`` and ``shrink`` to
-exactly what the ranks wrote.
+does not fit) is raised on every rank, before any folder is written, the sharded model unchanged. A
+folder saved from the sharded run with its units masked (its full state gathered and written with
+``save_pretrained``) is shrunk later in one process by ``load_masked`` and ``shrink`` to exactly
+what the ranks wrote.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ CASES: dict[str, dict[str, Any]] = {
 
 
 def _train_and_prune(name: str, sharded: bool) -> tuple[nn.Module, Any]:
-    from tensorplay.ao.pruning.pruner import Pruner
-    from tensorplay.ao.pruning.schedules import CubicSchedule, LinearSchedule, Schedule
+    from tensorplay.ao.pruning.pruner.conductor import Pruner
+    from tensorplay.ao.pruning.pruner.schedules import CubicSchedule, LinearSchedule, Schedule
     from tests.core.structure.test_structure_sharded import _llama, _shard
 
     model = _llama()
@@ -85,8 +85,8 @@ def _save_masked(model: nn.Module, folder: Path, rank: int) -> None:
 
 
 def _worker(rank: int, out: Path) -> None:
-    from tensorplay.ao.pruning.dependency.unit_groups import Slice, UnitGroup
-    from tensorplay.ao.pruning.shrinking.gathered import save_shrunk
+    from tensorplay.ao.pruning.structured.dependency.unit_groups import Slice, UnitGroup
+    from tensorplay.ao.pruning.structured.shrinking.gathered import save_shrunk
 
     results: dict[str, Any] = {}
     for name in CASES:

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from tensorplay.ao.pruning import DependencyGraph, Pruner, SpentPrunerError, shrink
-from tensorplay.ao.pruning.schedules import LinearSchedule, OneShotSchedule
+from tensorplay.ao.pruning.pruner.schedules import LinearSchedule, OneShotSchedule
 from tests.hf_models import tiny_llama
 
 pytest.importorskip("transformers")

@@ -21,8 +21,13 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from tensorplay.ao.pruning.dependency.unit_groups import Slice, UnitGroup, expand_keep, units_view
-from tensorplay.ao.pruning.structures.sharded_units import local_keep, slice_sums
+from tensorplay.ao.pruning.structured.dependency.unit_groups import (
+    Slice,
+    UnitGroup,
+    expand_keep,
+    units_view,
+)
+from tensorplay.ao.pruning.structured.units.sharded_units import local_keep, slice_sums
 
 transformers = pytest.importorskip("transformers")
 
@@ -141,9 +146,9 @@ def run(name: str, sharded: bool, rank: int = 0) -> dict[str, Any]:
     """Train and prune case ``name``; the full masks, counts, and what was all-reduced. Each
     rank's global random stream differs (rank zero's is the one process's)."""
     from tensorplay.ao.pruning import DependencyGraph
-    from tensorplay.ao.pruning.pruner import Pruner
-    from tensorplay.ao.pruning.schedules import CubicSchedule, LinearSchedule, Schedule
-    from tensorplay.ao.pruning.structures import sharded_units
+    from tensorplay.ao.pruning.pruner.conductor import Pruner
+    from tensorplay.ao.pruning.pruner.schedules import CubicSchedule, LinearSchedule, Schedule
+    from tensorplay.ao.pruning.structured.units import sharded_units
 
     family, options = CASES[name]
     model = _llama() if family == "llama" else _mlp()
@@ -214,9 +219,9 @@ def run(name: str, sharded: bool, rank: int = 0) -> dict[str, Any]:
 def refusals() -> dict[str, str]:
     """What a sharded model refuses, each message with whether the model stayed as it was."""
     from tensorplay.ao.pruning import shrink
-    from tensorplay.ao.pruning.dependency.recorded import recorded_groups
-    from tensorplay.ao.pruning.pruner import Pruner
-    from tensorplay.ao.pruning.schedules import OneShotSchedule
+    from tensorplay.ao.pruning.pruner.conductor import Pruner
+    from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
+    from tensorplay.ao.pruning.structured.dependency.recorded import recorded_groups
 
     model = _llama()
     _shard(model, "llama")

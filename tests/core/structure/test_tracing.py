@@ -11,12 +11,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning import l1_unstructured
-from tensorplay.ao.pruning.dependency.tracing import (
+from tensorplay.ao.pruning.structured.dependency.tracing import (
     trace_channels,
     traced_groups,
 )
-from tensorplay.ao.pruning.dependency.unit_groups import Slice, UnitGroup
-from tensorplay.ao.pruning.shrinking.shrink import shrink
+from tensorplay.ao.pruning.structured.dependency.unit_groups import Slice, UnitGroup
+from tensorplay.ao.pruning.structured.shrinking.shrink import shrink
 from tests.core.structure.masking import MODES, mask_units
 
 

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from tensorplay.ao.pruning import custom_from_mask
-from tensorplay.ao.pruning.dependency.unit_groups import (
+from tensorplay.ao.pruning.structured.dependency.unit_groups import (
     Slice,
     UnitGroup,
     check_groups,

@@ -2,8 +2,8 @@
 
 Both watch each mixture-of-experts layer's experts module (a forward hook: it receives the
 tokens, the experts each token is routed to and their gate weights, as every transformers 5
-experts module of :mod:`~tensorplay.ao.pruning.dependency.families.moe` does) over the batches
-seen since the last pruning step, and give one score per expert:
+experts module of :mod:`~tensorplay.ao.pruning.structured.dependency.families.moe` does) over the
+batches seen since the last pruning step, and give one score per expert:
 
 * ``"frequency"``: the share of the tokens routed to the expert (over all tokens seen; the
   shares of a layer sum to its ``top_k``);
@@ -15,7 +15,7 @@ seen since the last pruning step, and give one score per expert:
 They rank experts only (``structure="expert"``, checked by the configuration): each scored
 tensor of a layer (its fused ``gate_up_proj`` and ``down_proj``) gets the expert's score in every
 entry of the expert's slice, so the unit's root mean square is the score itself. Observed in a
-calibration pass (:func:`~tensorplay.ao.pruning.one_shot.prune_one_shot`, where ``"reap"`` is
+calibration pass (:func:`~tensorplay.ao.pruning.pruner.one_shot.prune_one_shot`, where ``"reap"`` is
 the default for experts) or in training (every forward adds, in train or eval mode, with or
 without gradients). The sums are part of the pruner's state (a resumed run continues them),
 reset after each pruning step (a gradual schedule ranks by the model as pruned so far), summed
@@ -25,7 +25,7 @@ over the ranks at a pruning step, and silent once
 Example:
     >>> import torch
     >>> from torch import nn
-    >>> from tensorplay.ao.pruning.tied_targets import Target
+    >>> from tensorplay.ao.pruning.targets.tied import Target
     >>> experts = nn.Module()  # 2 experts of 1 channel over 1 feature, as transformers holds them
     >>> experts.gate_up_proj = nn.Parameter(torch.ones(2, 2, 1))
     >>> experts.down_proj = nn.Parameter(torch.tensor([[[1.0]], [[2.0]]]))
@@ -49,9 +49,9 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
+from tensorplay.ao.pruning.edits.spent import ShrinkWatch
 from tensorplay.ao.pruning.importance.score import Importance
-from tensorplay.ao.pruning.spent import ShrinkWatch
-from tensorplay.ao.pruning.tied_targets import Target
+from tensorplay.ao.pruning.targets.tied import Target
 
 __all__ = ["Frequency", "Reap", "expert_output"]
 

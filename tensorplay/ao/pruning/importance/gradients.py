@@ -25,10 +25,10 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from tensorplay.ao.pruning.dtensor_targets import sum_over_ranks
 from tensorplay.ao.pruning.importance.score import Importance
 from tensorplay.ao.pruning.selection.sharding import local_part
-from tensorplay.ao.pruning.tied_targets import Target
+from tensorplay.ao.pruning.selection.shards import sum_over_ranks
+from tensorplay.ao.pruning.targets.tied import Target
 
 __all__ = ["GradientScore"]
 

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from tensorplay.ao.pruning.layouts import is_transposed
+from tensorplay.ao.pruning.targets.layouts import is_transposed
 
 __all__ = ["FeatureLayout", "feature_layout"]
 

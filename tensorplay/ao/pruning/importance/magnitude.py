@@ -5,7 +5,7 @@ scores existed: no state, no hooks.
 
 Example:
     >>> from torch import nn
-    >>> from tensorplay.ao.pruning.tied_targets import Target
+    >>> from tensorplay.ao.pruning.targets.tied import Target
     >>> layer = nn.Linear(2, 1)
     >>> targets = [Target(("weight",), ((layer, "weight"),))]
     >>> Magnitude().scores(targets)[0].equal(layer.weight)

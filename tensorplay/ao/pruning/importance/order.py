@@ -20,8 +20,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from tensorplay.ao.pruning.dtensor_targets import placed_like
 from tensorplay.ao.pruning.selection import local_part
+from tensorplay.ao.pruning.selection.shards import placed_like
 
 __all__ = ["ordered"]
 

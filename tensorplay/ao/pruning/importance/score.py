@@ -1,7 +1,7 @@
 """What an importance score is to the pruner: the :class:`Importance` protocol's base class.
 
 The pruner asks its importance four things, always with its targets
-(:class:`~tensorplay.ao.pruning.tied_targets.Target`, each parameter once):
+(:class:`~tensorplay.ao.pruning.targets.tied.Target`, each parameter once):
 
 * :meth:`Importance.bind` once, when the pruner is made: check the targets and install what
   the score observes (Wanda's forward hooks), raising before anything is installed;
@@ -18,7 +18,7 @@ its accumulation bit for bit.
 Example:
     >>> import torch
     >>> from torch import nn
-    >>> from tensorplay.ao.pruning.tied_targets import Target
+    >>> from tensorplay.ao.pruning.targets.tied import Target
     >>> layer = nn.Linear(2, 1)
     >>> targets = [Target(("weight",), ((layer, "weight"),))]
     >>> score = Importance()
@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from tensorplay.ao.pruning.tied_targets import Target
+from tensorplay.ao.pruning.targets.tied import Target
 
 __all__ = ["Importance"]
 

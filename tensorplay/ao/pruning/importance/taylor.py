@@ -15,7 +15,7 @@ afresh on the pruned network).
 Example:
     >>> import torch
     >>> from torch import nn
-    >>> from tensorplay.ao.pruning.tied_targets import Target
+    >>> from tensorplay.ao.pruning.targets.tied import Target
     >>> layer = nn.Linear(2, 1, bias=False)
     >>> targets = [Target(("weight",), ((layer, "weight"),))]
     >>> layer.weight.data = torch.tensor([[1.0, -2.0]])

@@ -5,8 +5,8 @@ the input feature it multiplies, over every token of the batches observed
 (:mod:`~tensorplay.ao.pruning.importance.input_features` maps the feature to the weight's axis for
 ``nn.Linear``, Hugging Face ``Conv1D`` and ``nn.Conv1d/2d``). Sun et al. compare the scores
 **within each output row** and prune once, with no weight update: use it with ``scope="row"``
-and a :class:`~tensorplay.ao.pruning.schedules.OneShotSchedule` after a calibration pass
-(:func:`~tensorplay.ao.pruning.one_shot.prune_one_shot`).
+and a :class:`~tensorplay.ao.pruning.pruner.schedules.OneShotSchedule` after a calibration pass
+(:func:`~tensorplay.ao.pruning.pruner.one_shot.prune_one_shot`).
 
 The norms come from forward hooks on every module that holds a target, installed when the pruner
 is made and removed by ``make_permanent`` (and silent once
@@ -20,7 +20,7 @@ norms over all ranks' batches and the masks are identical.
 Example:
     >>> import torch
     >>> from torch import nn
-    >>> from tensorplay.ao.pruning.tied_targets import Target
+    >>> from tensorplay.ao.pruning.targets.tied import Target
     >>> layer = nn.Linear(2, 1, bias=False)
     >>> layer.weight.data = torch.tensor([[1.0, 1.0]])
     >>> targets = [Target(("weight",), ((layer, "weight"),))]
@@ -41,12 +41,12 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
-from tensorplay.ao.pruning.dtensor_targets import local_rows, placed_like
+from tensorplay.ao.pruning.edits.spent import ShrinkWatch
 from tensorplay.ao.pruning.importance.input_features import FeatureLayout, feature_layout
 from tensorplay.ao.pruning.importance.score import Importance
 from tensorplay.ao.pruning.selection import local_part
-from tensorplay.ao.pruning.spent import ShrinkWatch
-from tensorplay.ao.pruning.tied_targets import Target
+from tensorplay.ao.pruning.selection.shards import local_rows, placed_like
+from tensorplay.ao.pruning.targets.tied import Target
 
 __all__ = ["Wanda"]
 

@@ -36,7 +36,7 @@ Example:
     >>> import torch
     >>> from torch import nn
     >>> from tensorplay.ao.pruning.masking.lean_masks import install_mask
-    >>> from tensorplay.ao.pruning.tied_targets import Target
+    >>> from tensorplay.ao.pruning.targets.tied import Target
     >>> layer = nn.Linear(2, 1, bias=False)
     >>> install_mask([(layer, "weight")], torch.tensor([[True, False]]))
     >>> hooks = GradientMasks()
@@ -58,11 +58,11 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
-from tensorplay.ao.pruning.dtensor_targets import is_sharded
 from tensorplay.ao.pruning.masking.lean_masks import lean_mask
+from tensorplay.ao.pruning.selection.shards import is_sharded
 
 if TYPE_CHECKING:
-    from tensorplay.ao.pruning.tied_targets import Target
+    from tensorplay.ao.pruning.targets.tied import Target
 
 __all__ = ["GradientMasks"]
 
@@ -117,7 +117,7 @@ class GradientMasks:
             >>> import torch
             >>> from torch import nn
             >>> from tensorplay.ao.pruning.masking.lean_masks import install_mask, lean_mask
-            >>> from tensorplay.ao.pruning.tied_targets import Target
+            >>> from tensorplay.ao.pruning.targets.tied import Target
             >>> layer = nn.Linear(2, 1, bias=False)
             >>> install_mask([(layer, "weight")], torch.tensor([[True, False]]))
             >>> hooks = GradientMasks()

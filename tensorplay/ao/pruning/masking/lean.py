@@ -21,8 +21,8 @@ pruned units that the weights hold as zero, never more.
 Example:
     >>> import torch
     >>> from torch import nn
-    >>> from tensorplay.ao.pruning.methods import L1Unstructured
-    >>> from tensorplay.ao.pruning.tied_targets import Target
+    >>> from tensorplay.ao.pruning.parity.methods import L1Unstructured
+    >>> from tensorplay.ao.pruning.targets.tied import Target
     >>> layer = nn.Linear(4, 2)
     >>> targets = [Target(("weight",), ((layer, "weight"),))]
     >>> mode = LeanMasks()
@@ -41,15 +41,6 @@ import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
-from tensorplay.ao.pruning.base import BasePruningMethod
-from tensorplay.ao.pruning.config import counts_itself
-from tensorplay.ao.pruning.dtensor_targets import (
-    Sharding,
-    global_zeros,
-    is_sharded,
-    sharding_of,
-    sum_over_ranks,
-)
 from tensorplay.ao.pruning.masking.gradient_masks import GradientMasks
 from tensorplay.ao.pruning.masking.lean_masks import (
     apply_masks,
@@ -64,11 +55,24 @@ from tensorplay.ao.pruning.masking.lean_masks import (
 )
 from tensorplay.ao.pruning.masking.mode import masked_targets, own_masks
 from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerHooks
-from tensorplay.ao.pruning.method_selection import STREAMING, has_streaming_keys, select_in_place
-from tensorplay.ao.pruning.reparametrization import is_pruned_tensor
+from tensorplay.ao.pruning.parity.base import BasePruningMethod
+from tensorplay.ao.pruning.parity.method_selection import (
+    STREAMING,
+    counts_itself,
+    has_streaming_keys,
+    select_in_place,
+)
+from tensorplay.ao.pruning.parity.reparametrization import is_pruned_tensor
+from tensorplay.ao.pruning.selection.shards import (
+    Sharding,
+    global_zeros,
+    is_sharded,
+    sharding_of,
+    sum_over_ranks,
+)
 
 if TYPE_CHECKING:
-    from tensorplay.ao.pruning.tied_targets import Target
+    from tensorplay.ao.pruning.targets.tied import Target
 
 __all__ = ["LeanMasks"]
 
@@ -260,8 +264,8 @@ class LeanMasks:
 
     def mask_gradients(self, targets: Sequence[Target]) -> None:
         """Zero the pruned entries of the targets' gradients (one fused pass), but for those the
-        gradient hooks provably masked already (:meth:`~tensorplay.ao.pruning.masking.
-        gradient_masks.GradientMasks.unmasked`)."""
+        gradient hooks provably masked already
+        (:meth:`~tensorplay.ao.pruning.masking.gradient_masks.GradientMasks.unmasked`)."""
         mask_gradients(*self._gradient_masks.unmasked(*self.masked(targets)))
 
     def apply_masks(self, targets: Sequence[Target]) -> None:

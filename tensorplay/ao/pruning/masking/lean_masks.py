@@ -23,7 +23,7 @@ from. Rewinding keeps its own snapshot.
 Two functions are the only places that know how a mask is made and how a tensor's local values
 are reached (:func:`mask_like`, :func:`local_tensor`). Under FSDP2 a parameter, its gradient and
 its optimizer state are ``DTensor`` shards: its mask is a bool ``DTensor`` sharded like it, and
-every pass works on the local tensors only (:mod:`~tensorplay.ao.pruning.dtensor_targets`).
+every pass works on the local tensors only (:mod:`~tensorplay.ao.pruning.selection.shards`).
 
 Example:
     >>> import torch
@@ -44,10 +44,10 @@ import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
-from tensorplay.ao.pruning.dtensor_targets import placed_like
 from tensorplay.ao.pruning.pair import Pair
 from tensorplay.ao.pruning.selection import local_part
 from tensorplay.ao.pruning.selection.checks import count_true
+from tensorplay.ao.pruning.selection.shards import placed_like
 
 __all__ = [
     "MASK_SUFFIX",

@@ -12,7 +12,7 @@ two, chosen once from ``masking=`` by :func:`~tensorplay.ao.pruning.masking.mask
 
 A third mode implements this protocol and is added to the factory's table; nothing else in the
 pruner changes. Every method takes the pruner's targets
-(:class:`~tensorplay.ao.pruning.tied_targets.Target`: each parameter once, with all its
+(:class:`~tensorplay.ao.pruning.targets.tied.Target`: each parameter once, with all its
 holders) and checks before it changes anything.
 
 Example:
@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
-from tensorplay.ao.pruning.base import BasePruningMethod
-from tensorplay.ao.pruning.dtensor_targets import is_sharded
+from tensorplay.ao.pruning.parity.base import BasePruningMethod
+from tensorplay.ao.pruning.selection.shards import is_sharded
 
 if TYPE_CHECKING:
     from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerHooks
-    from tensorplay.ao.pruning.tied_targets import Target
+    from tensorplay.ao.pruning.targets.tied import Target
 
 __all__ = ["MaskingMode", "check_shards", "masked_targets", "own_masks"]
 
@@ -93,7 +93,8 @@ class MaskingMode(Protocol):
     ) -> None:
         """Let ``clear(i, scores, keep)`` clear bits of target ``i``'s bool keep mask (this
         rank's pieces of both; ``True``: kept), then hold the result as the target's mask
-        (``scope="row"``: :mod:`~tensorplay.ao.pruning.row_pruning` chooses the units)."""
+        (``scope="row"``: :mod:`~tensorplay.ao.pruning.structured.units.row_pruning` chooses the
+        units)."""
 
     def pruned_counts(self, targets: Sequence[Target], *, read_weights: bool = True) -> list[int]:
         """Per target, the units that are pruned, as the weights hold them; without
@@ -140,7 +141,7 @@ def masked_targets(
     Example:
         >>> import torch
         >>> from torch import nn
-        >>> from tensorplay.ao.pruning.tied_targets import Target
+        >>> from tensorplay.ao.pruning.targets.tied import Target
         >>> layer = nn.Linear(2, 1)
         >>> targets = [Target(("weight",), ((layer, "weight"),))]
         >>> masked_targets(lambda module, name: torch.ones(1, 2), targets)[0][0] is layer.weight
@@ -172,8 +173,8 @@ def own_masks(
     Example:
         >>> import torch
         >>> from torch import nn
-        >>> from tensorplay.ao.pruning.methods import Identity
-        >>> from tensorplay.ao.pruning.tied_targets import Target
+        >>> from tensorplay.ao.pruning.parity.methods import Identity
+        >>> from tensorplay.ao.pruning.targets.tied import Target
         >>> layer = nn.Linear(2, 1)
         >>> target = Target(("weight",), ((layer, "weight"),))
         >>> own_masks(Identity(), [target], [layer.weight.detach()], [torch.ones(1, 2)])
@@ -202,7 +203,7 @@ def check_shards(mode: MaskingMode, targets: Sequence[Target]) -> None:
     Example:
         >>> from torch import nn
         >>> from tensorplay.ao.pruning.masking import masking_mode
-        >>> from tensorplay.ao.pruning.tied_targets import Target
+        >>> from tensorplay.ao.pruning.targets.tied import Target
         >>> layer = nn.Linear(2, 1)
         >>> check_shards(masking_mode("reparametrize"), [Target(("weight",), ((layer, "weight"),))])
     """

@@ -67,12 +67,12 @@ class OptimizerHooks:
     Before each step, unless the gradients were masked since the last step (a call of the
     owner's ``mask_gradients`` before clipping), the gradients of the targets the optimizer
     holds are masked (``mask_gradients=True``), those that ``gradient_masks``' hooks provably
-    masked already excepted (:meth:`~tensorplay.ao.pruning.masking.gradient_masks.
-    GradientMasks.unmasked`). After the step, the pruned weights are zeroed
-    again unless :func:`keeps_zeros` proves the step kept them zero; a step that ran on
-    unmasked gradients also gets its state entries zeroed, so the next steps need no weight
-    pass again. After ``optimizer.load_state_dict`` the pruned entries of the loaded state are
-    zeroed.
+    masked already excepted
+    (:meth:`~tensorplay.ao.pruning.masking.gradient_masks.GradientMasks.unmasked`). After the step,
+    the pruned weights are zeroed again unless :func:`keeps_zeros` proves the step kept them zero; a
+    step that ran on unmasked gradients also gets its state entries zeroed, so the next steps need
+    no weight pass again. After ``optimizer.load_state_dict`` the pruned entries of the loaded state
+    are zeroed.
 
     Args:
         optimizer: The optimizer.

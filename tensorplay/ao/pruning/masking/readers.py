@@ -1,15 +1,15 @@
 """Reading a mask whatever holds it: the one question every caller asks of both formats.
 
 A tensor ``module.<name>`` is masked either by the reparametrization (``<name>_orig``, a float
-``<name>_mask`` buffer and a forward pre-hook: :mod:`~tensorplay.ao.pruning.reparametrization`)
-or by a lean mask (a bool ``<name>_mask`` beside the plain parameter:
-:mod:`~tensorplay.ao.pruning.masking.lean_masks`). The two cannot both hold one tensor: a lean
-mask is only recognised where there is no ``<name>_orig``.
+``<name>_mask`` buffer and a forward pre-hook:
+:mod:`~tensorplay.ao.pruning.parity.reparametrization`) or by a lean mask (a bool ``<name>_mask``
+beside the plain parameter: :mod:`~tensorplay.ao.pruning.masking.lean_masks`). The two cannot both
+hold one tensor: a lean mask is only recognised where there is no ``<name>_orig``.
 
 Example:
     >>> import torch
     >>> from torch import nn
-    >>> from tensorplay.ao.pruning.methods import l1_unstructured
+    >>> from tensorplay.ao.pruning.parity.methods import l1_unstructured
     >>> layer = l1_unstructured(nn.Linear(2, 2), "weight", amount=1)
     >>> mask_of(layer, "weight") is layer.weight_mask, mask_of(layer, "bias")
     (True, None)
@@ -29,7 +29,11 @@ from tensorplay.ao.pruning.masking.lean_masks import (
     lean_names,
     pruned_zero_counts,
 )
-from tensorplay.ao.pruning.reparametrization import count_pruned, pruned_parts, reparametrized_names
+from tensorplay.ao.pruning.parity.reparametrization import (
+    count_pruned,
+    pruned_parts,
+    reparametrized_names,
+)
 
 __all__ = ["mask_of", "masked_values", "pruned_count_of", "saved_mask_keys", "saved_mask_names"]
 
@@ -90,7 +94,7 @@ def masked_values(module: nn.Module, name: str) -> tuple[Tensor, Tensor] | None:
 
     Example:
         >>> from torch import nn
-        >>> from tensorplay.ao.pruning.methods import identity
+        >>> from tensorplay.ao.pruning.parity.methods import identity
         >>> layer = identity(nn.Linear(2, 2), "weight")
         >>> values, mask = masked_values(layer, "weight")
         >>> values is layer.weight_orig, mask is layer.weight_mask

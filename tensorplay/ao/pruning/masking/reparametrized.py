@@ -9,8 +9,8 @@ stay recoverable in ``<name>_orig`` until :meth:`ReparametrizedMasks.make_perman
 Example:
     >>> import torch
     >>> from torch import nn
-    >>> from tensorplay.ao.pruning.methods import L1Unstructured
-    >>> from tensorplay.ao.pruning.tied_targets import Target
+    >>> from tensorplay.ao.pruning.parity.methods import L1Unstructured
+    >>> from tensorplay.ao.pruning.targets.tied import Target
     >>> layer = nn.Linear(4, 2)
     >>> targets = [Target(("weight",), ((layer, "weight"),))]
     >>> mode = ReparametrizedMasks()
@@ -28,17 +28,17 @@ import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
-from tensorplay.ao.pruning.base import BasePruningMethod
-from tensorplay.ao.pruning.dtensor_targets import global_zeros, is_sharded
-from tensorplay.ao.pruning.global_pruning import prune_globally, share_mask
 from tensorplay.ao.pruning.masking.lean_masks import is_lean_tensor
 from tensorplay.ao.pruning.masking.mode import masked_targets, own_masks
-from tensorplay.ao.pruning.methods import remove
-from tensorplay.ao.pruning.reparametrization import is_pruned_tensor, pruned_parts
+from tensorplay.ao.pruning.parity.base import BasePruningMethod
+from tensorplay.ao.pruning.parity.global_unstructured import prune_globally, share_mask
+from tensorplay.ao.pruning.parity.methods import remove
+from tensorplay.ao.pruning.parity.reparametrization import is_pruned_tensor, pruned_parts
+from tensorplay.ao.pruning.selection.shards import global_zeros, is_sharded
 
 if TYPE_CHECKING:
     from tensorplay.ao.pruning.pair import Pair
-    from tensorplay.ao.pruning.tied_targets import Target
+    from tensorplay.ao.pruning.targets.tied import Target
 
 __all__ = ["ReparametrizedMasks"]
 

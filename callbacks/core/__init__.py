@@ -1,0 +1,1 @@
+"""What every framework adapter shares: the pruner's lifecycle inside a training framework."""

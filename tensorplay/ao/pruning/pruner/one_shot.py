@@ -1,0 +1,268 @@
+"""Post-training pruning in one call: calibrate on a few batches, prune once.
+
+The workflow of Wanda (Sun et al. 2023) and its peers on a trained model: load it, run a few
+calibration batches through it, prune every output row to the target sparsity by
+``|W| * ||X_j||``, save. :func:`prune_one_shot` is a
+:class:`~tensorplay.ao.pruning.pruner.Pruner` with a
+:class:`~tensorplay.ao.pruning.pruner.schedules.OneShotSchedule`, one calibration pass and one
+``step()``; anything it does a user can do with those three.
+
+Example:
+    >>> import copy
+    >>> import torch
+    >>> from torch import nn
+    >>> _ = torch.manual_seed(0)
+    >>> model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    >>> batches = [torch.randn(32, 8) for _ in range(4)]
+    >>> pruner = prune_one_shot(model, batches, 0.5)  # Wanda, per row, made permanent
+    >>> pruner.sparsity(), sorted(model[0].state_dict())
+    (0.5, ['bias', 'weight'])
+
+    Half of the hidden channels, by activation norms, then removed:
+
+    >>> from tensorplay.ao.pruning import shrink
+    >>> model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    >>> pruner = prune_one_shot(model, batches, 0.5, structure="channel",
+    ...                         example_inputs=batches[0])
+    >>> _ = shrink(model)
+    >>> model[0].out_features, model[2].in_features
+    (8, 8)
+
+    The same, with the layer reading the pruned channels re-solved to match the dense outputs:
+
+    >>> model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    >>> dense = [model(x).detach() for x in batches]
+    >>> def error(model: nn.Module) -> float:
+    ...     with torch.no_grad():
+    ...         return sum(float((model(x) - y).square().mean()) for x, y in zip(batches, dense))
+    >>> plain, solved = copy.deepcopy(model), copy.deepcopy(model)
+    >>> _ = prune_one_shot(plain, batches, 0.5, structure="channel", example_inputs=batches[0])
+    >>> _ = prune_one_shot(solved, batches, 0.5, structure="channel", example_inputs=batches[0],
+    ...                    reconstruct=True)
+    >>> error(solved) < error(plain)
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from tensorplay.ao.pruning.calibration.batches import Forward, run_batch
+from tensorplay.ao.pruning.distillation.dense_copy import dense_copy
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.config import Scope, Structure
+from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
+from tensorplay.ao.pruning.structured.reconstruction import (
+    DEFAULT_DAMPING,
+    RECONSTRUCTED_KINDS,
+    check_damping,
+    consumers_for,
+)
+from tensorplay.ao.pruning.structured.reconstruction import reconstruct as reconstruct_consumers
+from tensorplay.ao.pruning.structured.units import STRUCTURES
+
+__all__ = ["calibrate", "one_shot_schedule", "prune_one_shot"]
+
+
+def _loss_of(output: Any) -> Tensor:
+    loss = getattr(output, "loss", output)
+    if not isinstance(loss, Tensor) or loss.numel() != 1:
+        raise TypeError(
+            "Expected the calibration forward to return a scalar loss (or an output with a "
+            f"`.loss`) for a gradient importance, but got {type(output).__name__}: pass "
+            "`forward=lambda model, batch: loss`."
+        )
+    return loss
+
+
+def calibrate(pruner: Pruner, batches: Iterable[Any], forward: Forward | None = None) -> int:
+    """Run ``batches`` through ``pruner.model`` for its importance: forwards under
+    ``torch.no_grad`` in eval mode (Wanda's input norms), or, for a gradient importance
+    (movement, Taylor), a forward and backward per batch, each accumulated as one step with
+    the gradients cleared before and after. The model's train/eval mode is restored.
+
+    Args:
+        pruner: The pruner whose importance observes the batches.
+        batches: Any iterable of batches (a ``DataLoader``, a list of tensors).
+        forward: ``(model, batch) -> output`` (a scalar loss for a gradient importance);
+            default ``model(batch)``, ``model(*batch)`` for a tuple, ``model(**batch)`` for a
+            mapping (a Hugging Face model given ``labels`` returns its loss).
+
+    Returns:
+        The number of batches run.
+
+    Raises:
+        TypeError: A gradient importance whose forward returns no scalar loss.
+    """
+    run = forward or run_batch
+    model = pruner.model
+    training = model.training
+    count = 0
+    model.eval()
+    try:
+        for batch in batches:
+            if pruner.importance.needs_gradients:
+                model.zero_grad(set_to_none=True)
+                torch.autograd.backward(_loss_of(run(model, batch)))
+                pruner.accumulate()
+            else:
+                with torch.no_grad():
+                    run(model, batch)
+            count += 1
+    finally:
+        if pruner.importance.needs_gradients:
+            model.zero_grad(set_to_none=True)
+        model.train(training)
+    return count
+
+
+def one_shot_schedule(sparsity: float | None, target_params: int | float | None) -> OneShotSchedule:
+    """The schedule of one step: to ``sparsity``, or the whole way to ``target_params``.
+
+    Raises:
+        ValueError: Both or neither given.
+
+    Example:
+        >>> one_shot_schedule(0.5, None), one_shot_schedule(None, 0.8)
+        (OneShotSchedule(sparsity=0.5, step=0), OneShotSchedule(sparsity=None, step=0))
+    """
+    if (sparsity is None) == (target_params is None):
+        raise ValueError(
+            "Expected exactly one of `sparsity` and `target_params`, but got "
+            f"sparsity={sparsity!r} and target_params={target_params!r}."
+        )
+    return OneShotSchedule(sparsity)  # without one: the whole way to the budget
+
+
+def prune_one_shot(
+    model: nn.Module,
+    batches: Iterable[Any],
+    sparsity: float | None = None,
+    *,
+    target_params: int | float | None = None,
+    importance: str | None = None,
+    scope: Scope | None = None,
+    structure: Structure | tuple[Structure, ...] = "element",
+    forward: Forward | None = None,
+    make_permanent: bool = True,
+    reconstruct: bool = False,
+    reconstruct_damping: float = DEFAULT_DAMPING,
+    **options: Any,
+) -> Pruner:
+    """Prune ``model`` once to ``sparsity`` after a calibration pass over ``batches``.
+
+    Args:
+        model: A trained model.
+        batches: The calibration batches (:func:`calibrate`).
+        sparsity: The fraction of the targets' units pruned, in ``[0, 1]``; or
+        target_params: The parameters the model keeps after
+            :func:`~tensorplay.ao.pruning.structured.shrinking.shrink.shrink`: an int (every
+            parameter of the model, embeddings included, tied ones once) or a float in (0, 1] (that
+            fraction of its parameters now); exactly one of ``sparsity`` and ``target_params``.
+            Units are ranked by standardised score per parameter removed
+            (:mod:`~tensorplay.ao.pruning.structured.units.budget`); the shrunk model lands at most
+            at the budget and within one unit's parameters of it (one unit per layer with
+            ``scope="layerwise"``, whose widths are equal per kind).
+        importance: The score (:mod:`~tensorplay.ao.pruning.importance`); by default Wanda,
+            and REAP (``"reap"``) for ``structure="expert"``.
+        scope: ``"row"`` (Wanda's choice: each output row on its own), ``"layerwise"`` or
+            ``"global"``; by default ``"row"`` for single weights and ``"global"`` for a
+            ``structure`` of units (FLAP's choice: channels ranked across the model), but
+            ``"layerwise"`` for experts (REAP's: every layer keeps as many, and the shrunk model
+            loads with plain ``from_pretrained``).
+        structure: What a unit is: ``"element"``, ``"channel"``, ``"head"``, ``"layer"``,
+            ``"expert"`` or, with ``target_params``, a tuple of kinds such as
+            ``("channel", "head")`` (:class:`~tensorplay.ao.pruning.pruner.config.PrunerConfig`);
+            the model's units are masked in every slice, and
+            :func:`~tensorplay.ao.pruning.structured.shrinking.shrink.shrink` removes them
+            afterwards (a plain model needs ``example_inputs=`` to be traced).
+        forward: How a batch runs through the model (:func:`calibrate`).
+        make_permanent: Drop the masks and hooks afterwards, keeping the zeros: the model then
+            saves as a plain dense-format state_dict (``save_pretrained``, ``torch.save``).
+            Experts stay unrouted by their zero router rows while the routing hook is on the
+            model: :func:`~tensorplay.ao.pruning.structured.shrinking.shrink.shrink` before saving.
+        reconstruct: After the step, re-solve the layers that read the pruned channels or
+            heads over their kept inputs, so that their outputs match the dense model's on
+            ``batches`` (:mod:`~tensorplay.ao.pruning.structured.reconstruction`;
+            ``structure="channel"`` or ``"head"``). It holds a dense copy of the model while it
+            runs, and ``batches`` are run once more per such layer (an iterator is read into a list
+            first).
+        reconstruct_damping: The ridge ``lambda`` of the re-solve, relative to the mean
+            diagonal of each layer's input Gram matrix.
+        **options: Any other argument of :class:`~tensorplay.ao.pruning.pruner.Pruner`
+            (``parameters``, ``exclude``, ``keep_dense``, ``min_density``, ``masking``,
+            ``multiple_of``, ``example_inputs``...).
+
+    Returns:
+        The pruner (its :meth:`~tensorplay.ao.pruning.pruner.Pruner.report` tells what it did).
+
+    Raises:
+        TypeError, ValueError: As the :class:`~tensorplay.ao.pruning.pruner.Pruner`; both or
+            neither of ``sparsity`` and ``target_params``; a budget below the smallest size
+            the floors allow (naming it); ``reconstruct=True`` with a ``structure`` other than
+            ``"channel"`` or ``"head"``, a negative ``reconstruct_damping``, or a layer reading
+            pruned units that is not a Linear or ``Conv1D`` (a convolution). All before anything
+            changes.
+        RuntimeError: No batch reached a target (nothing is pruned; the hooks are removed).
+    """
+    schedule = one_shot_schedule(sparsity, target_params)
+    damping = _check_reconstruct(reconstruct, reconstruct_damping, structure)
+    kind = STRUCTURES.get(structure) if isinstance(structure, str) else STRUCTURES["channel"]
+    chosen: Any = scope or (kind.one_shot_scope if kind is not None else "row")
+    score = importance or str(getattr(kind, "one_shot_importance", "wanda"))
+    data = list(batches) if reconstruct and isinstance(batches, Iterator) else batches
+    reference = dense_copy(model) if reconstruct else None  # before any hook is on the model
+    pruner = Pruner(
+        model,
+        schedule,
+        importance=score,
+        scope=chosen,
+        structure=structure,
+        target_params=target_params,
+        **options,
+    )
+    try:
+        names = [name for names in pruner.aliases.values() for name in names]
+        example = options.get("example_inputs")
+        kinds = (structure,) if isinstance(structure, str) else structure
+        consumers = (
+            []
+            if reference is None
+            else [
+                found for kind in kinds for found in consumers_for(reference, kind, names, example)
+            ]
+        )
+        calibrate(pruner, data, forward)
+        pruner.step()
+        if reference is not None:
+            reconstruct_consumers(
+                model, reference, consumers, data, forward=forward, damping=damping
+            )
+            pruner.importance.after_pruning()  # its forwards are no observation
+    except BaseException:
+        pruner.importance.close()
+        raise
+    if make_permanent:
+        pruner.make_permanent()
+    return pruner
+
+
+def _check_reconstruct(
+    reconstruct: object, damping: object, structure: str | tuple[str, ...]
+) -> float:
+    """The damping, once ``reconstruct`` and ``structure`` (one kind, or several with a
+    parameter budget) are checked to go together."""
+    if not isinstance(reconstruct, bool):
+        raise TypeError(f"Expected `reconstruct` to be a bool, but got {reconstruct!r}.")
+    value = check_damping("reconstruct_damping", damping)
+    kinds = (structure,) if isinstance(structure, str) else structure
+    if reconstruct and not all(kind in RECONSTRUCTED_KINDS for kind in kinds):
+        raise ValueError(
+            f"Expected structure='channel' or 'head' with reconstruct=True, but got "
+            f"{structure!r}: only the layers that read pruned channels or heads are re-solved."
+        )
+    return value

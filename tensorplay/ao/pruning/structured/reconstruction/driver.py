@@ -1,0 +1,302 @@
+"""The calibration driver of reconstruction: each consumer re-solved in the order it computes.
+
+After a one-shot step has chosen and masked the units, :func:`reconstruct` re-fits every
+consumer of pruned units (:mod:`~tensorplay.ao.pruning.structured.reconstruction.consumers`) by
+:func:`~tensorplay.ao.pruning.structured.reconstruction.ridge.ridge_solve`, one consumer at a time,
+in the order the forward first calls them (block by block in a transformer). For each consumer and
+calibration batch:
+
+* the **dense reference** (a frozen copy of the model taken before pruning,
+  :func:`~tensorplay.ao.pruning.distillation.dense_copy.dense_copy`) runs up to the consumer, whose
+  input is ``X_d``; the forward stops there;
+* the **pruned model** runs up to the consumer, whose kept inputs are ``X_k``: everything before
+  it is already pruned *and reconstructed*, so each layer also corrects the error of the layers
+  before it;
+* ``G += X_k^T X_k`` and ``C += X_k^T X_d`` over the batch's tokens, in float32 on the
+  consumer's device; a token the batch's ``attention_mask`` marks as padding (a batch that is a
+  mapping holding one, as a Hugging Face tokenizer gives) never enters them. In a process
+  group (DDP), the sums are all-reduced, so every rank solves the same weights from all the
+  ranks' batches.
+
+The solution is written over the kept entries only: into ``<name>_orig`` under the
+reparametrization (the pruned values stay recoverable), into the parameter itself under lean
+masks (pruned entries stay zero). A consumer with no pruned input is not touched, so sparsity 0
+changes nothing. Nothing new is added to the model: no parameter, no module, no hook remains.
+
+Memory: one consumer's ``G`` and ``C`` at a time, at most ``2 * width**2`` float32 numbers for
+a consumer of ``width`` inputs, and one batch's inputs of that consumer in both models; the
+reference copy holds the model's dense weights.
+
+Cost: per consumer, every calibration batch runs through both models up to that consumer:
+``L (L + 1)`` block forwards per batch for ``L`` blocks with one consumer each.
+
+Example:
+    >>> import torch
+    >>> from torch import nn
+    >>> from tensorplay.ao.pruning.distillation.dense_copy import dense_copy
+    >>> from tensorplay.ao.pruning.structured.dependency.graph import DependencyGraph
+    >>> from tensorplay.ao.pruning.structured.dependency.unit_groups import expand_keep, shapes_of
+    >>> from tensorplay.ao.pruning.parity.methods import custom_from_mask
+    >>> from tensorplay.ao.pruning.structured.reconstruction.consumers import find_consumers
+    >>> _ = torch.manual_seed(0)
+    >>> model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    >>> batches = [torch.randn(64, 8) for _ in range(4)]
+    >>> group = DependencyGraph(model, example_inputs=batches[0]).groups("channel")[0]
+    >>> reference = dense_copy(model)
+    >>> for name, keep in expand_keep(group, torch.arange(16) < 8, shapes_of(model)).items():
+    ...     module, attr = name.rsplit(".", 1)
+    ...     _ = custom_from_mask(model.get_submodule(module), attr, keep)
+    >>> @torch.no_grad()
+    ... def error() -> float:
+    ...     return sum(float((model(x) - reference(x)).square().mean()) for x in batches)
+    >>> before = error()
+    >>> solved = reconstruct(model, reference, find_consumers(model, [group]), batches)
+    >>> [(item.parameter, item.kept, item.width, item.tokens) for item in solved]
+    [('2.weight', 8, 16, 256)]
+    >>> error() < before
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from tensorplay.ao.pruning.calibration.batches import Forward, run_batch
+from tensorplay.ao.pruning.masking.readers import masked_values
+from tensorplay.ao.pruning.parity.reparametrization import pruned_parts
+from tensorplay.ao.pruning.structured.reconstruction.consumers import (
+    Consumer,
+    kept_inputs,
+    masks_of,
+    split_name,
+)
+from tensorplay.ao.pruning.structured.reconstruction.ridge import check_damping, ridge_solve
+
+__all__ = ["DEFAULT_DAMPING", "Solved", "reconstruct"]
+
+#: ``lambda`` relative to the mean diagonal of the Gram matrix (see ``docs/structured.rst``,
+#: "Pruning without training", for the measurement that chose it).
+DEFAULT_DAMPING = 1e-3
+
+
+class Solved(NamedTuple):
+    """One consumer re-solved: its weight's name, its kept and total input features, and the
+    calibration tokens its Gram matrices summed."""
+
+    parameter: str
+    kept: int
+    width: int
+    tokens: int
+
+
+class _Reached(Exception):
+    """Raised by a capture hook: the forward has reached the consumer, nothing after it runs."""
+
+
+def reconstruct(
+    model: nn.Module,
+    reference: nn.Module,
+    consumers: Sequence[Consumer],
+    batches: Iterable[Any],
+    *,
+    forward: Forward | None = None,
+    damping: float = DEFAULT_DAMPING,
+) -> list[Solved]:
+    """Re-solve each consumer of pruned units of ``model`` against ``reference`` (the module).
+
+    Args:
+        model: The model, its units masked (either masking mode).
+        reference: The dense model to match: a copy of ``model`` before pruning, whose modules
+            have the same names.
+        consumers: The layers to re-solve
+            (:func:`~tensorplay.ao.pruning.structured.reconstruction.consumers.find_consumers`);
+            those with no pruned input are left as they are.
+        batches: The calibration batches; iterated once per consumer (an iterator is read
+            into a list first).
+        forward: ``(model, batch) -> output``; default
+            :func:`~tensorplay.ao.pruning.calibration.batches.run_batch`.
+        damping: ``lambda`` relative to the mean diagonal of each Gram matrix.
+
+    Returns:
+        The consumers re-solved, in the order they were.
+
+    Raises:
+        ValueError: A negative damping; a consumer's inputs whose leading dimensions are not
+            those of the batch's ``attention_mask`` (padding cannot be told), naming it.
+        TypeError: A damping that is not a number.
+    """
+    check_damping("damping", damping)
+    run = forward or run_batch
+    data: Iterable[Any] = list(batches) if isinstance(batches, Iterator) else batches
+    training = model.training
+    model.eval()
+    reference.eval()
+    solved: list[Solved] = []
+    try:
+        with torch.no_grad():
+            for consumer in _in_call_order(reference, consumers, data, run):
+                done = _solve_one(model, reference, consumer, data, run, damping)
+                if done is not None:
+                    solved.append(done)
+    finally:
+        model.train(training)
+    return solved
+
+
+def _solve_one(
+    model: nn.Module,
+    reference: nn.Module,
+    consumer: Consumer,
+    batches: Iterable[Any],
+    run: Forward,
+    damping: float,
+) -> Solved | None:
+    """Re-solve ``consumer`` if it has pruned inputs and the forward calls it."""
+    keep = kept_inputs(consumer, masks_of(model, [group for group, _ in consumer.pieces]))
+    if bool(keep.all()):
+        return None  # nothing pruned: not touched
+    found = _grams(model, reference, consumer, keep, batches, run)
+    if found is None:
+        return None  # never called by the forward: nothing to fit
+    gram, cross, tokens = found
+    weight = ridge_solve(gram, cross, _linear_weight(reference, consumer), damping)
+    _write(model, consumer, keep, weight)
+    return Solved(consumer.parameter, int(keep.sum()), consumer.width, tokens)
+
+
+def _in_call_order(
+    reference: nn.Module, consumers: Sequence[Consumer], batches: Iterable[Any], run: Forward
+) -> list[Consumer]:
+    """``consumers`` in the order one forward of the first batch calls them (those it never
+    calls last, in their given order)."""
+    first = next(iter(batches), None) if consumers else None
+    if first is None:
+        return list(consumers)
+    order: dict[str, int] = {}
+    handles = []
+    for consumer in consumers:
+        module = reference.get_submodule(consumer.module)
+
+        def note(module: nn.Module, args: Any, name: str = consumer.module) -> None:
+            order.setdefault(name, len(order))
+
+        handles.append(module.register_forward_pre_hook(note))
+    try:
+        run(reference, first)
+    finally:
+        for handle in handles:
+            handle.remove()
+    last = len(order)
+    return sorted(consumers, key=lambda consumer: order.get(consumer.module, last))
+
+
+def _input_of(model: nn.Module, module_name: str, batch: Any, run: Forward) -> Tensor | None:
+    """The first input of ``module_name`` when ``batch`` runs through ``model``, stopping the
+    forward there; ``None`` if the forward never calls it."""
+    captured: list[Tensor] = []
+
+    def capture(module: nn.Module, args: tuple[Any, ...]) -> None:
+        captured.append(args[0])
+        raise _Reached
+
+    handle = model.get_submodule(module_name).register_forward_pre_hook(capture)
+    try:
+        run(model, batch)
+    except _Reached:
+        pass
+    finally:
+        handle.remove()
+    return captured[0] if captured else None
+
+
+def _grams(
+    model: nn.Module,
+    reference: nn.Module,
+    consumer: Consumer,
+    keep: Tensor,
+    batches: Iterable[Any],
+    run: Forward,
+) -> tuple[Tensor, Tensor, int] | None:
+    """``G``, ``C`` and the number of tokens summed, over every batch and every rank of the
+    default process group (``None``: no token)."""
+    device = _linear_weight(model, consumer).device
+    kept = int(keep.sum())
+    gram = torch.zeros(kept, kept, dtype=torch.float32, device=device)
+    cross = torch.zeros(kept, consumer.width, dtype=torch.float32, device=device)
+    tokens = torch.zeros((), dtype=torch.int64, device=device)
+    for batch in batches:
+        dense = _input_of(reference, consumer.module, batch, run)
+        pruned = _input_of(model, consumer.module, batch, run)
+        if dense is None or pruned is None:
+            continue
+        padding = _token_mask(batch)
+        x_d = _rows(dense, padding, consumer).to(device=device, dtype=torch.float32)
+        x_k = _rows(pruned, padding, consumer).to(device=device, dtype=torch.float32)
+        x_k = x_k[:, keep.to(device)]
+        gram.addmm_(x_k.T, x_k)
+        cross.addmm_(x_k.T, x_d)
+        tokens += x_k.shape[0]
+    for total in (gram, cross, tokens):
+        _sum_over_ranks(total)
+    if int(tokens) == 0:
+        return None
+    return gram, cross, int(tokens)
+
+
+def _sum_over_ranks(total: Tensor) -> None:
+    """Sum ``total`` in place over the default process group's ranks (each rank's batches are
+    its own; every rank then solves the same weights), if there are several."""
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(total)
+
+
+def _token_mask(batch: Any) -> Tensor | None:
+    """The batch's ``attention_mask`` as bools (``True``: a real token), if it holds one."""
+    if isinstance(batch, Mapping):
+        mask = batch.get("attention_mask")
+        if isinstance(mask, Tensor):
+            return mask != 0
+    return None
+
+
+def _rows(inputs: Tensor, padding: Tensor | None, consumer: Consumer) -> Tensor:
+    """The consumer's inputs as ``(tokens, width)``, padding tokens left out."""
+    if padding is None:
+        return inputs.reshape(-1, inputs.shape[-1])
+    if inputs.shape[:-1] != padding.shape:
+        raise ValueError(
+            f"Expected the inputs of {consumer.module!r} to be laid out (batch, tokens, "
+            f"features) like the batch's attention_mask {tuple(padding.shape)}, but got shape "
+            f"{tuple(inputs.shape)}: the padding tokens cannot be told apart."
+        )
+    return inputs[padding.to(inputs.device)]
+
+
+def _linear_weight(model: nn.Module, consumer: Consumer) -> Tensor:
+    """The consumer's weight as ``model`` computes with it, ``(out, in)``."""
+    module_name, attr = split_name(consumer.parameter)
+    weight: Tensor = getattr(model.get_submodule(module_name), attr).detach()
+    return weight.T if consumer.transposed else weight
+
+
+def _write(model: nn.Module, consumer: Consumer, keep: Tensor, weight: Tensor) -> None:
+    """Write ``weight`` (``(out, kept)``) over the kept entries of the consumer's values."""
+    module_name, attr = split_name(consumer.parameter)
+    module = model.get_submodule(module_name)
+    held = masked_values(module, attr)
+    values: Tensor = held[0] if held is not None else getattr(module, attr)
+    layout = values.T if consumer.transposed else values
+    update = layout.detach().clone()
+    update[:, keep.to(update.device)] = weight.to(update.dtype)
+    if held is not None:
+        mask = held[1].T if consumer.transposed else held[1]
+        update = torch.where(mask.to(update.device) != 0, update, layout.detach())
+    layout.detach().copy_(update)
+    parts = pruned_parts(module, attr)
+    if parts is not None:  # the reparametrized tensor, as its forward pre-hook recomputes it
+        setattr(module, attr, parts.mask.to(dtype=parts.orig.dtype) * parts.orig)

@@ -1,0 +1,158 @@
+"""Removing units physically: slicing parameters, resizing modules, dropping whole blocks.
+
+:func:`plan_cuts` turns keep flags per unit into the kept indices of every parameter (one
+parameter may lose units along several dimensions: a convolution's filters and its input
+channels) and checks that every module holding a parameter that shrinks can be resized; nothing
+changes until :func:`apply_cuts`, which gives each parameter a new, smaller ``nn.Parameter`` under
+every name that reaches it (tied weights stay tied) and resizes the modules
+(:mod:`~tensorplay.ao.pruning.structured.shrinking.resize`). :func:`remove_blocks` takes whole
+residual blocks out of their ``nn.ModuleList`` and renumbers the ``layer_idx`` the KV cache is
+indexed by.
+
+Example:
+    >>> import torch
+    >>> from torch import nn
+    >>> from tensorplay.ao.pruning.structured.dependency.unit_groups import Slice, UnitGroup
+    >>> mlp = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
+    >>> group = UnitGroup("0", "channel", 3, (Slice("0.weight", 0), Slice("0.bias", 0),
+    ...                                      Slice("2.weight", 1)))
+    >>> apply_cuts(plan_cuts(mlp, [(group, torch.tensor([True, False, True]))]))
+    >>> mlp
+    Sequential(
+      (0): Linear(in_features=4, out_features=2, bias=True)
+      (1): ReLU()
+      (2): Linear(in_features=2, out_features=2, bias=True)
+    )
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from tensorplay.ao.pruning.parity.aliases import alias_map
+from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup
+from tensorplay.ao.pruning.structured.shrinking.resize import resize, resizer_for
+
+__all__ = ["Cut", "apply_cuts", "plan_cuts", "remove_blocks"]
+
+Pair = tuple[nn.Module, str]
+
+
+@dataclass(frozen=True)
+class Cut:
+    """What one parameter keeps.
+
+    Args:
+        name: The parameter's canonical qualified name.
+        pairs: Every ``(module, name)`` holding it.
+        kept: Per dimension that loses units, the kept indices (increasing).
+    """
+
+    name: str
+    pairs: tuple[Pair, ...]
+    kept: dict[int, Tensor]
+
+
+def plan_cuts(model: nn.Module, keeps: Sequence[tuple[UnitGroup, Tensor]]) -> list[Cut]:
+    """The cuts that keep, in each group, the units flagged ``True``; nothing is changed.
+
+    Raises:
+        ValueError: A group of whole-tensor slices (layers are removed with
+            :func:`remove_blocks`), or a module holding a shrinking parameter that cannot be
+            resized, naming it.
+    """
+    aliases = alias_map(model)
+    flags: dict[str, dict[int, Tensor]] = {}
+    for group, keep in keeps:
+        dropped = ~keep.to(device="cpu", dtype=torch.bool)
+        for piece in group.slices:
+            if piece.dim is None:
+                raise ValueError(
+                    f"Expected groups whose units are index ranges, but group {group.name!r} "
+                    f"spans all of {piece.parameter!r}: whole blocks are removed, not cut."
+                )
+            tied = aliases[piece.parameter]
+            length = tied.parameter.shape[piece.dim]
+            along = flags.setdefault(tied.name, {}).setdefault(
+                piece.dim, torch.ones(length, dtype=torch.bool, device="cpu")
+            )
+            section = along.narrow(0, piece.offset, group.size * piece.width)
+            section.view(group.size, piece.width)[dropped] = False
+    cuts = []
+    for name, dims in flags.items():
+        kept = {dim: flag.nonzero().flatten() for dim, flag in dims.items() if not flag.all()}
+        if kept:
+            cuts.append(Cut(name, aliases[name].pairs, kept))
+    _check_resizable(model, cuts)
+    return cuts
+
+
+def _check_resizable(model: nn.Module, cuts: Sequence[Cut]) -> None:
+    names = {id(module): name for name, module in model.named_modules(remove_duplicate=False)}
+    for cut in cuts:
+        for module, _ in cut.pairs:
+            if resizer_for(module) is None:
+                raise ValueError(
+                    f"Expected every module whose parameters shrink to be one shrink can resize "
+                    f"(Linear, Conv1d/2d/3d, ConvTranspose1d/2d/3d with one group, BatchNorm, "
+                    f"InstanceNorm, GroupNorm of one channel per group, Hugging Face Conv1D, "
+                    f"mixture-of-experts routers and experts), "
+                    f"but {names.get(id(module), '?')!r} holding {cut.name!r} is of type "
+                    f"{type(module).__name__}."
+                )
+
+
+def apply_cuts(cuts: Sequence[Cut]) -> None:
+    """Slice every parameter of ``cuts`` and resize the modules holding them.
+
+    Each parameter becomes a new ``nn.Parameter`` (same dtype, device and ``requires_grad``,
+    no gradient) registered under every pair that held the old one.
+
+    Raises:
+        ValueError: A parameter held under a mask (its ``_orig``): masks are made permanent
+            first.
+    """
+    kept_by_module: dict[int, tuple[nn.Module, dict[str, dict[int, Tensor]]]] = {}
+    for cut in cuts:
+        module, name = cut.pairs[0]
+        old = module._parameters.get(name)
+        if old is None:
+            raise ValueError(
+                f"Expected {cut.name!r} to be a plain parameter, but it is held under a mask: "
+                "make the pruning permanent first."
+            )
+        data = old.detach()
+        for dim, indices in sorted(cut.kept.items()):
+            data = data.index_select(dim, indices.to(data.device))
+        new = nn.Parameter(data, requires_grad=old.requires_grad)
+        for holder, local in cut.pairs:
+            holder._parameters[local] = new
+            entry = kept_by_module.setdefault(id(holder), (holder, {}))
+            entry[1][local] = cut.kept
+    for module, kept in kept_by_module.values():
+        resize(module, kept)
+
+
+def remove_blocks(blocks: nn.ModuleList, dropped: Sequence[int]) -> None:
+    """Take the blocks at ``dropped`` out of ``blocks`` (in place) and renumber the int
+    ``layer_idx`` attributes of the remaining blocks' modules to their new positions.
+
+    Example:
+        >>> from torch import nn
+        >>> blocks = nn.ModuleList(nn.Linear(2, 2) for _ in range(3))
+        >>> for index, block in enumerate(blocks):
+        ...     block.layer_idx = index
+        >>> remove_blocks(blocks, [1])
+        >>> len(blocks), [block.layer_idx for block in blocks]
+        (2, [0, 1])
+    """
+    for index in sorted(set(dropped), reverse=True):
+        del blocks[index]
+    for index, block in enumerate(blocks):
+        for module in block.modules():
+            if isinstance(getattr(module, "layer_idx", None), int):
+                setattr(module, "layer_idx", index)  # noqa: B010  (an int, not a submodule)

@@ -1,0 +1,234 @@
+"""Pruning to a parameter budget: which units go so that the model lands at a size.
+
+``target_params=`` (:class:`~tensorplay.ao.pruning.pruner.Pruner`,
+:func:`~tensorplay.ao.pruning.pruner.one_shot.prune_one_shot`) asks for the number of parameters the
+model has after :func:`~tensorplay.ao.pruning.structured.shrinking.shrink.shrink`, not for a
+fraction of units. This module holds the arithmetic, pure functions of unit scores and unit sizes:
+
+* **A unit's parameters** (:func:`unit_params`): the elements of every slice it spans, ``width``
+  indices along ``dim`` of each sliced parameter, a whole tensor for ``dim=None``; a parameter
+  reached through several names (tied) counts once.
+* **The ranking** (:func:`budget_keys`): the unit scores are standardised within each kind
+  (mean 0, standard deviation 1 over the units still kept; FLAP's normalisation, so an attention
+  head's score and an FFN channel's compare), then divided by the unit's parameters: the lowest
+  *score per parameter removed* goes first. Within one group every unit has the same size, so
+  the group's own order (lowest score first) is kept, and the selection engine prunes them.
+* **Globally** (:func:`plan_global`): units are taken in that order, each group keeping its
+  floor, until the parameters removed reach what the budget asks; the model then lands at most
+  at the budget and within the last unit's parameters of it.
+* **Per layer** (:func:`plan_layerwise`): every group of one kind keeps the same width, so
+  plain ``from_pretrained`` loads the shrunk model; among the widths that fit the budget within
+  one unit per layer, the one keeping the most standardised score wins.
+
+Example:
+    >>> import torch
+    >>> keys = [torch.tensor([0.1, 0.5, 0.2]), torch.tensor([0.3, 0.05])]
+    >>> plan_global(keys, [10, 30], [2, 1], need=35)  # 0.05 (30), then 0.1 (10)
+    [1, 1]
+    >>> resolve_budget(0.5, 1000), resolve_budget(600, 1000)
+    (500, 600)
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup
+
+__all__ = [
+    "budget_keys",
+    "check_reachable",
+    "model_params",
+    "plan_global",
+    "plan_layerwise",
+    "resolve_budget",
+    "unit_params",
+]
+
+
+def model_params(model: nn.Module) -> int:
+    """Every parameter of ``model``, tied ones once.
+
+    Example:
+        >>> model_params(nn.Linear(3, 2))
+        8
+    """
+    return sum(param.numel() for param in model.parameters())
+
+
+def resolve_budget(target_params: int | float, total: int) -> int:
+    """The budget in parameters: an int as given, a float in (0, 1] as that fraction of
+    ``total`` (rounded down).
+
+    Raises:
+        TypeError: Neither an int nor a float.
+        ValueError: An int below 1 or a float outside (0, 1].
+
+    Example:
+        >>> resolve_budget(0.8, 29472)
+        23577
+    """
+    if isinstance(target_params, bool) or not isinstance(target_params, (int, float)):
+        raise TypeError(
+            "Expected `target_params` to be an int (parameters) or a float in (0, 1], but got "
+            f"{target_params!r}."
+        )
+    if isinstance(target_params, int):
+        if target_params < 1:
+            raise ValueError(
+                f"Expected `target_params` to be a positive int, but got {target_params}."
+            )
+        return target_params
+    if not 0.0 < target_params <= 1.0:
+        raise ValueError(
+            f"Expected `target_params` as a float to be in (0, 1], but got {target_params}."
+        )
+    return int(target_params * total)
+
+
+def unit_params(
+    group: UnitGroup, shapes: Mapping[str, torch.Size], aliases: Mapping[str, str]
+) -> int:
+    """The parameters one unit of ``group`` spans (``aliases``: each name to one name of its
+    parameter, so a tied parameter's slice counts once).
+
+    Example:
+        >>> from tensorplay.ao.pruning.structured.dependency.unit_groups import Slice
+        >>> group = UnitGroup("fc", "channel", 4, (Slice("a.weight", 0), Slice("b.weight", 1)))
+        >>> shapes = {"a.weight": torch.Size([4, 3]), "b.weight": torch.Size([2, 4])}
+        >>> unit_params(group, shapes, {})
+        5
+    """
+    seen: set[tuple[str, int | None, int]] = set()
+    count = 0
+    for piece in group.slices:
+        key = (aliases.get(piece.parameter, piece.parameter), piece.dim, piece.offset)
+        if key in seen:
+            continue
+        seen.add(key)
+        shape = shapes[piece.parameter]
+        numel = shape.numel()
+        count += numel if piece.dim is None else numel // shape[piece.dim] * piece.width
+    return count
+
+
+def budget_keys(
+    scores: Sequence[Tensor], kinds: Sequence[str], params: Sequence[int]
+) -> list[Tensor]:
+    """Per group, each unit's key: its score standardised over the units of its kind, divided
+    by its parameters (lowest first). A kind whose scores are all equal standardises to 0.
+
+    Example:
+        >>> keys = budget_keys([torch.tensor([1.0, 3.0]), torch.tensor([5.0])],
+        ...                    ["channel", "head"], [2, 10])
+        >>> [key.tolist() for key in keys]
+        [[-0.5, 0.5], [0.0]]
+    """
+    by_kind: dict[str, list[Tensor]] = {}
+    for score, kind in zip(scores, kinds, strict=True):
+        by_kind.setdefault(kind, []).append(score.to(torch.float64))
+    moments: dict[str, tuple[float, float]] = {}
+    for kind, found in by_kind.items():
+        joined = torch.cat(found)
+        spread = float(joined.std(unbiased=False)) if joined.numel() > 1 else 0.0
+        moments[kind] = (float(joined.mean()), spread if spread > 0 else 1.0)
+    keys = []
+    for score, kind, size in zip(scores, kinds, params, strict=True):
+        mean, spread = moments[kind]
+        keys.append((score.to(torch.float64) - mean) / spread / size)
+    return keys
+
+
+def plan_global(
+    keys: Sequence[Tensor], params: Sequence[int], limits: Sequence[int], need: int
+) -> list[int]:
+    """Per group, the units to prune: lowest key first across all groups, at most ``limits[i]``
+    from group ``i`` (its lowest), until their parameters reach ``need`` (all allowed if they
+    cannot). Ties go to the earlier group, then the earlier unit.
+
+    Example:
+        >>> plan_global([torch.tensor([0.0, 1.0])], [4], [2], need=5)
+        [2]
+    """
+    if need <= 0:
+        return [0] * len(keys)
+    eligible, costs, owners = [], [], []
+    for index, (key, size, limit) in enumerate(zip(keys, params, limits, strict=True)):
+        lowest = torch.sort(key, stable=True).values[:limit]
+        eligible.append(lowest)
+        costs.append(torch.full((lowest.numel(),), size, dtype=torch.int64))
+        owners.append(torch.full((lowest.numel(),), index, dtype=torch.int64))
+    order = torch.sort(torch.cat(eligible), stable=True).indices
+    taken = torch.cumsum(torch.cat(costs)[order], dim=0)
+    reach = int(torch.searchsorted(taken, torch.tensor([need]))[0]) + 1
+    chosen = torch.cat(owners)[order][: min(reach, order.numel())]
+    return torch.bincount(chosen, minlength=len(keys)).tolist()
+
+
+def plan_layerwise(
+    kinds: Sequence[str],
+    sizes: Sequence[int],
+    params: Sequence[int],
+    floors: Sequence[int],
+    kept_scores: Sequence[Tensor],
+    need: int,
+) -> dict[str, int]:
+    """The width every group of each kind keeps (``sizes``, ``params``, ``floors``: per kind,
+    the units each group keeps now, one unit's parameters, the fewest it must keep;
+    ``kept_scores``: per kind, ``groups x kept`` standardised scores): the widths whose
+    removed parameters reach ``need`` by the least excess (within one unit per group of the
+    finest kind where any does), the most kept score among those.
+
+    Example:
+        >>> plan_layerwise(["channel", "head"], [4, 2], [10, 30], [1, 1],
+        ...                [torch.ones(2, 4), torch.zeros(2, 2)], need=60)
+        {'channel': 4, 'head': 1}
+    """
+    groups = [int(scores.shape[0]) for scores in kept_scores]
+    best = [
+        torch.cat([torch.zeros(1, dtype=torch.float64), scores.sort(dim=1, descending=True)
+                   .values.sum(dim=0).to(torch.float64).cumsum(0)])
+        for scores in kept_scores
+    ]  # fmt: skip
+    slack = min(count * size for count, size in zip(groups, params, strict=True))
+    found: tuple[float, float, tuple[int, ...]] | None = None
+    ranges = [range(floor, size + 1) for floor, size in zip(floors, sizes, strict=True)]
+    for widths in itertools.product(*ranges):
+        removed = sum(
+            (size - width) * count * cost
+            for size, width, count, cost in zip(sizes, widths, groups, params, strict=True)
+        )
+        if removed < need:
+            continue
+        excess = removed - need
+        kept = sum(float(total[width]) for total, width in zip(best, widths, strict=True))
+        rank = (0.0 if excess < slack else float(excess), -kept, widths)
+        if found is None or rank < found:
+            found = rank
+    if found is None:
+        return dict(zip(kinds, floors, strict=True))
+    return dict(zip(kinds, found[2], strict=True))
+
+
+def check_reachable(budget: int, total: int, removable: int, cost_floor: str) -> None:
+    """Refuse a budget below the smallest size the floors allow, before anything changes.
+
+    Raises:
+        ValueError: Naming the budget and the smallest reachable size.
+
+    Example:
+        >>> check_reachable(900, 1000, 200, "at least one unit per group")
+        >>> check_reachable(700, 1000, 200, "one unit per group")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: Expected `target_params` to be at least 800, the smallest size ...
+    """
+    if budget < total - removable:
+        raise ValueError(
+            f"Expected `target_params` to be at least {total - removable}, the smallest size "
+            f"reachable ({cost_floor}), but got {budget}."
+        )

@@ -1,0 +1,165 @@
+"""A parameter budget applied to the units of a pruning step.
+
+:class:`BudgetPlanner` reads a
+:class:`~tensorplay.ao.pruning.structured.units.unit_space.StructuredSpace` (its groups, their
+pruned units and unit scores), prices each unit in parameters
+(:func:`~tensorplay.ao.pruning.structured.units.budget.unit_params`) and prunes, group by group
+through the space's own selection, the counts that
+:func:`~tensorplay.ao.pruning.structured.units.budget.plan_global` or
+:func:`~tensorplay.ao.pruning.structured.units.budget.plan_layerwise` give. Floors are those of the
+scopes: every group keeps at least one unit (a mixture-of-experts layer its ``top_k``) and
+``min_density`` of its units.
+
+Example:
+    >>> import torch
+    >>> from torch import nn
+    >>> from tensorplay.ao.pruning.pruner.conductor import Pruner
+    >>> from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
+    >>> model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))  # 58 parameters
+    >>> pruner = Pruner(model, OneShotSchedule(), structure="channel", target_params=40,
+    ...                 example_inputs=torch.randn(2, 4))
+    >>> pruner.step()  # a channel is 4 + 1 + 2 = 7 parameters: 3 go, 37 stay
+    3
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+from torch import Tensor
+
+from tensorplay.ao.pruning.parity.amount import min_kept
+from tensorplay.ao.pruning.structured.units.budget import (
+    budget_keys,
+    check_reachable,
+    plan_global,
+    plan_layerwise,
+    unit_params,
+)
+from tensorplay.ao.pruning.structured.units.unit_space import Ranked, StructuredSpace
+
+__all__ = ["BudgetPlanner"]
+
+
+class BudgetPlanner:
+    """Prunes a structured space towards a number of parameters removed.
+
+    Args:
+        space: The units (a structure's :meth:`space`, before any budget step).
+        shapes: Each parameter's shape by name.
+        aliases: Each parameter name to one name of its parameter (tied ones count once).
+        min_density: The least fraction of each group kept.
+        layerwise: Every group of a kind keeps the same width.
+
+    Raises:
+        ValueError: A group whose units differ in size, or (``layerwise``) groups of one kind
+            of different widths or unit sizes, naming them.
+    """
+
+    def __init__(
+        self,
+        space: StructuredSpace,
+        shapes: Mapping[str, torch.Size],
+        aliases: Mapping[str, str],
+        min_density: float,
+        *,
+        layerwise: bool,
+    ) -> None:
+        self._ranked = space.ranked
+        self.params = [_ranked_params(ranked, shapes, aliases) for ranked in self._ranked]
+        self.kinds = [ranked.groups[0].kind for ranked in self._ranked]
+        self.floors = [
+            max(1, ranked.min_kept, min_kept(ranked.size, min_density)) for ranked in self._ranked
+        ]
+        self.layerwise = layerwise and all(len(ranked.groups) == 1 for ranked in self._ranked)
+        if self.layerwise:
+            _check_uniform(self._ranked, self.params, self.kinds)
+
+    def removed(self, space: StructuredSpace) -> int:
+        """The parameters the pruned units of ``space`` hold."""
+        return sum(p * c for p, c in zip(space.pruned(), self.params, strict=True))
+
+    def check(self, budget: int, total: int) -> None:
+        """Refuse a ``budget`` below the smallest size the floors allow (``total``: the
+        model's parameters now, nothing pruned).
+
+        Raises:
+            ValueError: Naming the smallest reachable size.
+        """
+        removable = sum(
+            (ranked.size - floor) * cost
+            for ranked, floor, cost in zip(self._ranked, self.floors, self.params, strict=True)
+        )
+        if self.layerwise:
+            removable = sum(
+                (ranked.size - max(self._kind_floor(ranked.groups[0].kind))) * cost
+                for ranked, cost in zip(self._ranked, self.params, strict=True)
+            )
+        floors = "every group keeps at least one unit and `min_density` of its units"
+        check_reachable(budget, total, removable, floors)
+
+    def _kind_floor(self, kind: str) -> list[int]:
+        return [floor for floor, k in zip(self.floors, self.kinds, strict=True) if k == kind]
+
+    def prune(self, space: StructuredSpace, need: int) -> int:
+        """Prune units of ``space`` until their parameters reach ``need`` more (see the
+        module); the units newly pruned."""
+        if need <= 0:
+            return 0
+        states = [space.units(index) for index in range(len(self._ranked))]
+        kept = [~pruned for pruned, _ in states]
+        scores = [score[keep] for (_, score), keep in zip(states, kept, strict=True)]
+        widths = [int(keep.sum()) for keep in kept]
+        keys = budget_keys(scores, self.kinds, [1] * len(scores))
+        if self.layerwise:
+            counts = self._layerwise_counts(keys, widths, need)
+        else:
+            priced = [key / cost for key, cost in zip(keys, self.params, strict=True)]
+            limits = [max(0, w - f) for w, f in zip(widths, self.floors, strict=True)]
+            counts = plan_global(priced, self.params, limits, need)
+        for index, count in enumerate(counts):
+            if count > 0:
+                space.prune(count, groups=[index])
+        return sum(counts)
+
+    def _layerwise_counts(self, keys: list[Tensor], widths: list[int], need: int) -> list[int]:
+        kinds = list(dict.fromkeys(self.kinds))
+        rows = [[i for i, kind in enumerate(self.kinds) if kind == k] for k in kinds]
+        chosen = plan_layerwise(
+            kinds,
+            [widths[row[0]] for row in rows],
+            [self.params[row[0]] for row in rows],
+            [max(self.floors[i] for i in row) for row in rows],
+            [torch.stack([keys[i] for i in row]) for row in rows],
+            need,
+        )
+        return [width - chosen[kind] for width, kind in zip(widths, self.kinds, strict=True)]
+
+
+def _ranked_params(
+    ranked: Ranked, shapes: Mapping[str, torch.Size], aliases: Mapping[str, str]
+) -> int:
+    """One unit's parameters in ``ranked``, refusing groups whose units differ in size."""
+    sizes = {unit_params(group, shapes, aliases) for group in ranked.groups}
+    if len(sizes) != 1:
+        raise ValueError(
+            f"Expected the units of {ranked.name!r} to hold equal numbers of parameters for "
+            f"`target_params`, but got {sorted(sizes)}: a budget prices every unit of a group "
+            "alike."
+        )
+    return sizes.pop()
+
+
+def _check_uniform(ranked: list[Ranked], params: list[int], kinds: list[str]) -> None:
+    """Refuse, per layer, groups of one kind that differ in width or unit size."""
+    first: dict[str, tuple[str, int, int]] = {}
+    for group, cost, kind in zip(ranked, params, kinds, strict=True):
+        name, size, price = first.setdefault(kind, (group.name, group.size, cost))
+        if (size, price) != (group.size, cost):
+            raise ValueError(
+                f"Expected every {kind} group to have one width and unit size with "
+                f"scope='layerwise' and `target_params`, but {group.name!r} has {group.size} "
+                f"units of {cost} parameters and {name!r} {size} of {price}: use "
+                "scope='global'."
+            )
