@@ -29,6 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning.distillation.left_out import LeftOutOfCopies
+from tensorplay.ao.pruning.edits import changes
 
 __all__ = [
     "ExampleInputs",
@@ -140,7 +141,9 @@ class FirstForward(LeftOutOfCopies):
         self.inputs: tuple[Any, ...] | None = None
         #: The model watched.
         self.model = model
-        self._handle: Any = model.register_forward_pre_hook(self._record, with_kwargs=True)
+        self._handle: Any = changes.hook(
+            model.register_forward_pre_hook, self._record, with_kwargs=True
+        )
 
     @property
     def watching(self) -> bool:

@@ -47,6 +47,7 @@ from torch.optim import Optimizer
 
 from tensorplay.ao.pruning.distillation.distill import attached_distillation
 from tensorplay.ao.pruning.distillation.sharded_copy import check_gatherable
+from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.imports import import_path
 from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerAttachment
 from tensorplay.ao.pruning.masking.stats import SparsityReport
@@ -374,7 +375,7 @@ def refuse_steps(optimizer: Optimizer, name: str) -> None:
             "their state. Build a new optimizer from the model's parameters."
         )
 
-    optimizer.register_step_pre_hook(refuse)
+    changes.hook(optimizer.register_step_pre_hook, refuse)
 
 
 def rank_zero_value(value: int) -> int:
@@ -496,6 +497,7 @@ class PruningSession:
         given = self.options.example_inputs if example_inputs is None else example_inputs
         return self.config.structure == "channel" and given is None and find_blocks(model) is None
 
+    @changes.atomic
     def build_or_wait(
         self,
         model: nn.Module,
@@ -526,6 +528,7 @@ class PruningSession:
         )
         return True
 
+    @changes.atomic
     def build_from_first_forward(
         self,
         *,
@@ -585,6 +588,7 @@ class PruningSession:
             self._first_forward.remove()
             self._first_forward = None
 
+    @changes.atomic
     def build(
         self,
         model: nn.Module,
@@ -628,6 +632,7 @@ class PruningSession:
         self._load_pending()
         return pruner
 
+    @changes.atomic
     def start(self, optimizers: Sequence[Optimizer]) -> None:
         """Training starts with ``optimizers``: attach them when the masking mode hooks
         optimizers (the adapter masks the gradients in :meth:`before_optimizer_step`), hand
@@ -664,6 +669,7 @@ class PruningSession:
             pruner.mask_gradients()
         pruner.accumulate(optimizer)
 
+    @changes.atomic
     def step(self, step: int, *, report_every: int = 1) -> int | None:
         """Take pruning step ``step`` (the framework's global step: ``k`` right after the
         ``k``-th optimizer step), unless it is the step last taken.
@@ -866,6 +872,7 @@ class PruningSession:
         :meth:`load_state_dict`."""
         return self._saves is not None and bool(self._saves.loaded())
 
+    @changes.atomic
     def load_state_dict(
         self, state: Mapping[str, Any], kept_zeros: Mapping[str, Tensor] | None = None
     ) -> None:

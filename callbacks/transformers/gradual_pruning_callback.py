@@ -38,6 +38,7 @@ from transformers.utils import logging
 from typing_extensions import override
 
 from tensorplay.ao.pruning.distillation.left_out import LeftOutOfCopies
+from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.imports import import_path
 from tensorplay.ao.pruning.pruner.conductor import Pruner
 from tensorplay.ao.pruning.pruner.config import (
@@ -332,8 +333,8 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
             self._close()
         guard = _RunGuard(self)
         self._guards = (
-            model.register_forward_pre_hook(guard.before),
-            model.register_forward_hook(guard.after, always_call=True),
+            changes.hook(model.register_forward_pre_hook, guard.before),
+            changes.hook(model.register_forward_hook, guard.after, always_call=True),
         )
         if not (self._session.built_for(model) or self._session.waiting):
             self._take_over_or_build(model, state)
@@ -472,7 +473,9 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         if self._loss_hook is not None or distillation is None or distillation.student is None:
             return
         hook = _AddToOutputLoss(self._session.distilling, self._args, self._close)
-        self._loss_hook = distillation.student.register_forward_hook(hook.add, with_kwargs=True)
+        self._loss_hook = changes.hook(
+            distillation.student.register_forward_hook, hook.add, with_kwargs=True
+        )
 
     def _metric_prefix(self, args: TrainingArguments) -> str:
         # Several callbacks of one Trainer (the one whose arguments they were given) would log

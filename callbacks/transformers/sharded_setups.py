@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.pruner.config import PrunerConfig
 
 from ..core.fsdp2_config import check_fsdp2_config
@@ -217,4 +218,5 @@ def refuse_loads_before_build(model: nn.Module, built: Callable[[], bool]) -> Re
                 f"{_NO_RESUME}"
             )
 
-    return model.register_load_state_dict_pre_hook(refuse)  # type: ignore[no-untyped-call,no-any-return]
+    handle: RemovableHandle = changes.hook(model.register_load_state_dict_pre_hook, refuse)
+    return handle

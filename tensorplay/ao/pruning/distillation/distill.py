@@ -55,6 +55,7 @@ from torch.utils.hooks import RemovableHandle
 
 from tensorplay.ao.pruning.distillation.dense_copy import dense_copy
 from tensorplay.ao.pruning.distillation.left_out import LeftOutOfCopies
+from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.selection import is_dtensor
 
 __all__ = ["Distillation", "attached_distillation", "kd_loss"]
@@ -277,6 +278,7 @@ class Distillation(LeftOutOfCopies):
         """
         return self._forwards
 
+    @changes.atomic
     def attach(self, student: nn.Module) -> Distillation:
         """Hook ``student`` so that the teacher sees its training forwards; take the teacher
         (a frozen dense copy of ``student`` as it is now) if none was given.
@@ -341,8 +343,10 @@ class Distillation(LeftOutOfCopies):
         self._pending = None
         self._forwards = 0
         self._entered = []
-        self._pre_handle = student.register_forward_pre_hook(self._before_forward)
-        self._handle = student.register_forward_hook(self._after_forward, with_kwargs=True)
+        self._pre_handle = changes.hook(student.register_forward_pre_hook, self._before_forward)
+        self._handle = changes.hook(
+            student.register_forward_hook, self._after_forward, with_kwargs=True
+        )
         return self
 
     def detach(self) -> None:

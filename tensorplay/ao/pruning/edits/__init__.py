@@ -1,5 +1,43 @@
-"""Every change tensorplay makes to a user's model, from one owner.
+"""Every change tensorplay makes to a user's model, from one owner that can undo it.
 
-The shrink record (:mod:`~tensorplay.ao.pruning.edits.spent`): which tensors
-:func:`~tensorplay.ao.pruning.shrink` changed, so that a pruner built before knows it is spent.
+:mod:`~tensorplay.ao.pruning.edits.changes` makes each change (a hook, a buffer, a parameter
+replaced, an attribute set, values written in place) and, inside a
+:func:`~tensorplay.ao.pruning.edits.changes.transaction`, records how to undo it: a refusal
+anywhere in a transaction leaves the model exactly as it was.
+:mod:`~tensorplay.ao.pruning.edits.spent` records what :func:`~tensorplay.ao.pruning.shrink`
+changed, so a pruner built before knows it is spent.
 """
+
+from tensorplay.ao.pruning.edits.changes import (
+    ChangeRecord,
+    atomic,
+    del_attribute,
+    held_references,
+    hook,
+    is_registered,
+    keep_values,
+    pop_buffer,
+    pop_parameter,
+    register_buffer,
+    register_parameter,
+    set_attribute,
+    touch,
+    transaction,
+)
+
+__all__ = [
+    "ChangeRecord",
+    "atomic",
+    "del_attribute",
+    "held_references",
+    "hook",
+    "is_registered",
+    "keep_values",
+    "pop_buffer",
+    "pop_parameter",
+    "register_buffer",
+    "register_parameter",
+    "set_attribute",
+    "touch",
+    "transaction",
+]

@@ -49,6 +49,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
+from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.edits.spent import ShrinkWatch
 from tensorplay.ao.pruning.importance.score import Importance
 from tensorplay.ao.pruning.targets.tied import Target
@@ -113,7 +114,7 @@ class _ExpertObserver(Importance):
             self._modules[name] = module
             self._tokens[name] = 0
             hook = self._observer(name, ShrinkWatch(pairs))
-            self._handles.append(module.register_forward_hook(hook, with_kwargs=True))
+            self._handles.append(changes.hook(module.register_forward_hook, hook, with_kwargs=True))
 
     def _observer(self, name: str, shrunk: ShrinkWatch) -> Any:
         def observe(

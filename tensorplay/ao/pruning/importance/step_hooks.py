@@ -34,6 +34,7 @@ from typing import Any
 from torch import Tensor
 from torch.optim import Optimizer
 
+from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerHooks
 
 __all__ = ["GradientHooks"]
@@ -61,7 +62,7 @@ class GradientHooks(OptimizerHooks):
         self._targets = targets
         self._accumulate = accumulate
         self._active = True
-        self._handle = optimizer.register_step_pre_hook(self._before)
+        self._handle = changes.hook(optimizer.register_step_pre_hook, self._before)
 
     def _before(self, optimizer: Optimizer, args: Any, kwargs: Any) -> None:
         self._accumulate()

@@ -41,6 +41,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
+from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.edits.spent import ShrinkWatch
 from tensorplay.ao.pruning.importance.input_features import FeatureLayout, feature_layout
 from tensorplay.ao.pruning.importance.score import Importance
@@ -96,7 +97,7 @@ class Wanda(Importance):
         for target, modules in plans:
             observe = self._observer(target.name, ShrinkWatch(target.pairs))
             for module in modules:
-                self._handles.append(module.register_forward_hook(observe))
+                self._handles.append(changes.hook(module.register_forward_hook, observe))
 
     def _observer(self, name: str, shrunk: ShrinkWatch) -> Any:
         layout = self._layouts[name]

@@ -58,6 +58,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
+from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.masking.lean_masks import lean_mask
 from tensorplay.ao.pruning.selection.shards import is_sharded
 
@@ -100,11 +101,13 @@ class GradientMasks:
         mask installed, replaced or removed later is followed."""
         for target in targets:
             param = target.parameter()
-            if id(param) in self._handles or is_sharded(param) or not param.requires_grad:
+            held = self._handles.get(id(param))
+            if held is not None and changes.is_registered(held):
                 continue
-            register = param.register_post_accumulate_grad_hook
+            if is_sharded(param) or not param.requires_grad:
+                continue
             hook = _zero_pruned_gradient(*target.pair, self._masked)
-            self._handles[id(param)] = register(hook)  # type: ignore[no-untyped-call]
+            self._handles[id(param)] = changes.hook(param.register_post_accumulate_grad_hook, hook)
 
     def unmasked(
         self, params: Sequence[Tensor], masks: Sequence[Tensor]

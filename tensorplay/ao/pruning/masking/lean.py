@@ -41,6 +41,8 @@ import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
+from tensorplay.ao.pruning.edits import changes
+from tensorplay.ao.pruning.frames import user_stacklevel
 from tensorplay.ao.pruning.masking.gradient_masks import GradientMasks
 from tensorplay.ao.pruning.masking.lean_masks import (
     apply_masks,
@@ -143,9 +145,13 @@ class LeanMasks:
         self._gradient_masks.install(targets)
 
     def _mask_or_new(self, target: Target) -> Tensor:
-        """The target's lean mask, or a new all-``True`` one (not installed yet)."""
+        """The target's lean mask (about to change in place), or a new all-``True`` one (not
+        installed yet)."""
         mask = lean_mask(*target.pair)
-        return mask_like(target.parameter()) if mask is None else mask
+        if mask is None:
+            return mask_like(target.parameter())
+        changes.keep_values(mask)
+        return mask
 
     def prune(
         self,
@@ -167,6 +173,8 @@ class LeanMasks:
             for score, param in zip(scores, params, strict=True)
         ]
         local_keeps = [local_tensor(keep) for keep in keeps]
+        for param in params:
+            changes.keep_values(param)  # zeroed by the selection's writing pass
         zero = [local_tensor(param.detach()) for param in params]
         limits = None if caps is None else list(caps)
         select_in_place(method, count, sources, local_keeps, labels, limits, sharding, zero=zero)
@@ -305,7 +313,7 @@ class LeanMasks:
             "Call pruner.attach(optimizer) right after making the optimizer, so every step "
             "keeps them zero and no weight is trained back between pruner steps.",
             UserWarning,
-            stacklevel=3,
+            stacklevel=user_stacklevel(),
         )
 
     def check_attach(self) -> None:

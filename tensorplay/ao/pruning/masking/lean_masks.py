@@ -44,6 +44,7 @@ import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
+from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.pair import Pair
 from tensorplay.ao.pruning.selection import local_part
 from tensorplay.ao.pruning.selection.checks import count_true
@@ -169,7 +170,7 @@ def install_mask(pairs: Iterable[Pair], mask: Tensor) -> None:
         True
     """
     for module, name in pairs:
-        module.register_buffer(name + MASK_SUFFIX, mask)
+        changes.register_buffer(module, name + MASK_SUFFIX, mask)
 
 
 def remove_mask(pairs: Iterable[Pair]) -> None:
@@ -185,7 +186,7 @@ def remove_mask(pairs: Iterable[Pair]) -> None:
         ['bias', 'weight']
     """
     for module, name in pairs:
-        module._buffers.pop(name + MASK_SUFFIX, None)
+        changes.pop_buffer(module, name + MASK_SUFFIX)
 
 
 # -- the passes --------------------------------------------------------------------------------
@@ -207,6 +208,8 @@ def apply_masks(params: Sequence[Tensor], masks: Sequence[Tensor]) -> None:
         >>> weight.detach().tolist()
         [1.0, 0.0, 1.0]
     """
+    for param in params:
+        changes.keep_values(param)  # a one-shot call that may still refuse gives them back
     with torch.no_grad():
         _multiply([local_tensor(p.detach()) for p in params], [local_tensor(m) for m in masks])
 

@@ -16,6 +16,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 from torch.utils.hooks import RemovableHandle
 
+from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.masking.gradient_masks import GradientMasks
 from tensorplay.ao.pruning.masking.lean_masks import apply_masks, mask_gradients, zero_state
 
@@ -111,9 +112,9 @@ class OptimizerHooks:
         self._seen = generation()
         self._unmasked = False
         self._handles: list[RemovableHandle] = [
-            optimizer.register_step_pre_hook(self._before_step),
-            optimizer.register_step_post_hook(self._after_step),
-            optimizer.register_load_state_dict_post_hook(self._after_load),
+            changes.hook(optimizer.register_step_pre_hook, self._before_step),
+            changes.hook(optimizer.register_step_post_hook, self._after_step),
+            changes.hook(optimizer.register_load_state_dict_post_hook, self._after_load),
         ]
 
     def held(self) -> tuple[list[Tensor], list[Tensor]]:

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor, nn
 
+from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.masking.lean_masks import install_mask, lean_mask, lean_names, mask_like
 from tensorplay.ao.pruning.masking.readers import saved_mask_keys
 from tensorplay.ao.pruning.parity.aliases import TiedParameter, alias_map
@@ -64,6 +65,7 @@ def is_pruned_state_dict(state_dict: Mapping[str, object]) -> bool:
     return bool(pruned_names(state_dict))
 
 
+@changes.atomic
 def restore_pruning(model: nn.Module, state_dict: Mapping[str, Tensor]) -> list[str]:
     """Reparametrize ``model`` like the model ``state_dict`` was saved from.
 

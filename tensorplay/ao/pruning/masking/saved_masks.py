@@ -42,6 +42,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.masking.lean_masks import MASK_SUFFIX, install_mask
 from tensorplay.ao.pruning.parity.aliases import alias_map
 
@@ -86,6 +87,7 @@ def load_masked(model_class: Any, directory: str | os.PathLike[str], **kwargs: A
     return model
 
 
+@changes.atomic
 def install_saved_masks(model: nn.Module, state_dict: Mapping[str, Tensor]) -> int:
     """Install the ``<name>_mask`` entries of ``state_dict`` (a saved state of a model pruned
     with lean masks, its weights already loaded into ``model``) as the lean masks of ``model``,

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.frames import user_stacklevel
 from tensorplay.ao.pruning.pair import Pair
 from tensorplay.ao.pruning.parity.reparametrization import is_pruned_tensor
@@ -150,7 +151,9 @@ def _references_beyond(module: nn.Module, key: str, slots: int) -> int:
     this very function whatever the Python version; it is the cheap test that lets the scan
     of :func:`_module_holders` run only when something else holds the parameter.
     """
-    return sys.getrefcount(module._parameters[key]) - slots - _OWN_REFERENCES
+    param = module._parameters[key]
+    held = changes.held_references(param)  # an open transaction's snapshots
+    return sys.getrefcount(param) - slots - _OWN_REFERENCES - held
 
 
 _OWN_REFERENCES = 0

@@ -41,6 +41,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.pair import Pair
 from tensorplay.ao.pruning.parity.aliases import unmasked_holders, warn_unmasked_holders
 from tensorplay.ao.pruning.parity.amount import compute_nparams_to_prune, validate_pruning_amount
@@ -189,6 +190,8 @@ def prune_globally(
             'Only "unstructured" PRUNING_TYPE supported for the `pruning_method`. '
             f"Found method {pruning_method} of type {method.PRUNING_TYPE}"
         )
+    for mask in [target.mask for target in targets if target.mask is not None]:
+        changes.keep_values(mask)  # written in place from here on
     masks, factors = _select(targets, method, caps)
     plan = [(target.pairs, target.mask) for target in targets]
     del targets  # the parameters' reference counts then tell whether others hold them
@@ -447,6 +450,7 @@ def share_mask(pairs: Iterable[Pair], mask: Tensor) -> None:
         parts = pruned_parts(module, name)
         own = None if parts is None else parts.mask
         if own is not None and own is not mask:
+            changes.keep_values(own)
             own.copy_(mask)  # pruned before: the buffer stays, its values change
         buffer = mask if own is None else own
         if old_hook is not None and reads_buffer(old_hook):

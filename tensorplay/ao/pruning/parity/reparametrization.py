@@ -35,6 +35,7 @@ from typing import Any
 import torch.nn.utils.prune as torch_prune
 from torch import Tensor, nn
 
+from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.selection.checks import count_zeros
 
 __all__ = [
@@ -236,6 +237,7 @@ def install(module: nn.Module, name: str, hook: Any, mask: Tensor, old_key: int 
         >>> sorted(layer.state_dict()), layer.bias.eq(0).tolist()
         (['bias_mask', 'bias_orig', 'weight'], [True])
     """
+    changes.touch(module)
     if old_key is None:
         orig = module._parameters.pop(name)
         module.register_parameter(name + "_orig", orig)
@@ -262,6 +264,7 @@ def remove_parts(module: nn.Module, name: str, hook: Any, weight: Tensor) -> Non
         >>> sorted(layer.state_dict())
         ['bias', 'weight']
     """
+    changes.touch(module)
     if hasattr(module, name):
         delattr(module, name)
     orig = module._parameters[name + "_orig"]

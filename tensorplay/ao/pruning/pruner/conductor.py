@@ -35,6 +35,7 @@ from typing import Any
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
+from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.edits.spent import ShrinkWatch, SpentPrunerError
 from tensorplay.ao.pruning.importance import Importance, make_importance
 from tensorplay.ao.pruning.importance.target_scores import ImportanceFn, target_scores
@@ -128,6 +129,7 @@ class Pruner(OptimizerLinks):
         (2, 8, 2)
     """
 
+    @changes.atomic
     def __init__(
         self,
         model: nn.Module,
@@ -299,6 +301,7 @@ class Pruner(OptimizerLinks):
         mine = {id(target.parameter()) for target in self._targets}
         return [" = ".join(t.names) for t in other._targets if id(t.parameter()) in mine]
 
+    @changes.atomic
     def apply_masks(self) -> None:
         """Zero the pruned entries of the targets' weights now (lean masks; the forward does it for
         the reparametrization), e.g. after an EMA or a dense state_dict was copied in.
@@ -319,6 +322,7 @@ class Pruner(OptimizerLinks):
         self._check_not_spent("apply_masks()")
         self._mode.apply_masks(self._targets)
 
+    @changes.atomic
     def step(self, step: int | None = None) -> int:
         """Advance to ``step``: check the weights against the masks (the masking mode's
         :meth:`~tensorplay.ao.pruning.masking.mode.MaskingMode.check_weights`), take the rewind
@@ -468,6 +472,7 @@ class Pruner(OptimizerLinks):
         self._check_not_spent(method)
         return self._structure.rows(self._mode, permanent=self.permanent)
 
+    @changes.atomic
     def reparametrize(self) -> None:
         """Give every target without a mask an all-kept one, so the state_dict keys are the same
         at every step and a resumed run loads its checkpoint strictly.
@@ -487,6 +492,7 @@ class Pruner(OptimizerLinks):
         self._check_not_spent("reparametrize()")
         self._mode.ensure_masks(self._targets)
 
+    @changes.atomic
     def make_permanent(self) -> None:
         """Drop every target's mask, keeping its zeros (``+0.0``) and ties (``a.weight is
         b.weight``); the hooks of :meth:`attach` are taken off and pruning ends.
@@ -566,6 +572,7 @@ class Pruner(OptimizerLinks):
         self._check_not_spent("take_snapshot()")
         self._progress.snapshot = self.snapshot()
 
+    @changes.atomic
     def rewind(self, state: Mapping[str, Tensor]) -> None:
         """Copy ``state`` (values by target name or alias; others are left alone) into the targets'
         unpruned values, keeping the masks (lottery tickets). Lean masks keep no pruned values:
@@ -608,6 +615,7 @@ class Pruner(OptimizerLinks):
         self._check_not_spent("state_dict()")
         return state_dict(self._progress, self.config, self._targets, self._importance.state_dict())
 
+    @changes.atomic
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore counters, history, seed and rewind snapshot from :meth:`state_dict` of any
         version (:mod:`~tensorplay.ao.pruning.pruner.state`); load the model's state_dict too

@@ -53,6 +53,7 @@ from torch import Tensor, nn
 
 from tensorplay.ao.pruning.calibration.batches import Forward, run_batch
 from tensorplay.ao.pruning.distillation.dense_copy import dense_copy
+from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.pruner.conductor import Pruner
 from tensorplay.ao.pruning.pruner.config import Scope, Structure
 from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
@@ -216,38 +217,43 @@ def prune_one_shot(
     score = importance or str(getattr(kind, "one_shot_importance", "wanda"))
     data = list(batches) if reconstruct and isinstance(batches, Iterator) else batches
     reference = dense_copy(model) if reconstruct else None  # before any hook is on the model
-    pruner = Pruner(
-        model,
-        schedule,
-        importance=score,
-        scope=chosen,
-        structure=structure,
-        target_params=target_params,
-        **options,
-    )
-    try:
-        names = [name for names in pruner.aliases.values() for name in names]
-        example = options.get("example_inputs")
-        kinds = (structure,) if isinstance(structure, str) else structure
-        consumers = (
-            []
-            if reference is None
-            else [
-                found for kind in kinds for found in consumers_for(reference, kind, names, example)
-            ]
+    # A refusal anywhere below (a reconstruction that cannot solve, say) takes back every
+    # change: masks, hooks, the records on the model, and the values written in place.
+    with changes.transaction(keep_values=reconstruct):
+        pruner = Pruner(
+            model,
+            schedule,
+            importance=score,
+            scope=chosen,
+            structure=structure,
+            target_params=target_params,
+            **options,
         )
-        calibrate(pruner, data, forward)
-        pruner.step()
-        if reference is not None:
-            reconstruct_consumers(
-                model, reference, consumers, data, forward=forward, damping=damping
+        try:
+            names = [name for names in pruner.aliases.values() for name in names]
+            example = options.get("example_inputs")
+            kinds = (structure,) if isinstance(structure, str) else structure
+            consumers = (
+                []
+                if reference is None
+                else [
+                    found
+                    for kind in kinds
+                    for found in consumers_for(reference, kind, names, example)
+                ]
             )
-            pruner.importance.after_pruning()  # its forwards are no observation
-    except BaseException:
-        pruner.importance.close()
-        raise
-    if make_permanent:
-        pruner.make_permanent()
+            calibrate(pruner, data, forward)
+            pruner.step()
+            if reference is not None:
+                reconstruct_consumers(
+                    model, reference, consumers, data, forward=forward, damping=damping
+                )
+                pruner.importance.after_pruning()  # its forwards are no observation
+        except BaseException:
+            pruner.importance.close()
+            raise
+        if make_permanent:
+            pruner.make_permanent()
     return pruner
 
 

@@ -28,6 +28,7 @@ from typing import Any
 from torch import Tensor
 from torch.optim import Optimizer
 
+from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.importance import Importance
 from tensorplay.ao.pruning.importance.step_hooks import GradientHooks
 from tensorplay.ao.pruning.masking import MaskingMode
@@ -64,6 +65,7 @@ class OptimizerLinks:
     def optimizers(self, optimizers: Sequence[Optimizer]) -> None:
         self._optimizers.reset = list(optimizers)
 
+    @changes.atomic
     def attach(
         self, *optimizers: Optimizer, mask_gradients: bool = True, accumulate: bool = True
     ) -> OptimizerAttachment:

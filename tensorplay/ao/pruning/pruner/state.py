@@ -33,6 +33,7 @@ from typing import Any
 
 from torch import Tensor
 
+from tensorplay.ao.pruning.frames import user_stacklevel
 from tensorplay.ao.pruning.pruner.config import PrunerConfig, check_int
 from tensorplay.ao.pruning.pruner.rewind import check_values
 from tensorplay.ao.pruning.pruner.schedules import Schedule
@@ -300,5 +301,5 @@ def _warn_on_config_change(state: Mapping[str, Any], mine: Mapping[str, Any]) ->
             f"The pruner state was saved with another configuration ({details}); the "
             "pruner keeps its own.",
             UserWarning,
-            stacklevel=4,
+            stacklevel=user_stacklevel(),
         )

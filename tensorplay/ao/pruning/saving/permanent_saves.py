@@ -49,6 +49,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.masking.lean_masks import (
     MASK_SUFFIX,
     lean_mask,
@@ -230,9 +231,9 @@ def _installed(module: nn.Module) -> _LoadPermanent:
         if isinstance(inner, _LoadPermanent):
             return inner
     loading = _LoadPermanent()
-    module.register_state_dict_post_hook(_SavePermanent())  # type: ignore[no-untyped-call]
-    module.register_load_state_dict_pre_hook(loading)  # type: ignore[no-untyped-call]
-    module.register_load_state_dict_post_hook(_AfterLoad(loading))  # type: ignore[no-untyped-call]
+    changes.hook(module.register_state_dict_post_hook, _SavePermanent())
+    changes.hook(module.register_load_state_dict_pre_hook, loading)
+    changes.hook(module.register_load_state_dict_post_hook, _AfterLoad(loading))
     return loading
 
 

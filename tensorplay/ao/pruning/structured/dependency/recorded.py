@@ -52,6 +52,7 @@ from typing import Any, Final
 
 from torch import nn
 
+from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup
 
 __all__ = ["RECORD_ATTRIBUTE", "forget_groups", "record_groups", "recorded_groups"]
@@ -74,7 +75,7 @@ def record_groups(model: nn.Module, groups: Iterable[UnitGroup]) -> None:
         1
     """
     held = _own(model)
-    setattr(model, RECORD_ATTRIBUTE, tuple(dict.fromkeys((*held, *groups))))
+    changes.set_attribute(model, RECORD_ATTRIBUTE, tuple(dict.fromkeys((*held, *groups))))
     _write_configs(model)
 
 
@@ -99,12 +100,12 @@ def forget_groups(model: nn.Module, parameters: Collection[str]) -> None:
         held = _own(module)
         kept = _untouched(held, prefix, parameters)
         if len(kept) != len(held):
-            setattr(module, RECORD_ATTRIBUTE, kept)
+            changes.set_attribute(module, RECORD_ATTRIBUTE, kept)
     for prefix, config in _configs(model):
         held = _config_record(config)
         kept = _untouched(held, prefix, parameters)
         if len(kept) != len(held):
-            setattr(config, RECORD_ATTRIBUTE, [group.to_dict() for group in kept])
+            changes.set_attribute(config, RECORD_ATTRIBUTE, [group.to_dict() for group in kept])
 
 
 def _untouched(
@@ -159,7 +160,7 @@ def _write_configs(model: nn.Module) -> None:
             for group in groups
             if all(name.startswith(start) for name in group.parameters())
         ]
-        setattr(config, RECORD_ATTRIBUTE, [group.to_dict() for group in within])
+        changes.set_attribute(config, RECORD_ATTRIBUTE, [group.to_dict() for group in within])
 
 
 def _unprefixed(group: UnitGroup, start: str) -> UnitGroup:

@@ -67,6 +67,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning.calibration.batches import Forward, run_batch
+from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.masking.readers import masked_values
 from tensorplay.ao.pruning.parity.reparametrization import pruned_parts
 from tensorplay.ao.pruning.structured.reconstruction.consumers import (
@@ -204,7 +205,7 @@ def _input_of(model: nn.Module, module_name: str, batch: Any, run: Forward) -> T
         captured.append(args[0])
         raise _Reached
 
-    handle = model.get_submodule(module_name).register_forward_pre_hook(capture)
+    handle = changes.hook(model.get_submodule(module_name).register_forward_pre_hook, capture)
     try:
         run(model, batch)
     except _Reached:
@@ -296,7 +297,8 @@ def _write(model: nn.Module, consumer: Consumer, keep: Tensor, weight: Tensor) -
     if held is not None:
         mask = held[1].T if consumer.transposed else held[1]
         update = torch.where(mask.to(update.device) != 0, update, layout.detach())
+    changes.keep_values(values)  # a refusal later in the call gives the values back
     layout.detach().copy_(update)
     parts = pruned_parts(module, attr)
     if parts is not None:  # the reparametrized tensor, as its forward pre-hook recomputes it
-        setattr(module, attr, parts.mask.to(dtype=parts.orig.dtype) * parts.orig)
+        changes.set_attribute(module, attr, parts.mask.to(dtype=parts.orig.dtype) * parts.orig)

@@ -92,6 +92,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.edits.spent import record_shrink
 from tensorplay.ao.pruning.masking.lean_masks import apply_masks, lean_mask, remove_mask
 from tensorplay.ao.pruning.masking.readers import mask_of, masked_values
@@ -193,7 +194,26 @@ def shrink(
     aliases = alias_map(model)
     _refuse_left_masked(model, aliases, plan, (chosen, unshrunk), untraced)
     before = _count(model)
+    with changes.transaction():  # an unexpected failure below puts every module back
+        for module in model.modules():
+            changes.touch(module)
+            if (config := vars(module).get("config")) is not None:
+                changes.touch(config)
+        update = _apply(model, plan, aliases, chosen, found)
     record_shrink(pair for name in plan.tensors for pair in aliases[name].pairs)
+    return ShrinkReport(
+        before, _count(model), plan.widths, plan.partial_units, update, plan.removed_layers
+    )
+
+
+def _apply(
+    model: nn.Module,
+    plan: _Plan,
+    aliases: Mapping[str, TiedParameter],
+    chosen: Sequence[UnitGroup],
+    found: FoundBlocks | None,
+) -> ConfigUpdate:
+    """Carry out ``plan`` (every check passed); the config update it made."""
     _make_permanent(aliases, plan.tensors)
     apply_cuts(plan.cuts)
     for group in chosen:
@@ -211,9 +231,7 @@ def shrink(
             found.family.sync(block)
     changed = aliases if plan.dropped_blocks else plan.tensors  # blocks renumbered: every name
     forget_groups(model, {alias for name in changed for alias in aliases[name].names})
-    return ShrinkReport(
-        before, _count(model), plan.widths, plan.partial_units, config, plan.removed_layers
-    )
+    return config
 
 
 @dataclass(frozen=True)

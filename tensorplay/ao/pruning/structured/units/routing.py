@@ -46,6 +46,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.masking.readers import mask_of
 
 __all__ = [
@@ -109,7 +110,7 @@ def kept_experts(router: nn.Module) -> Tensor:
 def install_routing(router: nn.Module, *, top_k: int, normalise: bool) -> None:
     """Hook ``router`` with an :class:`ExpertRouting`, unless it has one (see the module)."""
     if not any(isinstance(hook, ExpertRouting) for hook in router._forward_hooks.values()):
-        router.register_forward_hook(ExpertRouting(top_k, normalise))
+        changes.hook(router.register_forward_hook, ExpertRouting(top_k, normalise))
 
 
 def remove_routing(router: nn.Module) -> None:
@@ -122,6 +123,7 @@ def remove_routing(router: nn.Module) -> None:
         >>> len(router._forward_hooks)
         0
     """
+    changes.touch(router)
     for key, hook in list(router._forward_hooks.items()):
         if isinstance(hook, ExpertRouting):
             del router._forward_hooks[key]

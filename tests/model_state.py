@@ -1,0 +1,133 @@
+"""A whole model before and after a call: what a refusal must leave exactly as it was.
+
+``check = unchanged(model)`` takes the model's picture; ``check()`` later fails, naming the first
+difference, unless the model is as it was:
+
+* its ``state_dict``: the same keys in the same order, each value bit for bit (dtype included);
+* its parameters and buffers: the same objects under the same names, in the same order;
+* its modules: the same objects under the same names;
+* its hooks: every hook dict of every module (forward, pre-forward, backward, state-dict and
+  load hooks, with their flags), and every parameter's post-accumulate-grad hooks, the same
+  hooks under the same keys;
+* its attributes: each module's plain attributes (``tensorplay_unit_groups``, a masked
+  tensor's ``<name>``, ``__deepcopy__``, ``in_features`` ...) the same objects or equal values;
+* a Hugging Face model's config: the same ``to_dict()``, and no attribute added or dropped;
+* the hooks of any optimizer given beside it.
+
+Example:
+    >>> import torch
+    >>> from torch import nn
+    >>> layer = nn.Linear(2, 2)
+    >>> check = unchanged(layer)
+    >>> check()
+    >>> layer.note = 1
+    >>> check()
+    Traceback (most recent call last):
+    ...
+    AssertionError: the attributes of module '' changed: ['note'] added...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.optim import Optimizer
+
+__all__ = ["unchanged"]
+
+_CONTAINERS = ("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set")
+
+
+def _hook_dicts(obj: object) -> dict[str, list[tuple[int, int]]]:
+    """Every hook dict of ``obj`` (a module or an optimizer) as ``(key, id(hook))`` pairs."""
+    return {
+        name: [(key, id(hook)) for key, hook in value.items()]
+        for name, value in vars(obj).items()
+        if "hooks" in name and isinstance(value, dict)
+    }
+
+
+def _plain(module: nn.Module) -> dict[str, Any]:
+    """A module's plain attributes: the object for a tensor, a module or a callable, the value
+    for data (compared by equality)."""
+    return {
+        key: value
+        for key, value in vars(module).items()
+        if key not in _CONTAINERS and not ("hooks" in key and isinstance(value, dict))
+    }
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, Tensor) or isinstance(b, Tensor) or callable(a) or callable(b):
+        return a is b
+    try:
+        return bool(a == b)
+    except Exception:  # an object whose == is not a bool: the same object then
+        return a is b
+
+
+def _config_of(model: nn.Module) -> tuple[dict[str, Any], set[str]] | None:
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(config, "to_dict"):
+        return None
+    return config.to_dict(), set(vars(config))
+
+
+def unchanged(model: nn.Module, *optimizers: Optimizer) -> Callable[[], None]:
+    """A check that ``model`` (and the hooks of ``optimizers``) are as they are now; see the
+    module docstring."""
+    state = {key: value.detach().clone() for key, value in model.state_dict().items()}
+    dtypes = {key: value.dtype for key, value in state.items()}
+    params = [(name, id(p)) for name, p in model.named_parameters(remove_duplicate=False)]
+    buffers = [(name, id(b)) for name, b in model.named_buffers(remove_duplicate=False)]
+    modules = [(name, id(m)) for name, m in model.named_modules(remove_duplicate=False)]
+    hooks = {name: _hook_dicts(m) for name, m in model.named_modules()}
+    grad_hooks = {
+        name: list(getattr(p, "_post_accumulate_grad_hooks", None) or {})
+        for name, p in model.named_parameters()
+    }
+    attributes = {name: _plain(m) for name, m in model.named_modules()}
+    config = _config_of(model)
+    optimizer_hooks = [_hook_dicts(optimizer) for optimizer in optimizers]
+
+    def check() -> None:
+        now = model.state_dict()
+        assert list(now) == list(state), (
+            f"the state_dict keys changed: {sorted(set(now) ^ set(state))} added or dropped"
+        )
+        for key, value in now.items():
+            assert value.dtype == dtypes[key], f"{key!r} changed dtype to {value.dtype}"
+            assert torch.equal(value.detach(), state[key]), f"the values of {key!r} changed"
+        named = [(name, id(p)) for name, p in model.named_parameters(remove_duplicate=False)]
+        assert named == params, "the parameters changed (other objects, names or order)"
+        named = [(name, id(b)) for name, b in model.named_buffers(remove_duplicate=False)]
+        assert named == buffers, "the buffers changed (other objects, names or order)"
+        named = [(name, id(m)) for name, m in model.named_modules(remove_duplicate=False)]
+        assert named == modules, "the modules changed (other objects, names or order)"
+        for name, module in model.named_modules():
+            assert _hook_dicts(module) == hooks[name], f"the hooks of module {name!r} changed"
+            plain, before = _plain(module), attributes[name]
+            added = sorted(set(plain) - set(before))
+            dropped = sorted(set(before) - set(plain))
+            assert not added and not dropped, (
+                f"the attributes of module {name!r} changed: {added} added"
+                + (f", {dropped} dropped" if dropped else "")
+            )
+            for key, value in plain.items():
+                assert _same(value, before[key]), f"attribute {key!r} of module {name!r} changed"
+        for name, param in model.named_parameters():
+            found = list(getattr(param, "_post_accumulate_grad_hooks", None) or {})
+            assert found == grad_hooks[name], f"the gradient hooks of {name!r} changed"
+        if config is not None:
+            found_config = _config_of(model)
+            assert found_config is not None and found_config[1] == config[1], (
+                "the config's attributes changed"
+            )
+            assert found_config[0] == config[0], "the config changed"
+        for optimizer, before_hooks in zip(optimizers, optimizer_hooks, strict=True):
+            assert _hook_dicts(optimizer) == before_hooks, "an optimizer's hooks changed"
+
+    return check
