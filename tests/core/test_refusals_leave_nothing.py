@@ -73,3 +73,19 @@ def test_a_distillation_refused_at_attach_leaves_the_student_alone() -> None:
     with pytest.raises(ValueError, match="share"):
         Distillation(teacher=nn.Sequential(student[0])).attach(student)
     check()
+
+
+def test_a_budget_above_the_models_size_is_refused_naming_both_numbers() -> None:
+    model = mlp()
+    total = sum(p.numel() for p in model.parameters())
+    check = unchanged(model)
+    with pytest.raises(ValueError, match=rf"at most the model's {total} parameters, but got "
+                       rf"{total + 1}: nothing would be pruned"):  # fmt: skip
+        prune_one_shot(
+            model,
+            [torch.randn(2, 4)],
+            target_params=total + 1,
+            structure="channel",
+            example_inputs=torch.randn(2, 4),
+        )
+    check()

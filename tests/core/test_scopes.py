@@ -24,6 +24,7 @@ class ScoreLists:
     def __init__(self, groups: dict[str, list[float]]) -> None:
         self.names = list(groups)
         self.collapse_share = 0.0
+        self.has_floors = False  # a group may be emptied
         self._scores = [list(scores) for scores in groups.values()]
         self._kept = [[True] * len(scores) for scores in self._scores]
 
@@ -32,6 +33,11 @@ class ScoreLists:
 
     def pruned(self) -> list[int]:
         return [kept.count(False) for kept in self._kept]
+
+    def check_prune(
+        self, count: int, groups: Sequence[int] | None = None, caps: Sequence[int] | None = None
+    ) -> None:
+        pass  # nothing to refuse: no group keeps a floor
 
     def prune(
         self, count: int, groups: Sequence[int] | None = None, caps: Sequence[int] | None = None

@@ -11,6 +11,7 @@ from torch import nn
 from tensorplay.ao.pruning.parity.reparametrization import is_pruned_tensor
 from tensorplay.ao.pruning.pruner.conductor import Pruner
 from tensorplay.ao.pruning.pruner.schedules import CubicSchedule, OneShotSchedule, Schedule
+from tests.model_state import unchanged
 
 WIDTH, MULTIPLE = 128, 64
 
@@ -51,17 +52,16 @@ def test_a_one_shot_target_the_rounding_reaches_is_taken(scope: str) -> None:
     assert [row.pruned for row in pruner.report().rows] == [64, 64]
 
 
-def test_a_target_beyond_the_rounding_is_refused_saying_why_before_any_change() -> None:
+def test_a_target_beyond_the_rounding_is_refused_saying_why_when_the_pruner_is_built() -> None:
     model = wide_mlp()
-    pruner = pruner_of(model, OneShotSchedule(0.9), "global", MULTIPLE)
+    check = unchanged(model)
     match = (
         r"at least 64 units \(multiple_of=64: at most 128 more from 2 groups of 256 units, "
         r"and 64 more that rounding .* gives back\), but the target asks for 230 more"
     )
     with pytest.raises(ValueError, match=match):
-        pruner.step()
-    assert not any(is_pruned_tensor(m, "weight") for m in model.modules())
-    assert pruner.history == []
+        pruner_of(model, OneShotSchedule(0.9, step=30), "global", MULTIPLE)
+    check()
 
 
 def test_a_multiple_wider_than_a_group_is_refused_when_the_pruner_is_built() -> None:

@@ -49,6 +49,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
+from tensorplay.ao.pruning.calibration.finite import check_read
 from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.edits.spent import ShrinkWatch
 from tensorplay.ao.pruning.importance.score import Importance
@@ -88,6 +89,7 @@ class _ExpertObserver(Importance):
         super().__init__(dtype)
         self._modules: dict[str, nn.Module] = {}
         self._tokens: dict[str, int] = {}
+        self._batches: dict[str, int] = {}  # forwards each experts module saw
         self._counts: dict[str, Tensor] = {}
         self._sums: dict[str, Tensor] = {}
         self._handles: list[RemovableHandle] = []
@@ -113,6 +115,7 @@ class _ExpertObserver(Importance):
         for name, (module, pairs) in found.items():
             self._modules[name] = module
             self._tokens[name] = 0
+            self._batches[name] = 0
             hook = self._observer(name, ShrinkWatch(pairs))
             self._handles.append(changes.hook(module.register_forward_hook, hook, with_kwargs=True))
 
@@ -124,7 +127,10 @@ class _ExpertObserver(Importance):
                 return  # the pruner is spent: the experts were renumbered
             tokens, index, weights = _routing_inputs(args, kwargs)
             with torch.no_grad():
+                for read in (tokens, weights):  # a NaN would make every expert's score NaN
+                    check_read(read, name, self._batches[name])
                 self._observe(name, module, tokens, index, weights)
+            self._batches[name] += 1
 
         return observe
 

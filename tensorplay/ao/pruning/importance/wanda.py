@@ -41,6 +41,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
+from tensorplay.ao.pruning.calibration.finite import check_read
 from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.edits.spent import ShrinkWatch
 from tensorplay.ao.pruning.importance.input_features import FeatureLayout, feature_layout
@@ -107,6 +108,8 @@ class Wanda(Importance):
                 return  # the pruner is spent: the shrunk layer's inputs feed no score
             with torch.no_grad():
                 squares = layout.squares(args[0])
+                # A NaN or an infinity in the input would make every score of the layer NaN.
+                check_read(squares, name.rpartition(".")[0], self._batches[name])
                 total = self._sums.get(name)
                 if total is None or total.device != squares.device:
                     self._sums[name] = squares.to(self.dtype)

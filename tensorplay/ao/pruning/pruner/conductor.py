@@ -69,6 +69,8 @@ from tensorplay.ao.pruning.targets.tied import Target
 
 __all__ = ["Pruner"]
 
+_FAR_STEP = 2**62  # any step after the schedule's last: its final target
+
 
 class Pruner(OptimizerLinks):
     """Prune a model on a schedule from any training loop.
@@ -190,6 +192,7 @@ class Pruner(OptimizerLinks):
         self._optimizers = AttachedOptimizers(optimizers)
         self._progress = Progress(seed=config.seed)
         self._scope = make_scope(config.scope, config.min_density)
+        self._check_reachable()
         if rewind == "init":
             self.take_snapshot()
 
@@ -384,6 +387,18 @@ class Pruner(OptimizerLinks):
                 self._optimizers.after_pruning()
         self._progress.last_step = step
         return newly_pruned
+
+    def _check_reachable(self) -> None:
+        """Refuse, when the pruner is built, a schedule whose final target its units can never
+        reach (an expert layer left fewer than its ``top_k`` experts, a group below its floor):
+        the step that would reach it refuses the same way, but only once the run got there."""
+        schedule = self.config.schedule
+        if self._budget is not None or counts_itself(self.method) or not schedule.has_target():
+            return
+        final = schedule(_FAR_STEP)
+        if final > 0:
+            space = self._structure.space(self._mode, self.method, self._scores)
+            self._scope.check_target(space, final)
 
     def _prune_to(self, target: float, step: int) -> int:
         """Prune up to ``target`` sparsity as the scope ranks the units (a method that decides

@@ -28,6 +28,9 @@ from tensorplay.ao.pruning.parity.method_selection import counts_itself
 from tensorplay.ao.pruning.parity.methods import RandomUnstructured
 from tensorplay.ao.pruning.pruner.schedules import Schedule
 from tensorplay.ao.pruning.pruner.scopes import SCOPES, scope_choices
+from tensorplay.ao.pruning.structured.units import STRUCTURES, structure_choices
+from tensorplay.ao.pruning.structured.units.budget import check_target_params
+from tensorplay.ao.pruning.structured.units.combined import CombinedStructure, check_kinds
 from tensorplay.ao.pruning.targets.parameters import (
     KeepDense,
     ModuleType,
@@ -134,11 +137,8 @@ def _check_structure(
     importance: str,
 ) -> None:
     # Imported here: the structures reach the masking modes, which read this module.
-    from tensorplay.ao.pruning.structured.units import STRUCTURES, structure_choices
 
     if isinstance(structure, tuple):
-        from tensorplay.ao.pruning.structured.units.combined import CombinedStructure, check_kinds
-
         check_kinds(structure)
         CombinedStructure.check_options(
             method, scope, importance, check_int("multiple_of", multiple_of, 1)
@@ -171,8 +171,6 @@ def _check_target_params(
 ) -> None:
     """``target_params``: a positive int or a float in (0, 1], with units that shrink and a
     schedule without a target of its own; a tuple of kinds needs it."""
-    from tensorplay.ao.pruning.structured.units.budget import resolve_budget
-
     if (target_params is None) != schedule.has_target():
         given = "both" if target_params is not None else "neither"
         raise ValueError(
@@ -187,7 +185,7 @@ def _check_target_params(
                 "of several kinds are ranked by score per parameter removed, against a budget."
             )
         return
-    resolve_budget(target_params, 1)  # type: ignore[arg-type]  # checked there
+    check_target_params(target_params)
     if not isinstance(structure, tuple) and structure not in ("channel", "head", "layer"):
         raise ValueError(
             "Expected `structure` to be 'channel', 'head', 'layer' or a tuple of them with "

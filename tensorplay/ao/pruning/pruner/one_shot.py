@@ -52,6 +52,11 @@ import torch
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning.calibration.batches import Forward, run_batch
+from tensorplay.ao.pruning.calibration.finite import (
+    FiniteWatch,
+    NonFiniteCalibrationError,
+    check_inputs,
+)
 from tensorplay.ao.pruning.distillation.dense_copy import dense_copy
 from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.pruner.conductor import Pruner
@@ -93,11 +98,17 @@ def calibrate(pruner: Pruner, batches: Iterable[Any], forward: Forward | None = 
             default ``model(batch)``, ``model(*batch)`` for a tuple, ``model(**batch)`` for a
             mapping (a Hugging Face model given ``labels`` returns its loss).
 
+    Every batch is checked as it is read (:mod:`~tensorplay.ao.pruning.calibration.finite`):
+    a ``NaN`` or an infinity in its inputs, or in the output of any module, is refused before it
+    reaches a score.
+
     Returns:
         The number of batches run.
 
     Raises:
         TypeError: A gradient importance whose forward returns no scalar loss.
+        ValueError: A batch with a non-finite input or activation, naming the batch (its index)
+            and the first module whose output holds it; the importance has not counted it.
     """
     run = forward or run_batch
     model = pruner.model
@@ -105,20 +116,43 @@ def calibrate(pruner: Pruner, batches: Iterable[Any], forward: Forward | None = 
     count = 0
     model.eval()
     try:
-        for batch in batches:
-            if pruner.importance.needs_gradients:
-                model.zero_grad(set_to_none=True)
-                torch.autograd.backward(_loss_of(run(model, batch)))
-                pruner.accumulate()
-            else:
-                with torch.no_grad():
-                    run(model, batch)
-            count += 1
+        with FiniteWatch(model) as watch:
+            for index, batch in enumerate(batches):
+                check_inputs(batch, index)
+                _calibrate_one(pruner, batch, run, watch, index)
+                count += 1
     finally:
         if pruner.importance.needs_gradients:
             model.zero_grad(set_to_none=True)
         model.train(training)
     return count
+
+
+def _calibrate_one(
+    pruner: Pruner, batch: Any, run: Forward, watch: FiniteWatch, index: int
+) -> None:
+    """One batch: its forward (and backward for a gradient importance), refused where a
+    non-finite value first appears (the module that made it, if the watch saw one)."""
+    model = pruner.model
+    try:
+        if pruner.importance.needs_gradients:
+            model.zero_grad(set_to_none=True)
+            loss = _loss_of(run(model, batch))
+            watch.check(index)  # before the gradients reach the accumulators
+            if not bool(torch.isfinite(loss.detach())):
+                raise ValueError(
+                    f"Expected finite calibration data, but the loss of batch {index} is "
+                    f"{float(loss)} (every module's output was finite): check its labels."
+                )
+            torch.autograd.backward(loss)
+            pruner.accumulate()
+        else:
+            with torch.no_grad():
+                run(model, batch)
+            watch.check(index)
+    except NonFiniteCalibrationError as error:  # an importance refused what it was to read
+        watch.check(index)  # the module where the value first appeared, if it came earlier
+        raise error.at_batch(index) from None
 
 
 def one_shot_schedule(sparsity: float | None, target_params: int | float | None) -> OneShotSchedule:

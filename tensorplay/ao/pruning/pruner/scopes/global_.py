@@ -45,11 +45,24 @@ class GlobalScope:
     def check_method(cls, method: type[BasePruningMethod]) -> None:
         """Any method ranks globally."""
 
+    def check_target(self, space: UnitSpace, target: float) -> None:
+        """Refuse the global count at ``target`` where the space's floors forbid it."""
+        if not space.has_floors:
+            return
+        count, caps = self._count(space.pruned(), space.numels(), target)
+        if count > 0:
+            space.check_prune(count, caps=caps)
+
+    def _count(
+        self, pruned: list[int], numels: list[int], target: float
+    ) -> tuple[int, list[int] | None]:
+        caps = caps_under(self.min_density, pruned, numels) if self.min_density > 0 else None
+        return global_count(target, pruned, numels, caps), caps
+
     def prune_to(self, space: UnitSpace, target: float, step: int) -> int:
         """Prune the global count over all groups; warn for a group left empty."""
         pruned, numels = space.pruned(), space.numels()
-        caps = caps_under(self.min_density, pruned, numels) if self.min_density > 0 else None
-        count = global_count(target, pruned, numels, caps)
+        count, caps = self._count(pruned, numels, target)
         if count <= 0:
             return 0
         space.prune(count, caps=caps)

@@ -40,6 +40,16 @@ class LayerwiseScope:
     def check_method(cls, method: type[BasePruningMethod]) -> None:
         """Any method ranks within a group."""
 
+    def check_target(self, space: UnitSpace, target: float) -> None:
+        """Refuse a group's count at ``target`` where the space's floors forbid it."""
+        if not space.has_floors:
+            return
+        pruned, numels = space.pruned(), space.numels()
+        caps = caps_under(self.min_density, pruned, numels)
+        for group, count in enumerate(layerwise_counts(target, pruned, numels, caps)):
+            if count > 0:
+                space.check_prune(count, groups=[group], caps=[caps[group]])
+
     def prune_to(self, space: UnitSpace, target: float, step: int) -> int:
         """Prune each group's own count."""
         pruned, numels = space.pruned(), space.numels()

@@ -57,6 +57,9 @@ class RowScope:
                 "keys."
             )
 
+    def check_target(self, space: UnitSpace, target: float) -> None:
+        """Nothing to refuse: a row keeps what ``min_density`` keeps, whatever the target."""
+
     def prune_to(self, space: UnitSpace, target: float, step: int) -> int:
         """Prune every row of every group to ``target``."""
         if not isinstance(space, RowSpace):

@@ -43,6 +43,14 @@ class PruningScope(Protocol):
     def check_method(cls, method: type[BasePruningMethod]) -> None:
         """Refuse, when the configuration is made, a method this scope cannot rank with."""
 
+    def check_target(self, space: UnitSpace, target: float) -> None:
+        """Refuse, changing nothing, a ``target`` that :meth:`prune_to` could not reach in
+        ``space`` (a pruner asks it for its schedule's final target when it is built).
+
+        Raises:
+            ValueError: As :meth:`prune_to` would, for the same target.
+        """
+
     def prune_to(self, space: UnitSpace, target: float, step: int) -> int:
         """Prune ``space`` up to ``target`` sparsity (> 0) at ``step``; the units newly pruned.
 

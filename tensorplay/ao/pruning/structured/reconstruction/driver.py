@@ -67,6 +67,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning.calibration.batches import Forward, run_batch
+from tensorplay.ao.pruning.calibration.finite import check_inputs, check_read, nonfinite_kind
 from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.masking.readers import masked_values
 from tensorplay.ao.pruning.parity.reparametrization import pruned_parts
@@ -128,7 +129,11 @@ def reconstruct(
 
     Raises:
         ValueError: A negative damping; a consumer's inputs whose leading dimensions are not
-            those of the batch's ``attention_mask`` (padding cannot be told), naming it.
+            those of the batch's ``attention_mask`` (padding cannot be told), naming it; a
+            batch with a non-finite input, or a consumer whose input holds one, naming the
+            batch's index and the consumer; a re-solve that is not finite (too little damping
+            for its Gram matrix), naming the consumer and the damping. The weights of the
+            consumers re-solved before are then given back.
         TypeError: A damping that is not a number.
     """
     check_damping("damping", damping)
@@ -139,7 +144,8 @@ def reconstruct(
     reference.eval()
     solved: list[Solved] = []
     try:
-        with torch.no_grad():
+        # A refusal at a later consumer gives the earlier ones their weights back.
+        with changes.transaction(keep_values=True), torch.no_grad():
             for consumer in _in_call_order(reference, consumers, data, run):
                 done = _solve_one(model, reference, consumer, data, run, damping)
                 if done is not None:
@@ -165,9 +171,41 @@ def _solve_one(
     if found is None:
         return None  # never called by the forward: nothing to fit
     gram, cross, tokens = found
-    weight = ridge_solve(gram, cross, _linear_weight(reference, consumer), damping)
+    weight = _solved(consumer, gram, cross, _linear_weight(reference, consumer), damping, tokens)
     _write(model, consumer, keep, weight)
     return Solved(consumer.parameter, int(keep.sum()), consumer.width, tokens)
+
+
+def _solved(
+    consumer: Consumer, gram: Tensor, cross: Tensor, dense: Tensor, damping: float, tokens: int
+) -> Tensor:
+    """The ridge solve of ``consumer``, refused unless its sums and its solution are finite."""
+    where = (
+        f"the re-solved weights of {consumer.parameter!r} to be finite, but the ridge solve "
+        f"with damping {damping} over its {gram.shape[0]} kept inputs ({tokens} tokens)"
+    )
+    fix = (
+        "Raise reconstruct_damping (10 times, say), calibrate on more tokens, or run the "
+        "model in a wider dtype. Nothing was changed."
+    )
+    if not (bool(torch.isfinite(gram).all()) and bool(torch.isfinite(cross).all())):
+        raise ValueError(
+            f"Expected {where} sums inputs whose squares overflow float32 (its Gram matrix "
+            f"holds {nonfinite_kind(gram)}): the layer's inputs are too large. {fix}"
+        )
+    try:
+        weight = ridge_solve(gram, cross, dense, damping)
+    except torch.linalg.LinAlgError as error:  # type: ignore[attr-defined]  # it is exported
+        raise ValueError(
+            f"Expected {where} fails ({error}): its Gram matrix is too ill-conditioned for "
+            f"that damping. {fix}"
+        ) from None
+    if not bool(torch.isfinite(weight).all()):
+        raise ValueError(
+            f"Expected {where} gives {nonfinite_kind(weight)}: its Gram matrix is too "
+            f"ill-conditioned for that damping. {fix}"
+        )
+    return weight
 
 
 def _in_call_order(
@@ -230,11 +268,14 @@ def _grams(
     gram = torch.zeros(kept, kept, dtype=torch.float32, device=device)
     cross = torch.zeros(kept, consumer.width, dtype=torch.float32, device=device)
     tokens = torch.zeros((), dtype=torch.int64, device=device)
-    for batch in batches:
+    for index, batch in enumerate(batches):
+        check_inputs(batch, index)
         dense = _input_of(reference, consumer.module, batch, run)
         pruned = _input_of(model, consumer.module, batch, run)
         if dense is None or pruned is None:
             continue
+        for read in (dense, pruned):  # a NaN would make the Gram matrix, and the weights, NaN
+            check_read(read, consumer.module, index)
         padding = _token_mask(batch)
         x_d = _rows(dense, padding, consumer).to(device=device, dtype=torch.float32)
         x_k = _rows(pruned, padding, consumer).to(device=device, dtype=torch.float32)

@@ -42,6 +42,7 @@ from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup
 __all__ = [
     "budget_keys",
     "check_reachable",
+    "check_target_params",
     "model_params",
     "plan_global",
     "plan_layerwise",
@@ -60,34 +61,57 @@ def model_params(model: nn.Module) -> int:
     return sum(param.numel() for param in model.parameters())
 
 
-def resolve_budget(target_params: int | float, total: int) -> int:
-    """The budget in parameters: an int as given, a float in (0, 1] as that fraction of
-    ``total`` (rounded down).
+def check_target_params(target_params: object) -> int | float:
+    """``target_params`` checked as a budget needs no model to check it: an int (parameters
+    kept) or a float in (0, 1] (a fraction of the model's parameters).
 
     Raises:
         TypeError: Neither an int nor a float.
         ValueError: An int below 1 or a float outside (0, 1].
 
     Example:
-        >>> resolve_budget(0.8, 29472)
-        23577
+        >>> check_target_params(0.8), check_target_params(1000)
+        (0.8, 1000)
     """
     if isinstance(target_params, bool) or not isinstance(target_params, (int, float)):
         raise TypeError(
             "Expected `target_params` to be an int (parameters) or a float in (0, 1], but got "
             f"{target_params!r}."
         )
-    if isinstance(target_params, int):
-        if target_params < 1:
-            raise ValueError(
-                f"Expected `target_params` to be a positive int, but got {target_params}."
-            )
-        return target_params
-    if not 0.0 < target_params <= 1.0:
+    if isinstance(target_params, int) and target_params < 1:
+        raise ValueError(f"Expected `target_params` to be a positive int, but got {target_params}.")
+    if isinstance(target_params, float) and not 0.0 < target_params <= 1.0:
         raise ValueError(
             f"Expected `target_params` as a float to be in (0, 1], but got {target_params}."
         )
-    return int(target_params * total)
+    return target_params
+
+
+def resolve_budget(target_params: int | float, total: int) -> int:
+    """The budget in parameters: an int as given, a float in (0, 1] as that fraction of
+    ``total`` (rounded down).
+
+    Raises:
+        TypeError, ValueError: As :func:`check_target_params`; also an int above ``total``
+            (the model is that small already: nothing would be pruned), naming both.
+
+    Example:
+        >>> resolve_budget(0.8, 29472)
+        23577
+        >>> resolve_budget(30000, 29472)
+        Traceback (most recent call last):
+        ...
+        ValueError: Expected `target_params` (the parameters the model keeps) to be at most the model's 29472 parameters, but got 30000: nothing would be pruned.
+    """  # noqa: E501
+    value = check_target_params(target_params)
+    if isinstance(value, float):
+        return int(value * total)
+    if value > total:
+        raise ValueError(
+            "Expected `target_params` (the parameters the model keeps) to be at most the "
+            f"model's {total} parameters, but got {value}: nothing would be pruned."
+        )
+    return value
 
 
 def unit_params(

@@ -145,6 +145,7 @@ class ElementSpace:
         self._scores: list[Tensor] | None = None
         self.names = [target.name for target in self._targets]
         self.collapse_share = 0.0  # a target can be emptied: warn when it is
+        self.has_floors = False
 
     def numels(self) -> list[int]:
         """Per target, its weights."""
@@ -168,6 +169,12 @@ class ElementSpace:
         targets = [self._targets[i] for i in chosen]
         scores = [self.scores()[i] for i in chosen]
         self._mode.prune(targets, scores, self._method, count, caps)
+
+    def check_prune(
+        self, count: int, groups: Sequence[int] | None = None, caps: Sequence[int] | None = None
+    ) -> None:
+        """Nothing to refuse: a tensor of single weights may be pruned whole (a global step
+        warns of it: :mod:`~tensorplay.ao.pruning.parity.collapse`)."""
 
     def prune_rows(self, target: float, min_density: float) -> None:
         """Prune every output row of every target to ``target`` sparsity

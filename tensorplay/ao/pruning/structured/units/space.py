@@ -41,10 +41,13 @@ class UnitSpace(Protocol):
         collapse_share: The share of a group's units kept at or below which a global step
             warns of layer collapse (:mod:`~tensorplay.ao.pruning.parity.collapse`): 0 where a group
             can be emptied (single weights), 0.1 where one unit always stays (structured units).
+        has_floors: Whether some group must keep units (one unit, ``multiple_of`` of them, an
+            expert layer's ``top_k``), so that a target can lie beyond reach.
     """
 
     names: list[str]
     collapse_share: float
+    has_floors: bool
 
     def numels(self) -> list[int]:
         """Per group, its units."""
@@ -57,6 +60,12 @@ class UnitSpace(Protocol):
     ) -> None:
         """Prune ``count`` more units over ``groups`` (indices; ``None``: all) together, lowest
         score first; with ``caps``, at most ``caps[i]`` more from ``groups[i]``."""
+
+    def check_prune(
+        self, count: int, groups: Sequence[int] | None = None, caps: Sequence[int] | None = None
+    ) -> None:
+        """Raise what :meth:`prune` would refuse for these arguments, changing nothing (how a
+        pruner refuses a target its schedule could never reach, when it is built)."""
 
 
 @runtime_checkable

@@ -226,6 +226,7 @@ class StructuredSpace:
             self._sharded = ShardedUnits(units, targets, shapes, mode, scores, self._scored, group)
         self._selection = Sharding(None, group)  # the same units on every rank (random: rank 0's)
         self.collapse_share = 0.1  # a group keeps a unit: warn when it is nearly gone
+        self.has_floors = True
 
     @classmethod
     def joined(cls, spaces: Sequence[StructuredSpace]) -> StructuredSpace:
@@ -299,16 +300,9 @@ class StructuredSpace:
         """
         chosen = list(range(len(self._ranked))) if groups is None else list(groups)
         kept = [~self._pruned(index) for index in chosen]
-        widths = [int(keep.sum()) for keep in kept]
-        least = [max(self._multiple, self._ranked[index].min_kept) for index in chosen]
-        if caps is not None:
-            pairs = zip(widths, caps, least, strict=True)
-            least = [max(floor, width - cap) for width, cap, floor in pairs]
-        limits = [max(0, width - floor) for width, floor in zip(widths, least, strict=True)]
+        least, limits = self._limits(chosen, kept, caps)
         if count > sum(limits):
-            absorbed = (self._multiple // 2) * len(chosen)
-            if count > sum(limits) + absorbed:
-                self._refuse(count, sum(limits), absorbed, chosen)
+            self._refuse_beyond(count, limits, chosen)
             count = sum(limits)  # every group at its floor: the rounding's width
         if count <= 0:
             return
@@ -322,6 +316,38 @@ class StructuredSpace:
                 for row in zip(kept, keeps, scores, labels, least, strict=True)
             ]
         self._write(chosen, kept, keeps)
+
+    def check_prune(
+        self, count: int, groups: Sequence[int] | None = None, caps: Sequence[int] | None = None
+    ) -> None:
+        """Raise what :meth:`prune` would refuse, changing nothing.
+
+        Raises:
+            ValueError: ``count`` would leave some group fewer units than it must keep.
+        """
+        chosen = list(range(len(self._ranked))) if groups is None else list(groups)
+        kept = [~self._pruned(index) for index in chosen]
+        _, limits = self._limits(chosen, kept, caps)
+        if count > sum(limits):
+            self._refuse_beyond(count, limits, chosen)
+
+    def _limits(
+        self, chosen: Sequence[int], kept: Sequence[Tensor], caps: Sequence[int] | None
+    ) -> tuple[list[int], list[int]]:
+        """Per chosen group, the fewest units it keeps and the most it can lose now."""
+        widths = [int(keep.sum()) for keep in kept]
+        least = [max(self._multiple, self._ranked[index].min_kept) for index in chosen]
+        if caps is not None:
+            pairs = zip(widths, caps, least, strict=True)
+            least = [max(floor, width - cap) for width, cap, floor in pairs]
+        limits = [max(0, width - floor) for width, floor in zip(widths, least, strict=True)]
+        return least, limits
+
+    def _refuse_beyond(self, count: int, limits: Sequence[int], chosen: Sequence[int]) -> None:
+        """Refuse ``count`` beyond ``limits`` unless the rounding to multiples absorbs it."""
+        absorbed = (self._multiple // 2) * len(chosen)
+        if count > sum(limits) + absorbed:
+            self._refuse(count, sum(limits), absorbed, chosen)
 
     def _to_multiple(
         self, kept: Tensor, chosen: Tensor, scores: Tensor, label: str, least: int
