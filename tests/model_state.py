@@ -14,6 +14,10 @@ difference, unless the model is as it was:
 * a Hugging Face model's config: the same ``to_dict()``, and no attribute added or dropped;
 * the hooks of any optimizer given beside it.
 
+``check = unchanged_hooks(model)`` checks the hooks alone (every hook dict of every module, every
+parameter's gradient hooks, the optimizers' hooks): what a run of training, which changes the
+weights, must leave as it found.
+
 Example:
     >>> import torch
     >>> from torch import nn
@@ -36,7 +40,7 @@ import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
-__all__ = ["unchanged"]
+__all__ = ["unchanged", "unchanged_hooks"]
 
 _CONTAINERS = ("_parameters", "_buffers", "_modules", "_non_persistent_buffers_set")
 
@@ -47,6 +51,14 @@ def _hook_dicts(obj: object) -> dict[str, list[tuple[int, int]]]:
         name: [(key, id(hook)) for key, hook in value.items()]
         for name, value in vars(obj).items()
         if "hooks" in name and isinstance(value, dict)
+    }
+
+
+def _grad_hooks(model: nn.Module) -> dict[str, list[int]]:
+    """Every parameter's post-accumulate-grad hooks (their keys), by name."""
+    return {
+        name: list(getattr(p, "_post_accumulate_grad_hooks", None) or {})
+        for name, p in model.named_parameters()
     }
 
 
@@ -85,10 +97,7 @@ def unchanged(model: nn.Module, *optimizers: Optimizer) -> Callable[[], None]:
     buffers = [(name, id(b)) for name, b in model.named_buffers(remove_duplicate=False)]
     modules = [(name, id(m)) for name, m in model.named_modules(remove_duplicate=False)]
     hooks = {name: _hook_dicts(m) for name, m in model.named_modules()}
-    grad_hooks = {
-        name: list(getattr(p, "_post_accumulate_grad_hooks", None) or {})
-        for name, p in model.named_parameters()
-    }
+    grad_hooks = _grad_hooks(model)
     attributes = {name: _plain(m) for name, m in model.named_modules()}
     config = _config_of(model)
     optimizer_hooks = [_hook_dicts(optimizer) for optimizer in optimizers]
@@ -118,8 +127,7 @@ def unchanged(model: nn.Module, *optimizers: Optimizer) -> Callable[[], None]:
             )
             for key, value in plain.items():
                 assert _same(value, before[key]), f"attribute {key!r} of module {name!r} changed"
-        for name, param in model.named_parameters():
-            found = list(getattr(param, "_post_accumulate_grad_hooks", None) or {})
+        for name, found in _grad_hooks(model).items():
             assert found == grad_hooks[name], f"the gradient hooks of {name!r} changed"
         if config is not None:
             found_config = _config_of(model)
@@ -129,5 +137,41 @@ def unchanged(model: nn.Module, *optimizers: Optimizer) -> Callable[[], None]:
             assert found_config[0] == config[0], "the config changed"
         for optimizer, before_hooks in zip(optimizers, optimizer_hooks, strict=True):
             assert _hook_dicts(optimizer) == before_hooks, "an optimizer's hooks changed"
+
+    return check
+
+
+def unchanged_hooks(model: nn.Module, *optimizers: Optimizer) -> Callable[[], None]:
+    """A check that the hooks of ``model`` and ``optimizers`` are as they are now (the hooks part
+    of :func:`unchanged`; the weights, attributes and config may change).
+
+    Example:
+        >>> from torch import nn
+        >>> layer = nn.Linear(2, 2)
+        >>> check = unchanged_hooks(layer)
+        >>> with torch.no_grad():
+        ...     _ = layer.weight.zero_()
+        >>> check()
+        >>> handle = layer.register_forward_hook(lambda module, args, output: None)
+        >>> check()
+        Traceback (most recent call last):
+        ...
+        AssertionError: the hooks of module '' changed...
+    """
+    modules = [name for name, _ in model.named_modules()]
+    hooks = {name: _hook_dicts(m) for name, m in model.named_modules()}
+    grad_hooks = _grad_hooks(model)
+    optimizer_hooks = [_hook_dicts(optimizer) for optimizer in optimizers]
+
+    def check() -> None:
+        assert [name for name, _ in model.named_modules()] == modules, "the modules changed"
+        for name, module in model.named_modules():
+            found = _hook_dicts(module)
+            assert found == hooks[name], (
+                f"the hooks of module {name!r} changed: {hooks[name]} then {found}"
+            )
+        assert _grad_hooks(model) == grad_hooks, "the parameters' gradient hooks changed"
+        for optimizer, before in zip(optimizers, optimizer_hooks, strict=True):
+            assert _hook_dicts(optimizer) == before, "an optimizer's hooks changed"
 
     return check

@@ -116,6 +116,10 @@ class Distilling(LeftOutOfCopies):
     def __init__(self, name: str, on_error: Callable[[], None] | None = None) -> None:
         self.name = name
         self.on_error = on_error
+        #: Whether a forward of the student now is inside one of the framework's training
+        #: steps (set by an adapter that can tell); ``None``: every training forward counts.
+        #: Read at each forward (see :meth:`observing`).
+        self.active: Callable[[], bool] | None = None
         #: The attached :class:`Distillation`, ``None`` before the teacher exists.
         self.distillation: Distillation | None = None
         self._copied = False  # whether the teacher is the dense copy taken here (saved)
@@ -131,6 +135,11 @@ class Distilling(LeftOutOfCopies):
     def attached(self) -> bool:
         """Whether a teacher is attached to the student."""
         return self.distillation is not None and self.distillation.attached
+
+    def observing(self) -> bool:
+        """Whether the teacher sees a training forward of the student now: always, unless the
+        adapter's :attr:`active` says the forward is outside its training steps."""
+        return self.active is None or self.active()
 
     def start(self, student: nn.Module, *, teacher: nn.Module | None, weight: float,
               temperature: float) -> None:  # fmt: skip
@@ -184,7 +193,11 @@ class Distilling(LeftOutOfCopies):
     def _attach(self, student: nn.Module, teacher: nn.Module | None, weight: float,
                 temperature: float, *, copied: bool) -> None:  # fmt: skip
         distillation = Distillation(
-            teacher, temperature=temperature, weight=weight, on_error=self.on_error
+            teacher,
+            temperature=temperature,
+            weight=weight,
+            on_error=self.on_error,
+            active=self.observing,
         )
         self.distillation = distillation.attach(student)
         self._copied = copied

@@ -15,9 +15,11 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from types import FrameType
 from typing import Any
 
 import torch
@@ -147,9 +149,10 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
             ``save_pretrained`` folder), on the main process; ``None`` (default): nowhere
             (``trainer.save_model()`` writes it), except under FSDP2: ``<output_dir>/shrunk``.
         distill_weight: Distil from a teacher (:doc:`/distillation`): the weight of the KD term
-            added to the ``loss`` of the model's training outputs (what the Trainer
-            back-propagates), counted as the Trainer counts that loss under gradient
-            accumulation; 0 (default) is off. Logged as ``pruning/distill_loss``.
+            added to the ``loss`` of the model's outputs in the Trainer's training steps (what
+            the Trainer back-propagates; a forward outside them, or after ``train`` returned or
+            raised, gets the model's own loss), counted as the Trainer counts that loss under
+            gradient accumulation; 0 (default) is off. Logged as ``pruning/distill_loss``.
         distill_temperature: The KD term's temperature (> 0).
         teacher: The teacher, used from the first step; ``None`` (default): a frozen dense copy
             of the model taken just before the first pruning step, written into each
@@ -241,6 +244,7 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         # Trainer's state, whose latest entry is the checkpoint's.
         self.saved_state: dict[str, Any] | None = None
         self._loss_hook: RemovableHandle | None = None
+        self._run: _RunGuard | None = None  # the run under way (its training steps)
         self._guards: tuple[RemovableHandle, ...] = ()
         self._forward_failed = False
         self._args: TrainingArguments | None = None
@@ -331,13 +335,16 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
             check_fresh_under_fsdp2(state.global_step)
         if self._guards:  # an earlier run was left by an exception: take its hooks off
             self._close()
-        guard = _RunGuard(self)
+        guard = _RunGuard(self, _run_frame())
+        self._run = guard
         self._guards = (
             changes.hook(model.register_forward_pre_hook, guard.before),
             changes.hook(model.register_forward_hook, guard.after, always_call=True),
         )
         if not (self._session.built_for(model) or self._session.waiting):
             self._take_over_or_build(model, state)
+        # The teacher sees the training steps' forwards only (the session may be one taken over).
+        self._session.distilling.active = self._in_step
         self._args = args
         _join(args, self)
         if self._session.waiting:
@@ -358,6 +365,15 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         self._session.start([] if optimizer is None else [optimizer])
         self._session.step(state.global_step)
         self._hook_loss()
+
+    @override
+    def on_step_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
+        """A training step begins: until its ``on_step_end``, the forwards of the model in
+        this run are the step's (the teacher sees them, the loss hook adds their KD term)."""
+        if self._run is not None:
+            self._run.step_open = True
 
     @override
     def on_pre_optimizer_step(
@@ -381,7 +397,22 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
-        """Take the pruning step of the optimizer step just done."""
+        """Close the training step; take the pruning step of the optimizer step just done.
+
+        Raises:
+            RuntimeError: Distilling, and the step was not opened by :meth:`on_step_begin` (a
+                subclass's override that does not call it): its forwards had no KD term.
+        """
+        if self._run is not None:
+            if not self._run.step_open and self._session.distilling.attached:
+                self._close()
+                raise RuntimeError(
+                    "GradualPruningCallback: expected `on_step_begin` before `on_step_end` "
+                    "(the distillation term is added to the forwards of the training steps it "
+                    "opens), but this step had none: a subclass that overrides `on_step_begin` "
+                    "must call `super().on_step_begin(args, state, control, **kwargs)`."
+                )
+            self._run.step_open = False
         if self._session.built:
             self._session.step(state.global_step)
             self._hook_loss()
@@ -456,7 +487,12 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
             if handle is not None:
                 handle.remove()
         self._loss_hook, self._guards, self._forward_failed = None, (), False
+        self._run = None  # no step is open any more (and the Trainer's frame is let go)
         self._session.close()
+
+    def _in_step(self) -> bool:
+        """Whether a forward of the model now is inside one of this run's training steps."""
+        return self._run is not None and self._run.in_step()
 
     def _forward_raised(self) -> None:
         """A forward of the model raised (seen by :class:`_RunGuard`): take off what can be
@@ -573,24 +609,85 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
 
 
 class _RunGuard(LeftOutOfCopies):
-    """The Trainer has no exception event: a forward of the model that raises is seen by a
-    forward hook torch calls also then (``always_call``), :meth:`after`. It cannot take forward
-    hooks off there (torch is iterating over them), so the next forward of the model, in any
-    loop, closes the run before it runs, in the pre-hook :meth:`before`. (A
-    :class:`~tensorplay.ao.pruning.distillation.left_out.LeftOutOfCopies`: a teacher copied from
-    the model
-    never carries it.)"""
+    """One run of the Trainer (from ``on_train_begin``) and its training steps, which the
+    callback's hooks on the model act in: a forward of the model counts as a training step's
+    (the teacher sees it, its KD term is added) only between ``on_step_begin`` and
+    ``on_step_end``, and only while the run is under way. The Trainer has no exception event:
+    the run is under way while the frame of the Trainer's ``train`` that began it
+    (:func:`_run_frame`) is still executing, that is, on the stack of a forward in the thread
+    that began it. A forward after an exception left ``train`` (from a step, the data, another
+    callback, a ``KeyboardInterrupt``), in any loop, so finds the run over: it closes the run
+    before it runs, in the pre-hook :meth:`before`, and runs as a plain forward.
 
-    def __init__(self, callback: GradualPruningCallback) -> None:
+    A forward of the model that raises is seen by a forward hook torch calls also then
+    (``always_call``), :meth:`after`: the optimizer's hooks come off at once (forward hooks
+    cannot come off there: torch is iterating over them), and the next forward closes the run.
+    (A :class:`~tensorplay.ao.pruning.distillation.left_out.LeftOutOfCopies`: a teacher copied
+    from the model never carries it.)
+
+    Args:
+        callback: The callback whose run this is.
+        frame: The Trainer's frame that began the run (see :func:`_run_frame`).
+    """
+
+    def __init__(self, callback: GradualPruningCallback, frame: FrameType | None) -> None:
         self.callback = callback
+        self.frame = frame
+        self.thread = threading.get_ident()
+        #: Between the Trainer's ``on_step_begin`` and ``on_step_end``.
+        self.step_open = False
+
+    def under_way(self) -> bool:
+        """Whether the Trainer's run is still executing. A forward in another thread (the
+        replicas of ``DataParallel``) cannot tell from its stack: taken as under way."""
+        if self.frame is None or threading.get_ident() != self.thread:
+            return True
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None:
+            if frame is self.frame:
+                return True
+            frame = frame.f_back
+        return False
+
+    def in_step(self) -> bool:
+        """Whether a forward now is inside one of the run's training steps."""
+        return self.step_open and self.under_way()
 
     def before(self, model: nn.Module, args: Any) -> None:
-        if self.callback._forward_failed:
+        if self.callback._forward_failed or not self.under_way():
             self.callback._close()
 
     def after(self, model: nn.Module, args: Any, output: Any) -> None:
         if sys.exc_info()[0] is not None:
             self.callback._forward_raised()
+
+
+def _run_frame() -> FrameType | None:
+    """The frame that a run of the Trainer executes in, seen from ``on_train_begin``: going out
+    from there, the first frames of ``transformers`` or ``accelerate`` (the Trainer's callback
+    handler) and the outermost of those that follow them without a break (``Trainer.train``;
+    a subclass's ``train`` written elsewhere ends the climb). Every training step of the run
+    happens inside it, and an exception that leaves the run leaves it too. Called other than
+    by the Trainer (no such frame), the first frame outside this module; ``None`` where no
+    frame can be seen."""
+    frame: FrameType | None = sys._getframe(1)
+    first_outside: FrameType | None = None
+    while frame is not None and not _of_trainer(frame):  # this module, a subclass's override
+        if first_outside is None and frame.f_globals.get("__name__") != __name__:
+            first_outside = frame
+        frame = frame.f_back
+    if frame is None:
+        return first_outside
+    outermost = frame
+    while frame is not None and _of_trainer(frame):
+        outermost, frame = frame, frame.f_back
+    return outermost
+
+
+def _of_trainer(frame: FrameType) -> bool:
+    """Whether ``frame`` runs code of ``transformers`` or ``accelerate``."""
+    module = str(frame.f_globals.get("__name__", ""))
+    return module.partition(".")[0] in ("transformers", "accelerate")
 
 
 # The callbacks by the Trainer whose arguments they were given (its callbacks, in its order),
@@ -616,7 +713,8 @@ _SESSIONS: list[weakref.ref[PruningSession]] = []
 
 class _AddToOutputLoss(LeftOutOfCopies):
     """A forward hook on the student that adds the distillation term to the ``loss`` of its
-    training outputs: what the Trainer's ``compute_loss`` returns and back-propagates. (A
+    training outputs: what the Trainer's ``compute_loss`` returns and back-propagates; only in
+    the Trainer's training steps, the forwards the teacher sees. (A
     :class:`~tensorplay.ao.pruning.distillation.left_out.LeftOutOfCopies`: a copy of the student,
     such as a
     teacher, never carries it.)"""
@@ -633,6 +731,8 @@ class _AddToOutputLoss(LeftOutOfCopies):
     ) -> Any:
         if not (model.training and torch.is_grad_enabled() and self.distilling.attached):
             return None  # not a training forward, or a run closed by a failed forward
+        if not self.distilling.observing():
+            return None  # outside the Trainer's training steps: the teacher did not see it
         try:
             return self._add(output, kwargs)
         except Exception:

@@ -1,5 +1,6 @@
 """Distillation under the Hugging Face Trainer callback: the gradients of task + KD under
-gradient accumulation, the teacher, resume, logging and the errors."""
+gradient accumulation, the teacher, the forwards that count (the training steps'), resume,
+logging and the errors."""
 
 from __future__ import annotations
 
@@ -16,7 +17,13 @@ from tensorplay.callbacks.transformers.gradual_pruning_callback import (
     TEACHER_FILE,
     GradualPruningCallback,
 )
-from tests.callbacks.hf_trainer_helpers import StepRecorder, make_trainer, masks, transformers
+from tests.callbacks.hf_trainer_helpers import (
+    StepRecorder,
+    Tokens,
+    make_trainer,
+    masks,
+    transformers,
+)
 from tests.hf_models import tiny_gpt2
 
 
@@ -138,6 +145,76 @@ def test_gradients_are_those_of_task_plus_kd_under_accumulation(
     assert moved > 1e-3  # the KD term is in the gradient measurably
     logged = [entry for entry in trainer.state.log_history if "loss" in entry]
     assert len(logged) == 1 and logged[0]["pruning/distill_loss"] > 0
+
+
+class ForwardBetweenSteps(transformers.TrainerCallback):  # type: ignore[misc]
+    """After the pruning callback: at each ``on_step_end`` (outside the Trainer's training
+    steps), a training forward of the model with labels, its ``loss`` kept with the model's own
+    (its ``loss_function`` on that forward's logits: the same computation, in this process)."""
+
+    def __init__(self) -> None:
+        self.losses: list[tuple[Tensor, Tensor]] = []
+
+    def on_step_end(self, args: Any, state: Any, control: Any, model: Any, **kw: Any) -> None:
+        ids = Tokens(count=2, seed=state.global_step).ids
+        output = model.train()(input_ids=ids, labels=ids)
+        own = model.loss_function(
+            logits=output.logits, labels=ids, vocab_size=model.config.vocab_size
+        )
+        self.losses.append((output.loss.detach(), own.detach()))
+
+
+def test_a_forward_between_training_steps_adds_nothing_and_is_not_seen(tmp_path: Path) -> None:
+    model = tiny_gpt2().train()
+    pruning = GradualPruningCallback(OneShotSchedule(0.5), distill_weight=1.0, verbose=False)
+    between = ForwardBetweenSteps()
+    trainer = make_trainer(
+        model, tmp_path, [pruning, between], max_steps=3, gradient_accumulation_steps=2
+    )
+    trainer.train()  # such a forward's term would never reach a backward: an error
+    distillation = pruning._session.distilling.distillation
+    assert distillation is not None
+    assert distillation.forwards == 3 * 2  # the micro-batches of the training steps alone
+    assert len(between.losses) == 3
+    for loss, own in between.losses:
+        torch.testing.assert_close(loss, own, rtol=0, atol=0)
+    logged = [
+        entry["pruning/distill_loss"] for entry in trainer.state.log_history if "loss" in entry
+    ]
+    assert len(logged) == 3 and min(logged) > 0
+
+
+class OwnBegin(GradualPruningCallback):
+    """A subclass with its own ``on_train_begin`` (calling the callback's)."""
+
+    def on_train_begin(self, *args: Any, **kwargs: Any) -> None:
+        super().on_train_begin(*args, **kwargs)
+
+
+class OwnStepBegin(GradualPruningCallback):
+    """A subclass whose ``on_step_begin`` does not call the callback's."""
+
+    def on_step_begin(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+def test_a_subclass_distils_every_step_or_says_why_it_cannot(tmp_path: Path) -> None:
+    pruning = OwnBegin(OneShotSchedule(0.5), distill_weight=1.0, verbose=False)
+    trainer = make_trainer(tiny_gpt2().train(), tmp_path, [pruning], max_steps=3)
+    trainer.train()
+    distillation = pruning._session.distilling.distillation
+    assert distillation is not None and distillation.forwards == 3
+    logged = [
+        entry["pruning/distill_loss"] for entry in trainer.state.log_history if "loss" in entry
+    ]
+    assert len(logged) == 3 and min(logged) > 0
+
+    model = tiny_gpt2().train()
+    unopened = OwnStepBegin(OneShotSchedule(0.5), distill_weight=1.0, verbose=False)
+    trainer = make_trainer(model, tmp_path / "unopened", [unopened], max_steps=3)
+    with pytest.raises(RuntimeError, match=r"must call `super\(\).on_step_begin"):
+        trainer.train()
+    assert trainer.state.global_step == 1 and len(model._forward_hooks) == 0
 
 
 def test_a_resumed_run_distils_from_the_same_teacher(tmp_path: Path) -> None:

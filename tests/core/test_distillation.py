@@ -294,6 +294,28 @@ def test_evaluation_forwards_run_no_teacher_and_leave_no_term():
     assert distill.consumed
 
 
+def test_forwards_while_active_is_false_run_no_teacher_and_are_not_counted():
+    """An adapter's forward outside its framework's training steps (``active`` false) is left
+    out as an evaluation forward is: no teacher runs, the count and the pending term stay."""
+    student, inside = mlp().train(), [False]
+    distill = Distillation(active=lambda: inside[0]).attach(student)
+    calls: list[int] = []
+    assert distill.teacher is not None
+    distill.teacher.register_forward_hook(lambda *_: calls.append(1))
+    x = torch.randn(3, 6)
+    student(x)
+    assert calls == [] and distill.forwards == 0
+    inside[0] = True
+    student(x)
+    assert calls == [1] and distill.forwards == 1
+    inside[0] = False
+    student(2 * x)  # outside: the term of the forward inside is still the one given
+    assert calls == [1] and distill.forwards == 1
+    expected = kd_loss(student(x).detach(), distill.teacher(x))
+    torch.testing.assert_close(distill.loss().detach(), expected, rtol=0, atol=0)
+    distill.detach()
+
+
 def test_a_call_that_wraps_the_forward_counts_as_the_inner_forward_only():
     """Lightning under DDP calls the module with training_step's inputs (its forward patched to
     run training_step); the forward is the `self(x)` inside it."""
@@ -439,6 +461,7 @@ BAD_ARGUMENTS = [
     ("int-dtype", {"teacher_dtype": torch.int8}, TypeError, "`teacher_dtype`.*torch.int8"),
     ("str-dtype", {"teacher_dtype": "bfloat16"}, TypeError, "`teacher_dtype`.*'bfloat16'"),
     ("empty-padding-mask", {"padding_mask": ""}, TypeError, "`padding_mask`.*''"),
+    ("active", {"active": True}, TypeError, "`active` to be callable or None, but got True"),
 ]  # fmt: skip
 
 

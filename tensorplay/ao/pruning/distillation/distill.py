@@ -143,6 +143,10 @@ class Distillation(LeftOutOfCopies):
     teacher is refused (logits of another shape: another vocabulary) or fails raises; with
     ``on_error`` the distillation detaches itself first, so that no later forward runs it.
 
+    A training framework's adapter can narrow the forwards that count with ``active``: a forward
+    while it returns ``False`` (one outside the framework's training steps) is left out as an
+    evaluation forward is.
+
     Args:
         teacher: The teacher module, or ``None`` (default): a frozen dense copy of the student
             taken at the first :meth:`attach`
@@ -161,11 +165,16 @@ class Distillation(LeftOutOfCopies):
             after the distillation detached itself, before the error propagates: a training
             framework's adapter takes its own hooks of the run off there. ``None`` (default):
             the distillation stays attached (yours to :meth:`detach`).
+        active: Called (with no argument) at each forward of the student: while it returns
+            ``False`` a forward runs no teacher and is not counted, even in training (an
+            adapter passes whether the forward is inside one of its framework's training
+            steps). ``None`` (default): every forward in training counts.
 
     Raises:
         TypeError: A ``teacher`` that is not a module, a ``temperature`` or ``weight`` that is
             not a real number, a ``teacher_dtype`` that is not a floating-point dtype, or a
-            ``padding_mask`` that is not a non-empty string, an ``on_error`` not callable.
+            ``padding_mask`` that is not a non-empty string, an ``on_error`` or ``active``
+            not callable.
         ValueError: ``temperature`` <= 0 or not finite, ``weight`` < 0 or not finite.
 
     Example:
@@ -193,6 +202,7 @@ class Distillation(LeftOutOfCopies):
         teacher_dtype: torch.dtype | None = None,
         padding_mask: str | None = None,
         on_error: Callable[[], None] | None = None,
+        active: Callable[[], bool] | None = None,
     ) -> None:
         if teacher is not None and not isinstance(teacher, nn.Module):
             raise TypeError(
@@ -218,8 +228,11 @@ class Distillation(LeftOutOfCopies):
         self.teacher_dtype = teacher_dtype
         if on_error is not None and not callable(on_error):
             raise TypeError(f"Expected `on_error` to be callable or None, but got {on_error!r}.")
+        if active is not None and not callable(active):
+            raise TypeError(f"Expected `active` to be callable or None, but got {active!r}.")
         self.padding_mask = padding_mask
         self.on_error = on_error
+        self.active = active
         #: The student hooked by :meth:`attach`, ``None`` when detached.
         self.student: nn.Module | None = None
         #: The value of the last :meth:`loss` (detached), for logging; ``None`` before one.
@@ -416,7 +429,8 @@ class Distillation(LeftOutOfCopies):
         return loss
 
     def _before_forward(self, student: nn.Module, args: tuple[Any, ...]) -> None:
-        self._entered.append(self._forwards)
+        if self.active is None or self.active():
+            self._entered.append(self._forwards)
 
     def _after_forward(
         self, student: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
@@ -432,6 +446,8 @@ class Distillation(LeftOutOfCopies):
     def _take_forward(
         self, student: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
     ) -> None:
+        if self.active is not None and not self.active():
+            return  # outside the adapter's training steps (nothing was entered either)
         entered = self._entered.pop() if self._entered else self._forwards
         if not (student.training and torch.is_grad_enabled()):
             return
