@@ -6,7 +6,8 @@ weight: the layer then no longer passes its input on, the best-known failure of 
 pruning. The pruner keeps its selection (it is exact and what was asked), but the first time a
 target is 100% pruned it warns, naming the target and the two fixes: a floor for every target
 (``min_density``) or leaving the layer dense (``keep_dense=["last"]``). The functional
-``global_unstructured`` keeps torch's behaviour and never warns.
+``global_unstructured`` keeps torch's masks and warns the same way for each tensor a call
+empties (:func:`warn_emptied`, with the fixes a call has).
 
 A group of structured units (a module's channels or heads) always keeps one unit, so there the
 warning comes the first time a global step leaves it 10% of its units or fewer
@@ -29,9 +30,16 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 
+import torch
+from torch import Tensor
+
 from tensorplay.ao.pruning.frames import user_stacklevel
 
-__all__ = ["CollapseWatch"]
+__all__ = ["CollapseWatch", "keeps_any", "warn_emptied"]
+
+# A mask's first elements are read first: one with a kept unit among them (nearly every mask)
+# needs no pass over the rest.
+_HEAD = 1 << 16
 
 
 class CollapseWatch:
@@ -68,17 +76,63 @@ class CollapseWatch:
             if numel - now > floor or numel - was <= floor or name in self._warned:
                 continue
             self._warned.add(name)
-            message = _emptied(name, numel, step) if share == 0 else _nearly(name, numel, now, step)
-            warnings.warn(message, UserWarning, stacklevel=user_stacklevel())
+            if share == 0:
+                warn_emptied(f"Global pruning at step {step}", repr(name), numel, _PRUNER_FIX)
+            else:
+                warnings.warn(
+                    _nearly(name, numel, now, step), UserWarning, stacklevel=user_stacklevel()
+                )
 
 
-def _emptied(name: str, numel: int, step: int) -> str:
-    return (
-        f"Global pruning at step {step} pruned all {numel} units of {name!r}: {name!r} is 100% "
-        "pruned, and its layer no longer passes its input on (layer collapse). Keep a share of "
-        "every target with min_density=0.05 (say), or leave the last layer dense with "
-        "keep_dense=['last'] (or exclude this tensor)."
+_PRUNER_FIX = (
+    "Keep a share of every target with min_density=0.05 (say), or leave the last layer dense "
+    "with keep_dense=['last'] (or exclude this tensor)."
+)
+
+
+def warn_emptied(cause: str, name: str, numel: int, fix: str, where: str = "") -> None:
+    """Warn, at the user's line, that ``cause`` pruned all ``numel`` units of the tensor
+    ``name`` (found at ``where``, if given) and so collapsed its layer, and how to avoid it
+    (``fix``).
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     warn_emptied("This call", "'out.weight'", 40, "Prune less.")
+        >>> print(str(caught[0].message)[:66])
+        This call pruned all 40 units of 'out.weight': 'out.weight' is 100
+    """
+    message = (
+        f"{cause} pruned all {numel} units of {where or name}: {name} is 100% pruned, and its "
+        f"layer no longer passes its input on (layer collapse). {fix}"
     )
+    warnings.warn(message, UserWarning, stacklevel=user_stacklevel())
+
+
+def keeps_any(mask: Tensor) -> bool:
+    """Whether ``mask`` (``bool``, or ``0``/``1`` in a floating-point dtype) keeps a unit.
+
+    Reads no more than it must and allocates nothing the size of the mask; a mask with no
+    elements (nothing to empty) or on the meta device (nothing to read) counts as keeping.
+
+    Example:
+        >>> keeps_any(torch.tensor([0.0, 1.0])), keeps_any(torch.zeros(3, dtype=torch.bool))
+        (True, False)
+    """
+    if mask.numel() == 0 or mask.device.type == "meta":
+        return True
+    if not mask.is_contiguous():
+        return _any(mask)
+    flat = mask.view(-1)
+    return _any(flat[:_HEAD]) or (flat.numel() > _HEAD and _any(flat[_HEAD:]))
+
+
+def _any(values: Tensor) -> bool:
+    # amax of a float mask reads it in place; Tensor.any on a float tensor allocates a bool copy.
+    if values.dtype == torch.bool:
+        return bool(values.any())
+    return bool(values.amax() != 0)
 
 
 def _nearly(name: str, numel: int, pruned: int, step: int) -> str:

@@ -29,7 +29,10 @@ differs where torch is fragile:
 * hook state is bounded: a tensor pruned globally again keeps its hook (its buffer holds the
   combined mask) instead of growing its :class:`~tensorplay.ao.pruning.PruningContainer` by
   one hook per call as torch does. Per-tensor methods (``l1_unstructured`` and the others)
-  still append to the container exactly as torch does.
+  still append to the container exactly as torch does;
+* layer collapse is not silent: a call that prunes every unit of a tensor it did not find
+  empty warns, naming the tensor and the fixes (:mod:`~tensorplay.ao.pruning.parity.collapse`);
+  the masks are torch's all the same.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from tensorplay.ao.pruning.parity.base import (
     check_importance_scores,
     own_hook,
 )
+from tensorplay.ao.pruning.parity.collapse import keeps_any, warn_emptied
 from tensorplay.ao.pruning.parity.method_selection import Sources, select_units
 
 # Moved to method_selection; still importable from here.
@@ -88,10 +92,22 @@ class _Target:
     scores: Tensor
     mask: Tensor | None
     labels: list[str] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)
 
     @property
     def label(self) -> str:
         return self.labels[0]
+
+    def described(self) -> tuple[str, str]:
+        """The tensor as the caller finds it: its first pair's module (with the module's
+        ``extra_repr``) and name, and where its pairs are in ``parameters``."""
+        module, name = self.pairs[0]
+        positions = " and ".join(str(p) for p in self.positions)
+        plural = "s" if len(self.positions) > 1 else ""
+        return (
+            f"({type(module).__name__}({module.extra_repr()}), {name!r})",
+            f"the pair{plural} at position{plural} {positions} of `parameters`",
+        )
 
 
 def global_unstructured(
@@ -109,6 +125,10 @@ def global_unstructured(
     (``mask * orig``, recomputed before every forward), as with
     :func:`torch.nn.utils.prune.global_unstructured`. The module docstring lists where
     tensorplay is stricter or more general than torch.
+
+    Ranking every tensor together can prune a small layer away (all its weights rank low): the
+    masks are torch's all the same, but the call warns (a ``UserWarning`` pointing at your line)
+    for each tensor it left with no unit, naming it and the fixes.
 
     Args:
         parameters: ``(module, name)`` pairs naming parameters (or tensors pruned before); any
@@ -129,6 +149,10 @@ def global_unstructured(
             pruned (a :class:`~tensorplay.ao.pruning.PruningShapeError`, also an
             ``AssertionError``, if scores have the wrong shape).
 
+    Warns:
+        UserWarning: for each tensor that kept a unit before the call and none after it
+            (layer collapse).
+
     Example:
         >>> from tensorplay.ao.pruning import L1Unstructured
         >>> net = nn.Sequential(nn.Linear(10, 4), nn.Linear(4, 1))
@@ -140,7 +164,7 @@ def global_unstructured(
         >>> sorted(net[0].state_dict())
         ['bias', 'weight_mask', 'weight_orig']
     """
-    prune_globally(parameters, pruning_method, importance_scores, kwargs)
+    prune_globally(parameters, pruning_method, importance_scores, kwargs, warn_collapse=True)
 
 
 def prune_globally(
@@ -149,6 +173,7 @@ def prune_globally(
     importance_scores: dict[Pair, Tensor] | None,
     kwargs: dict[str, Any],
     caps: dict[Pair, int] | None = None,
+    warn_collapse: bool = False,
 ) -> None:
     """:func:`global_unstructured`, optionally with per-tensor caps (``min_density``).
 
@@ -162,6 +187,9 @@ def prune_globally(
             skipping the units of a tensor at its cap (exact: see
             :mod:`tensorplay.ao.pruning.selection.capped`); ``amount`` must not exceed what
             the caps allow.
+        warn_collapse: warn, as :func:`global_unstructured` does, for each tensor the call
+            empties (the pruner's global scope passes ``False``: it warns once per target
+            itself).
 
     Example:
         >>> from tensorplay.ao.pruning import L1Unstructured
@@ -192,12 +220,28 @@ def prune_globally(
         )
     for mask in [target.mask for target in targets if target.mask is not None]:
         changes.keep_values(mask)  # written in place from here on
+    # The tensors that keep a unit now, and so may be emptied by this call.
+    watched = [
+        (index, target.described(), target.param.numel())
+        for index, target in enumerate(targets)
+        if warn_collapse and (target.mask is None or keeps_any(target.mask))
+    ]
     masks, factors = _select(targets, method, caps)
     plan = [(target.pairs, target.mask) for target in targets]
     del targets  # the parameters' reference counts then tell whether others hold them
     left = unmasked_holders([pairs for pairs, mask in plan if mask is None])
-    _apply(plan, masks, factors)
+    installed = _apply(plan, masks, factors)
     warn_unmasked_holders(left)
+    for index, (name, where), numel in watched:
+        if not keeps_any(installed[index]):
+            warn_emptied("global_unstructured", name, numel, _CALL_FIX, where=where)
+
+
+_CALL_FIX = (
+    "Prune less (a smaller `amount`), leave this pair out of `parameters` (and prune it on its "
+    "own, with l1_unstructured say), or prune with a Pruner, whose min_density=0.05 (say) keeps "
+    "a share of every tensor and keep_dense=['last'] leaves the last layer dense."
+)
 
 
 def _targets(pairs: list[Any], scores: dict[Any, Any]) -> list[_Target]:
@@ -222,12 +266,18 @@ def _targets(pairs: list[Any], scores: dict[Any, Any]) -> list[_Target]:
         target = by_param.get(id(param))
         if target is None:
             by_param[id(param)] = _Target(
-                [(module, name)], param, tensor if score is None else score, mask, [label]
+                [(module, name)],
+                param,
+                tensor if score is None else score,
+                mask,
+                [label],
+                [position],
             )
             continue
         _check_tie(target, mask, score, label)
         target.pairs.append((module, name))
         target.labels.append(label)
+        target.positions.append(position)
     return list(by_param.values())
 
 
@@ -396,7 +446,7 @@ def _target_caps(targets: list[_Target], caps: dict[Pair, int]) -> list[int]:
 
 def _apply(
     plan: list[tuple[list[Pair], Tensor | None]], masks: list[Tensor], factors: bool
-) -> None:
+) -> list[Tensor]:
     """Install the masks, one per ``(pairs, mask so far)``; nothing here fails on checked input.
 
     With ``factors``, the mask of a tensor pruned before is a keep factor of its mask so far
@@ -404,7 +454,11 @@ def _apply(
 
     The scores (possibly the old ``name`` tensors) were released with the targets, before any
     successor exists.
+
+    Returns:
+        The ``name_mask`` buffer each entry of ``plan`` holds now.
     """
+    installed = []
     for index, (pairs, old) in enumerate(plan):
         mask, masks[index] = masks[index], _RELEASED
         if old is None:
@@ -417,6 +471,8 @@ def _apply(
                 shared.copy_(mask)
         del mask
         share_mask(pairs, shared)
+        installed.append(shared)
+    return installed
 
 
 def _as_bytes(keep: Tensor, old: Tensor) -> Tensor:
