@@ -2,7 +2,7 @@
 
 Run (about 80 minutes on 2 shared CPU cores under a load of 5 to 8, about 25 per seed)::
 
-    python benchmarks/bench_experts.py            # the table of docs/structured.rst "Experts"
+    python benchmarks/bench_experts.py            # the tables of docs/experts.rst
     python benchmarks/bench_experts.py --seeds 1  # one seed: a third of the time
     python benchmarks/bench_experts.py --tiny     # one seed, a few steps: what the slow test runs
 

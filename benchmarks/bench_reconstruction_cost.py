@@ -2,7 +2,7 @@
 
 Run (about 30 minutes on one thread of a loaded 2-core CPU)::
 
-    python benchmarks/bench_reconstruction_cost.py          # the table of docs/structured.rst
+    python benchmarks/bench_reconstruction_cost.py          # the table of docs/one_shot.rst
     python benchmarks/bench_reconstruction_cost.py --tiny   # seconds: what the slow test runs
     python benchmarks/bench_reconstruction_cost.py --runs magnitude:4,8 wanda:4,8
 
