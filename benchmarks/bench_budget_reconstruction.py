@@ -2,7 +2,7 @@
 
 Run (about 30 minutes on one thread of a loaded 2-core CPU once the dense model is cached)::
 
-    python benchmarks/bench_budget_reconstruction.py           # the tables of docs/structured.rst
+    python benchmarks/bench_budget_reconstruction.py           # the tables of docs/one_shot.rst
     python benchmarks/bench_budget_reconstruction.py --tiny    # seconds: what the slow test runs
 
 The model is the one of ``bench_reconstruction.py`` (the LM example's 2-block byte-level GPT-2,

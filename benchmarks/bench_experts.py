@@ -2,7 +2,7 @@
 
 Run (about 80 minutes on 2 shared CPU cores under a load of 5 to 8, about 25 per seed)::
 
-    python benchmarks/bench_experts.py            # the table of docs/structured.rst "Experts"
+    python benchmarks/bench_experts.py            # the tables of docs/experts.rst
     python benchmarks/bench_experts.py --seeds 1  # one seed: a third of the time
     python benchmarks/bench_experts.py --tiny     # one seed, a few steps: what the slow test runs
 
@@ -53,7 +53,7 @@ sys.path.append(str(Path(__file__).resolve().parent))
 import transformers
 from byte_text import load_bytes, shuffled_batches, split_windows, val_batches
 from gpt_bytes import perplexity, train
-from harness import in_turns, machine, median_ratios, write_results
+from harness import counted, in_turns, machine, median_ratios, write_results
 
 from tensorplay.ao.pruning import Distillation, prune_one_shot, shrink
 
@@ -267,8 +267,8 @@ def tables(result: dict[str, Any]) -> str:
         f"Perplexity per byte of a {setup['pretrain_steps']}-step byte-level Qwen3-MoE "
         f"(2 layers, 8 experts, top-2; dense: {result['dense']:.3f}) after removing experts "
         f"one-shot (layerwise), as pruned and after {setup['recovery_steps']} steps of "
-        f"distillation from the dense model; mean of {setup['seeds']} seed(s) (min-max over "
-        f"seeds), ratio of the means to dense (dense per seed: "
+        f"distillation from the dense model; mean of {counted(setup['seeds'], 'seed')} "
+        f"(min-max over seeds), ratio of the means to dense (dense per seed: "
         f"{', '.join(f'{d:.3f}' for d in result['dense_seeds'])}).",
         "",
         "| experts removed | importance | one-shot | vs dense | recovered | vs dense |",

@@ -43,7 +43,7 @@ from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import in_turns, median_ratios, seconds_per_call, write_results
+from harness import counted, in_turns, median_ratios, seconds_per_call, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # CPU time of this thread: with one torch thread every kernel runs here, and time spent
@@ -145,7 +145,7 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [
         f"Width {config['width']}, 4 linear layers, batch {config['batch']}, lean masks at 50%, "
         f"SGD with momentum; {config['rounds']} rounds of {config['steps']} steps, "
-        f"{config['threads']} thread(s), CPU time, torch {config['torch']}.",
+        f"{counted(config['threads'], 'thread')}, CPU time, torch {config['torch']}.",
         "",
         "| importance | median step (ms) | vs magnitude | accumulator bytes / parameter |",
         "|---|---|---|---|",

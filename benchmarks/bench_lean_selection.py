@@ -48,6 +48,7 @@ from harness import (
     PeakMemory,
     WorkerError,
     cpu_seconds,
+    how_often,
     machine,
     median_of_runs,
     parse_size,
@@ -214,19 +215,22 @@ def markdown(results: dict[str, Any]) -> str:
             ratio = "—"
             if mode != "torch" and "seconds" in torch_result:
                 ratio = f"{torch_result['seconds'] / result['seconds']:.1f}x faster"
+            held = result["held_bytes_per_param"]  # below 0: memory given back, none added
+            shown = f"{held:.2f}" if held > 0 else "none"
             lines.append(
                 f"| {row['size']} | {row['call']} | {mode} | {result['seconds']:.3f} | {ratio} "
-                f"| {result['peak_bytes_per_param']:.2f} | {result['held_bytes_per_param']:.2f} |"
+                f"| {result['peak_bytes_per_param']:.2f} | {shown} |"
             )
     machine = results["machine"]
     dtype = _DTYPES[results.get("dtype", "float32")]
     lines += [
         "",
         f"CPU, {dtype}, global L1; first call: 50% of an unpruned model, second: on to 75%. "
-        f"Medians of {results['repeats']} fresh processes; {machine['cpus']} CPUs, torch "
+        f"{how_often(results['repeats'], 'in a fresh process')}; {machine['cpus']} CPUs, torch "
         f"{machine['torch']}, Python {machine['python']}. Peak: the most resident memory during "
-        "the call minus before it; held: after minus before. lean: Pruner(masking='inplace'); "
-        "reparametrize: Pruner(masking='reparametrize'); torch: torch.nn.utils.prune.",
+        "the call minus before it; held: after minus before (none: no more than before). "
+        "lean: Pruner(masking='inplace'); reparametrize: Pruner(masking='reparametrize'); "
+        "torch: torch.nn.utils.prune.",
     ]
     return "\n".join(lines) + "\n"
 

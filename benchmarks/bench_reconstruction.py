@@ -3,7 +3,7 @@
 Run (about 5 minutes on 2 shared CPU cores once the dense model is cached; training it adds
 about 20)::
 
-    python benchmarks/bench_reconstruction.py           # the table of docs/structured.rst
+    python benchmarks/bench_reconstruction.py           # the table of docs/one_shot.rst
     python benchmarks/bench_reconstruction.py --tiny    # seconds: what the slow-tier test runs
 
 The model is the LM example's (``examples/lm/distill.py``): a 2-block byte-level GPT-2 (width 64,

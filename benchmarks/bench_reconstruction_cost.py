@@ -2,7 +2,7 @@
 
 Run (about 30 minutes on one thread of a loaded 2-core CPU)::
 
-    python benchmarks/bench_reconstruction_cost.py          # the table of docs/structured.rst
+    python benchmarks/bench_reconstruction_cost.py          # the table of docs/one_shot.rst
     python benchmarks/bench_reconstruction_cost.py --tiny   # seconds: what the slow test runs
     python benchmarks/bench_reconstruction_cost.py --runs magnitude:4,8 wanda:4,8
 
@@ -44,7 +44,15 @@ import torch
 sys.path.append(str(Path(__file__).resolve().parent))
 
 from bench_structured_speed import FULL, TINY, Size, build_llama
-from harness import PeakMemory, cpu_seconds, machine, worker_json, write_results
+from harness import (
+    PeakMemory,
+    counted,
+    cpu_seconds,
+    machine,
+    other_work,
+    worker_json,
+    write_results,
+)
 
 from tensorplay.ao.pruning import prune_one_shot, shrink
 from tensorplay.ao.pruning.structured.units.budget import model_params
@@ -229,11 +237,13 @@ def tables(result: dict[str, Any]) -> str:
         f"{model['layers']} layers, {model['heads']} query / {model['kv_heads']} key-value heads, "
         f"FFN {model['intermediate']}, vocabulary {model['vocab']:,} tied), without and with "
         "`reconstruct=True`; calibration: sequences x tokens, in batches of "
-        f"{setup['batch']}; each configuration in a fresh process on {setup['threads']} "
-        "thread(s); ratio: reconstructed / plain (CPU time; peak memory above the model and "
-        "batches, read from the kernel's `VmHWM`). Measured by "
-        "`benchmarks/bench_reconstruction_cost.py` on a shared 2-core CPU.",
+        f"{setup['batch']}; each configuration in a fresh process on "
+        f"{counted(setup['threads'], 'thread')}; ratio: reconstructed / plain (CPU time; peak "
+        "memory above the model and batches, read from the kernel's `VmHWM`). Measured by "
+        f"`benchmarks/bench_reconstruction_cost.py` on {result['machine']['cpus']} CPU cores.",
     ]
+    if noisy := other_work(result["machine"]["load"], result["machine"]["cpus"]):
+        lines[-1] += f" {noisy} Read the CPU times: the wall times include the other programs'."
     return "\n".join(lines) + "\n"
 
 

@@ -42,7 +42,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import machine, median_of_runs, parse_size, write_results
+from harness import how_often, machine, median_of_runs, parse_size, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ROWS_PER_BLOCK = 64
@@ -243,8 +243,8 @@ def markdown(results: dict[str, Any]) -> str:
     lines += [
         "",
         f"{params / 1e6:.1f}M fp32 units in {results['sources']} matrices, rows sharded over "
-        f"the ranks; global L1; first call: 50% cleared, second: 50% of the rest. Medians of "
-        f"{results['repeats']} runs; time of the slowest rank; bytes: the most any rank "
+        f"the ranks; global L1; first call: 50% cleared, second: 50% of the rest. "
+        f"{how_often(results['repeats'])}; time of the slowest rank; bytes: the most any rank "
         f"received; 'of the scores': those bytes over the 4 bytes/unit of all scores. "
         f"{machine['cpus']} CPUs (ranks beyond that share cores), gloo, torch "
         f"{machine['torch']}.",

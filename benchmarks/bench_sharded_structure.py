@@ -73,7 +73,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import PeakMemory, machine, write_results
+from harness import PeakMemory, extra_mb, machine, other_work, write_results
 from sharded_memory import (
     LLAMA3_8B,
     LlamaShape,
@@ -97,6 +97,16 @@ ROWS = (
     "distill-channel",
     "distill-channel-apart",
 )
+# What each row measures, as its table names it.
+LABELS = {
+    "oneshot-channel-magnitude": "FFN channels by magnitude, one-shot step",
+    "oneshot-channel-taylor": "FFN channels by Taylor, one-shot step",
+    "oneshot-head-magnitude": "heads by magnitude, one-shot step",
+    "oneshot-head-wanda": "heads by Wanda, one-shot step",
+    "gradual-channel-magnitude": "FFN channels by magnitude, a later gradual step",
+    "distill-channel": "a training step with the teacher",
+    "distill-channel-apart": "a training step with the teacher, embedding and LM head apart",
+}
 COLLECTIVES = {  # what tensorplay could call, and the argument it sends
     "all_reduce": "tensor",
     "all_gather": "tensor",
@@ -485,13 +495,9 @@ def analytic(shape: LlamaShape) -> dict[str, Any]:
     }
 
 
-def _mb(value: float) -> str:
-    return f"{value / 1e6:,.1f}"
-
-
 def _prune_table(results: dict[str, Any]) -> list[str]:
     lines = [
-        "| row | time 1 process (s) | time 2 ranks (s) | 2 ranks / 1 | bytes per step "
+        "| step | time 1 process (s) | time 2 ranks (s) | 2 ranks / 1 | bytes per step "
         "| of the targets' fp32 | held MB (1 / 2 ranks) | step peak MB (1 / 2 ranks) "
         "| masks equal 1 process |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -501,9 +507,10 @@ def _prune_table(results: dict[str, Any]) -> list[str]:
         sent = max(two["bytes_sent"])
         fraction = "" if row["row"].startswith("distill") else f"{sent / (4 * two['targets']):.1e}"
         lines.append(
-            f"| {row['row']} | {one['seconds']:.3f} | {two['seconds']:.3f} "
+            f"| {LABELS[row['row']]} | {one['seconds']:.3f} | {two['seconds']:.3f} "
             f"| {two['seconds'] / one['seconds']:.2f}x | {sent:,} | {fraction} "
-            f"| {_mb(one['held'])} / {_mb(two['held'])} | {_mb(one['peak'])} / {_mb(two['peak'])} "
+            f"| {extra_mb(one['held'])} / {extra_mb(two['held'])} "
+            f"| {extra_mb(one['peak'])} / {extra_mb(two['peak'])} "
             f"| {'yes' if row['equal'] else 'NO'} |"
         )
     return lines
@@ -515,7 +522,7 @@ def _memory_table(apart: list[dict[str, Any]], in_root: list[dict[str, Any]]) ->
         "|---|---|---|---|---|",
     ]
     for item, other in zip(apart, in_root, strict=True):
-        mark = " (teacher)" if item["teacher_only"] else ""
+        mark = " (with the teacher only)" if item["teacher_only"] else ""
         lines.append(
             f"| {item['item']}{mark} | {item['rate']} | {item['bytes'] / 1e9:.2f} "
             f"| {other['rate']} | {other['bytes'] / 1e9:.2f} |"
@@ -572,42 +579,30 @@ def _check_lines(results: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _later(results: dict[str, Any]) -> list[str]:
-    """A sentence naming the rows measured in a later run (``later_run``), if any."""
-    later = results.get("later_run")
-    if not later:
-        return []
-    return [
-        "",
-        f"Measured in a later run ({later['repeats']} runs, load {later['machine']['load']:.1f}): "
-        + ", ".join(later["rows"])
-        + ".",
-    ]
-
-
 def markdown(results: dict[str, Any]) -> str:
     shape = results["shape"]
     params = results["rows"][0]["single"]["params"]
     machine_record = results["machine"]
     eight = results["analytic"]["8b"]
     lines = _prune_table(results)
+    noisy = other_work(machine_record["load"], machine_record["cpus"])
     lines += [
         "",
-        f"CPU timings (gloo, {machine_record['cpus']} shared cores, load "
-        f"{machine_record['load']:.1f}), torch {machine_record['torch']}: a fp32 "
+        f"CPU timings on {machine_record['cpus']} cores (gloo), torch "
+        f"{machine_record['torch']}: a fp32 "
         f"`LlamaForCausalLM` of {params / 1e6:.1f}M parameters (hidden {shape['hidden']}, "
         f"{shape['layers']} layers, FFN {shape['intermediate']}, {shape['heads']} heads, "
         f"{shape['kv_heads']} key/value heads, vocabulary {shape['vocab']}), `fully_shard` per "
         f"decoder layer and root on 2 ranks against the plain model in 1 process, "
         f'`masking="inplace"`, AdamW. Medians of {results["repeats"]} runs in fresh processes; '
-        "time of the slowest rank per pruning step (per training step with the teacher for "
-        "the distill rows); bytes: what tensorplay passed to collectives per pruning step, the "
+        "time of the slowest rank per pruning step (per training step in the rows with the "
+        "teacher); bytes: what tensorplay passed to collectives per pruning step, the "
         "most any rank sent; held: resident memory the first pruning step (the masks) or the "
         "bfloat16 teacher's copy added; step peak: resident peak of a step above the memory "
-        "before it. Resident memory undercounts what reuses memory the process freed before "
-        "(gradients, gathered weights): the exact bytes are below. Masks are made for the "
-        "tensors a step prunes units of.",
-        *_later(results),
+        "before it; none: the step left no more resident memory than there was before it (the "
+        "process reused memory it had freed). Resident memory undercounts what reuses memory "
+        "the process freed before (gradients, gathered weights): the exact bytes are below. "
+        "Masks are made for the tensors a step prunes units of." + (f" {noisy}" if noisy else ""),
         "",
         "Computed against measured (the model above on 2 ranks):",
         "",

@@ -48,7 +48,7 @@ from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import in_turns, median_ratios, write_results
+from harness import counted, in_turns, median_ratios, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # CPU time of this thread: with one torch thread every kernel runs here, and time spent
@@ -133,6 +133,16 @@ def measure(
     }
 
 
+# What each way masks, as the table names it.
+LABELS = {
+    "dense": "none (dense)",
+    "element-reparametrize": "single weights, reparametrized",
+    "element-inplace": "single weights, lean (inplace)",
+    "channel-reparametrize": "FFN channels, reparametrized",
+    "channel-inplace": "FFN channels, lean (inplace)",
+}
+
+
 def markdown(results: dict[str, Any]) -> str:
     """The results as a Markdown table."""
     config = results["config"]
@@ -141,7 +151,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"vocabulary {config['vocab']} ({results['parameters'] / 1e6:.1f}M parameters), batch "
         f"{config['batch']} x {config['length']} tokens, AdamW; units pruned to 50% once, then "
         f"forward, backward, optimizer and pruner steps; {config['rounds']} rounds of "
-        f"{config['steps']} steps, {config['threads']} thread(s), CPU time, torch "
+        f"{config['steps']} steps, {counted(config['threads'], 'thread')}, CPU time, torch "
         f"{config['torch']}.",
         "",
         "| masks | masked tensors | median step (ms) | vs dense |",
@@ -149,7 +159,7 @@ def markdown(results: dict[str, Any]) -> str:
     ]
     for name, way in results["ways"].items():
         lines.append(
-            f"| {name} | {way['masked_tensors']} | {way['median_step_ms']:.1f} | "
+            f"| {LABELS.get(name, name)} | {way['masked_tensors']} | {way['median_step_ms']:.1f} | "
             f"{way['ratio_to_dense']:.3f}x |"
         )
     lines += [

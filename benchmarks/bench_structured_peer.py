@@ -71,7 +71,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_structure_tracing import resnet18
 from bench_structured_speed import FULL, TINY, Size, build_llama, parameters, prune_by_magnitude
-from harness import in_turns, machine, worker_json, write_results
+from harness import in_turns, machine, other_work, worker_json, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results"
 NAME = "structured_peer"
@@ -511,9 +511,10 @@ def markdown(results: dict[str, Any]) -> str:
         )
         + f"CPU ({machine['cpus']} CPUs, {machine['threads']} torch "
         f"thread{'s' if machine['threads'] > 1 else ''}), torch "
-        f"{machine['torch']}, transformers {machine['transformers']}; load average "
-        f"{results['load_average'][0]:.1f} at the start, so the times are noisy.",
+        f"{machine['torch']}, transformers {machine['transformers']}.",
     ]
+    if noisy := other_work(results["load_average"][0], machine["cpus"]):
+        lines[-1] += f" {noisy}"
     return "\n".join(lines) + "\n"
 
 

@@ -73,7 +73,7 @@ from torch import Tensor, nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import machine, run_python, write_results
+from harness import counted, machine, other_work, run_python, write_results
 from plotting import add_plot_option, plot_saved
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -449,7 +449,7 @@ def markdown(results: dict[str, Any]) -> str:
         "per unit, uniform widths. Prefill: one forward of "
         f"{size['batch']}x{size['tokens']} tokens; decoding: greedy `generate` of "
         f"{size['new_tokens']} tokens at batch 1 with the KV cache. Speed-ups: the median over "
-        f"{results['repeats']} round(s) of the time of a dense turn over the time of the "
+        f"{counted(results['repeats'], 'round')} of the time of a dense turn over the time of the "
         "shrunk model's turn right beside it (the two in alternating order), in brackets the "
         "lowest and highest of these ratios; seconds and tokens/s: the medians. The two 'if "
         "it followed' columns are the speed-ups proportional to the parameters in the blocks "
@@ -462,10 +462,10 @@ def markdown(results: dict[str, Any]) -> str:
         "be a multiple of the number of heads; tensorplay's `load_shrunk` loads it). "
         f"CPU ({machine['cpus']} CPUs, {machine['threads']} torch "
         f"thread{'s' if machine['threads'] > 1 else ''}), torch "
-        f"{machine['torch']}, transformers {machine['transformers']}; load average "
-        f"{load['before'][0]:.1f} before and {load['after'][0]:.1f} after the timing, so the "
-        "times are noisy.",
+        f"{machine['torch']}, transformers {machine['transformers']}.",
     ]
+    if noisy := other_work(max(load["before"][0], load["after"][0]), machine["cpus"]):
+        lines[-1] += f" {noisy}"
     return "\n".join(lines) + "\n"
 
 

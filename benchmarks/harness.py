@@ -11,7 +11,10 @@ plumbing that is the same in all of them, beside ``plotting.py`` (their figures)
   interpreter, its JSON back, and several runs' median;
 * :func:`seconds_per_call`, :func:`in_turns`, :func:`median_ratios`: ways timed round-robin,
   each against a reference;
-* :func:`parse_size`, :func:`size_label`: ``"200M"`` and back.
+* :func:`parse_size`, :func:`size_label`: ``"200M"`` and back;
+* :func:`counted`, :func:`how_often`, :func:`other_work`, :func:`extra_mb`: words of the tables'
+  captions and cells, for a reader (``"3 seeds"``, how often a measurement was taken, whether
+  other work shared the CPUs, memory a step did not add).
 """
 
 from __future__ import annotations
@@ -33,11 +36,15 @@ from typing import Any
 __all__ = [
     "PeakMemory",
     "WorkerError",
+    "counted",
     "cpu_seconds",
+    "extra_mb",
+    "how_often",
     "in_turns",
     "machine",
     "median_of_runs",
     "median_ratios",
+    "other_work",
     "parse_size",
     "proc_kib",
     "run_python",
@@ -344,3 +351,61 @@ def size_label(params: int) -> str:
     if params >= 1e9:
         return f"{params / 1e9:.3g}B"
     return f"{params / 1e6:.3g}M" if params >= 1e6 else f"{params / 1e3:.3g}K"
+
+
+def counted(count: int, noun: str) -> str:
+    """``count`` and ``noun``, plural unless one: ``"1 thread"``, ``"3 seeds"``.
+
+    Example:
+        >>> counted(1, "thread"), counted(3, "seed"), counted(2, "process")
+        ('1 thread', '3 seeds', '2 processes')
+    """
+    if count == 1:
+        return f"{count} {noun}"
+    return f"{count} {noun}es" if noun.endswith(("s", "sh", "ch", "x")) else f"{count} {noun}s"
+
+
+def other_work(load: float, cpus: int) -> str:
+    """A caption's sentence saying that other work shared the CPUs, or ``""`` if it did not.
+
+    ``load`` is the 1-minute load average the machine record holds; from half the CPUs up, the
+    measured times shared the machine with other programs and vary more than on an idle one.
+
+    Example:
+        >>> other_work(5.2, 2)
+        'Other programs ran on the machine at the same time, so the times are noisy.'
+        >>> other_work(0.3, 2)
+        ''
+    """
+    if load < cpus / 2:
+        return ""
+    return "Other programs ran on the machine at the same time, so the times are noisy."
+
+
+def extra_mb(value: float) -> str:
+    """Bytes a step added to the resident memory, in MB; ``"none"`` where it added none.
+
+    The resident memory can also fall during a step (the process gives freed memory back),
+    which is no negative cost: such a step added nothing.
+
+    Example:
+        >>> extra_mb(2_750_000), extra_mb(-16_000_000)
+        ('2.8', 'none')
+    """
+    return f"{value / 1e6:,.1f}" if value > 0 else "none"
+
+
+def how_often(repeats: int, each: str = "") -> str:
+    """How often each measurement was taken, for a caption: once, or the median of several.
+
+    Example:
+        >>> how_often(1, "in a fresh process")
+        'Each measured once, in a fresh process'
+        >>> how_often(3, "in a fresh process")
+        'The median of 3 runs, each in a fresh process'
+        >>> how_often(3)
+        'The median of 3 runs'
+    """
+    if repeats == 1:
+        return "Each measured once" + (f", {each}" if each else "")
+    return f"The median of {repeats} runs" + (f", each {each}" if each else "")

@@ -26,10 +26,11 @@ release = "0.1.0"
 extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",  # Google-style docstrings
-    "sphinx.ext.mathjax",
+    "mathml",  # docs/_ext/mathml.py: formulas as MathML in the page, shown without a network
     "sphinx.ext.viewcode",
     "sphinx_copybutton",  # a copy button on every code block
 ]
+html_math_renderer = "mathml"
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 autodoc_typehints = "description"  # types live in the annotations; show them with the arguments

@@ -277,7 +277,9 @@ def tables(result: dict[str, Any]) -> str:
     cells, cost, seeds = result["cells"], result["cost"], len(result["seeds"])
     sparsity = f"{result['sparsity']:.0%}"
     if result.get("structure") == "channel":
-        sparsity += " of the FFN channels, shrunk"
+        sparsity += " of the FFN channels ranked globally, shrunk"
+    else:
+        sparsity += " of the block projections' weights"
     lines = [
         f"| pruned to {sparsity}, {result['recovery_steps']} steps | fine-tuning | "
         "distillation | distillation lower in |",

@@ -194,7 +194,8 @@ def tables(result: dict[str, Any]) -> str:
     sparsity = f"{result['sparsity']:.0%}"
     wins = sum(g < o for o, g in zip(cells["oneshot"], cells["gradual"], strict=True))
     lines = [
-        f"| {sparsity} of the FFN channels, {result['recovery_steps']} steps | bits per byte | "
+        f"| {sparsity} of the FFN channels of every block, {result['recovery_steps']} steps "
+        "| bits per byte | "
         "perplexity per byte |",
         "|---|---:|---:|",
         f"| dense, before these steps | {mean_std(cells['dense'], 3)} | "
@@ -208,6 +209,7 @@ def tables(result: dict[str, Any]) -> str:
         )
     lines += [
         "",
+        'Each block keeps the same number of channels (`scope="layerwise"`). '
         f"Validation bits per byte, mean ± std over {seeds} seeds (lower is better; the "
         f"perplexity per byte is 2 to that mean): gradual is lower than one-shot in {wins} of "
         f"{seeds} seeds. The dense model trained for the same {result['recovery_steps']} steps "
@@ -229,7 +231,8 @@ def tables(result: dict[str, Any]) -> str:
         f"{size['largest_logit_difference']:.1e}. Forward pass: a batch of 16 windows of "
         f"{result['model']['context']} bytes in evaluation mode, the median of "
         f"{speed['rounds']} alternating rounds of 10 passes each, in one process, on "
-        f"{result['threads']} thread(s); the ratio is the median of the rounds' ratios.",
+        f"{result['threads']} thread{'s' if result['threads'] > 1 else ''}; the ratio is the "
+        "median of the rounds' ratios.",
     ]
     return "\n".join(lines) + "\n"
 

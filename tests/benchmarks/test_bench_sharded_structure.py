@@ -134,7 +134,7 @@ def test_tiny_run_matches_one_process_and_the_computed_bytes(tmp_path: Path) -> 
     assert apart["exact_after"] == apart["exact_held"]
     table = (tmp_path / "sharded_structure.md").read_text()
     assert table in out
-    assert "| oneshot-head-wanda |" in table and "| **with the teacher** |" in table
+    assert "| heads by Wanda, one-shot step |" in table and "| **with the teacher** |" in table
     # The tables again from the JSON alone, as they were.
     assert (
         run_script("bench_sharded_structure.py", "--tables", "--out", str(tmp_path))

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from tensorplay.ao.pruning import CubicSchedule, OneShotSchedule
+from tensorplay.ao.pruning import CubicSchedule
 from tensorplay.callbacks.transformers.gradual_pruning_callback import GradualPruningCallback
 from tests.callbacks.hf_trainer_helpers import (
     StepRecorder,
@@ -36,8 +36,13 @@ def _run(index: int, namespace: dict[str, Any]) -> dict[str, Any]:
 
 
 def _setting(tmp_path: Path, **kwargs: Any) -> dict[str, Any]:
+    """What the page's set-up block defines, with the tests' tiny GPT-2 and few steps."""
+    model = tiny_gpt2().train()
     return {
-        "model": tiny_gpt2().train(),
+        "torch": torch,
+        "GPT2LMHeadModel": transformers.GPT2LMHeadModel,
+        "config": model.config,
+        "model": model,
         "args": training_args(tmp_path / "out", **kwargs),
         "train_dataset": Tokens(),
         "Trainer": transformers.Trainer,
@@ -48,13 +53,17 @@ def _setting(tmp_path: Path, **kwargs: Any) -> dict[str, Any]:
 
 def test_the_page_has_the_blocks_these_tests_know() -> None:
     languages = [language for language, _ in code_blocks(PAGE)]
-    assert languages == ["bash", "python", "python", "python", "python", "python", "python"]
+    assert languages == [
+        *("bash", "python"),  # the install; a model, its arguments and data
+        *("python", "text"),  # the first example and the report it prints
+        *("python",) * 5,
+    ]
 
 
 def test_the_first_example_trains_with_the_callback(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    namespace = _run(1, _setting(tmp_path))
+    namespace = _run(2, _setting(tmp_path))
     pruning = namespace["pruning"]
     assert pruning.pruner.last_step == namespace["args"].max_steps
     assert "transformer.wte.weight" in pruning.pruner.targets  # with the tied head, once
@@ -63,14 +72,13 @@ def test_the_first_example_trains_with_the_callback(
 
 def test_put_first_puts_the_callback_before_the_integrations(tmp_path: Path) -> None:
     namespace = _setting(tmp_path, report_to="tensorboard")
-    namespace["pruning"] = GradualPruningCallback(OneShotSchedule(0.5, step=1))
-    trainer = _run(2, namespace)["trainer"]
+    trainer = _run(4, namespace)["trainer"]
     names = [type(callback).__name__ for callback in trainer.callback_handler.callbacks]
     assert names[:3] == ["DefaultFlowCallback", "GradualPruningCallback", "TensorBoardCallback"]
 
 
 def test_the_best_model_example_evaluates_once_the_schedule_is_done() -> None:
-    args = _run(3, {"TrainingArguments": transformers.TrainingArguments})["args"]
+    args = _run(5, {"TrainingArguments": transformers.TrainingArguments})["best_args"]
     assert (args.load_best_model_at_end, args.eval_delay) == (True, 1000)
     assert args.eval_steps == args.save_steps  # the Trainer needs them aligned for the best
 
@@ -79,7 +87,7 @@ def test_the_saving_example_gives_a_folder_with_the_same_logits(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    namespace = _run(4, _setting(tmp_path))
+    namespace = _run(6, _setting(tmp_path))
     model, reloaded = namespace["model"].eval(), namespace["reloaded"].eval()
     tokens = torch.randint(0, 97, (2, 8))
     with torch.no_grad():
@@ -93,8 +101,8 @@ def test_the_saving_example_gives_a_folder_with_the_same_logits(
 def test_the_replacement_prunes_the_units_the_hand_written_callback_prunes(
     tmp_path: Path,
 ) -> None:
-    before = _run(5, {})["KeepMasks"](0.5)
-    after = _run(6, {})["keep_masks"]
+    before = _run(7, {})["KeepMasks"](0.5)
+    after = _run(8, {})["keep_masks"]
     after.verbose = False
     model = tiny_gpt2().train()
     twin = copy.deepcopy(model)

@@ -54,6 +54,7 @@ def test_the_pages_show_every_result_they_include_as_a_table() -> None:
     assert [p.relative_to(ROOT).as_posix() for p in _included_results()] == [
         "benchmarks/results/budget_reconstruction.md",
         "benchmarks/results/callback_overhead.md",
+        "benchmarks/results/experts.md",
         "benchmarks/results/export_size.md",
         "benchmarks/results/global_unstructured.md",
         "benchmarks/results/hf_trainer_overhead.md",

@@ -76,4 +76,7 @@ def test_the_experiment_prunes_ffn_channels_and_shrinks(tmp_path):
     result = json.loads(out.read_text())
     assert result["structure"] == "channel" and result["sparsity"] == 0.5
     assert all(len(v) == 1 and math.isfinite(v[0]) for v in result["cells"].values())
-    assert "pruned to 50% of the FFN channels, shrunk" in out.with_suffix(".md").read_text()
+    assert (
+        "pruned to 50% of the FFN channels ranked globally, shrunk"
+        in out.with_suffix(".md").read_text()
+    )

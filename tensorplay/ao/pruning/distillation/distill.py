@@ -8,8 +8,8 @@ every training forward of the student and gives the distillation term for the la
 .. math::
 
     \\mathcal{L}_{KD} = w \\, T^2 \\, \\frac{1}{N} \\sum_{n=1}^{N}
-        \\mathrm{KL}\\big(\\mathrm{softmax}(z^t_n / T)
-        \\,\\big\\|\\, \\mathrm{softmax}(z^s_n / T)\\big),
+        \\mathrm{KL}\\bigl(\\mathrm{softmax}(z^t_n / T)
+        \\,\\|\\, \\mathrm{softmax}(z^s_n / T)\\bigr),
 
 over the ``N`` positions of the logits (every row of a classifier's ``B x C`` logits, all
 ``B x T`` positions of a sequence model's ``B x T x V``, not shifted), with temperature ``T``

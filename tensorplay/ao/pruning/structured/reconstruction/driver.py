@@ -81,8 +81,8 @@ from tensorplay.ao.pruning.structured.reconstruction.ridge import check_damping,
 
 __all__ = ["DEFAULT_DAMPING", "Solved", "reconstruct"]
 
-#: ``lambda`` relative to the mean diagonal of the Gram matrix (see ``docs/structured.rst``,
-#: "Pruning without training", for the measurement that chose it).
+#: ``lambda`` relative to the mean diagonal of the Gram matrix (see ``docs/one_shot.rst``,
+#: "Whole units, re-fitted", for the measurement that chose it).
 DEFAULT_DAMPING = 1e-3
 
 
