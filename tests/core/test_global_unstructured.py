@@ -29,11 +29,8 @@ from tensorplay.ao.pruning import (
 )
 from tensorplay.ao.pruning import selection as selection_module
 from tensorplay.ao.pruning.parity.reparametrization import find_hook
-from tests.core.parity import (
-    assert_same_reparametrization,
-    assert_snapshot_equal,
-    module_snapshot,
-)
+from tests.core.parity import assert_same_reparametrization
+from tests.model_state import unchanged
 
 Pairs = list[tuple[nn.Module, str]]
 
@@ -438,20 +435,20 @@ def test_errors_leave_the_model_unchanged(
     pruned_before: bool,
 ) -> None:
     net = _pruned_once() if pruned_before else make_net()
-    snapshot = module_snapshot(net)
+    check = unchanged(net)
     with pytest.raises(error, match=match):
         _bad_call(make_args)(net)
-    assert_snapshot_equal(net, snapshot)
+    check()
 
 
 def test_int_amount_too_large_counts_only_units_not_yet_pruned() -> None:
     net = make_net()
     global_unstructured(pairs_of(net), L1Unstructured, amount=100)
     left = sum(int(m.sum()) for m in masks_of(pairs_of(net)))
-    snapshot = module_snapshot(net)
+    check = unchanged(net)
     with pytest.raises(ValueError, match=rf"not yet pruned \({left}\), but got {left + 1}\."):
         global_unstructured(pairs_of(net), L1Unstructured, amount=left + 1)
-    assert_snapshot_equal(net, snapshot)
+    check()
     global_unstructured(pairs_of(net), L1Unstructured, amount=left)
     assert all(int(m.sum()) == 0 for m in masks_of(pairs_of(net)))
 
@@ -461,11 +458,11 @@ def test_tied_pairs_with_different_pruning_raise() -> None:
     second.weight = first.weight
     with pytest.warns(UserWarning, match=r"also held by \(Linear, 'weight'\)"):
         l1_unstructured(first, "weight", amount=3)  # leaves `second` unmasked, and says so
-    snapshot = [module_snapshot(first), module_snapshot(second)]
+    check_first, check_second = unchanged(first), unchanged(second)
     with pytest.raises(ValueError, match=r"share one parameter, to share its pruning mask"):
         global_unstructured([(first, "weight"), (second, "weight")], L1Unstructured, amount=2)
-    assert_snapshot_equal(first, snapshot[0])
-    assert_snapshot_equal(second, snapshot[1])
+    check_first()
+    check_second()
 
 
 def test_tied_pairs_with_two_score_tensors_raise() -> None:
@@ -473,9 +470,11 @@ def test_tied_pairs_with_two_score_tensors_raise() -> None:
     second.weight = first.weight
     pairs: Pairs = [(first, "weight"), (second, "weight")]
     scores = {pair: torch.randn(4, 4) for pair in pairs}
+    check_first, check_second = unchanged(first), unchanged(second)
     with pytest.raises(ValueError, match=r"to have one tensor of importance scores"):
         global_unstructured(pairs, L1Unstructured, importance_scores=scores, amount=2)
-    assert not hasattr(first, "weight_mask")
+    check_first()
+    check_second()
 
 
 # --- what repeated calls leave behind ---------------------------------------------------------

@@ -16,7 +16,8 @@ import torch.nn.utils.prune as torch_prune
 from torch import nn
 
 import tensorplay.ao.pruning as tp_prune
-from tests.core.parity import assert_snapshot_equal, module_snapshot, seed_cpu
+from tests.core.parity import seed_cpu
+from tests.model_state import unchanged
 
 BOTH = pytest.mark.parametrize("lib", [tp_prune, torch_prune], ids=["tensorplay", "torch"])
 LINEAR_AND_CONV3D = pytest.mark.parametrize(
@@ -123,21 +124,21 @@ def test_patch_by_dotted_path_as_torch_tests_do() -> None:
 def test_patched_failure_rolls_back(make: type[nn.Module], name: str) -> None:
     """torch's test_pruning_rollback, with the stronger 'exactly unchanged' check."""
     module = make()
-    snapshot = module_snapshot(module)
+    check = unchanged(module)
     with mock.patch.object(tp_prune.L1Unstructured, "compute_mask") as compute_mask:
         compute_mask.side_effect = Exception("HA!")
         with pytest.raises(Exception, match="HA!"):
             tp_prune.l1_unstructured(module, name=name, amount=0.9)
-    assert_snapshot_equal(module, snapshot)
+    check()
 
 
 def test_patched_failure_on_second_pruning_keeps_the_first() -> None:
     module = tp_prune.l1_unstructured(nn.Linear(5, 2), "weight", amount=3)
-    snapshot = module_snapshot(module)
+    check = unchanged(module)
     failing = mock.patch.object(tp_prune.LnStructured, "compute_mask", side_effect=Exception("HA!"))
     with failing, pytest.raises(Exception, match="HA!"):
         tp_prune.ln_structured(module, "weight", amount=1, n=2, dim=0)
-    assert_snapshot_equal(module, snapshot)
+    check()
 
 
 # --- torch's tests, run on both libraries -------------------------------------------------------
