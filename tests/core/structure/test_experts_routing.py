@@ -15,6 +15,7 @@ from torch import nn
 from tensorplay.ao.pruning import Pruner, load_shrunk, shrink
 from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
 from tensorplay.ao.pruning.structured.units.routing import remove_routing
+from tests.model_state import unchanged
 from tests.moe_models import EXPERTS, MOE_MODELS, tiny_mixtral
 
 Build = Callable[..., nn.Module]
@@ -130,12 +131,10 @@ def test_a_target_leaving_fewer_than_top_k_experts_is_refused_unchanged(masking:
             tiny_mixtral(), OneShotSchedule(0.9), structure="expert", scope="layerwise",
             masking=masking,
         )  # fmt: skip
-    before = {name: value.clone() for name, value in pruner.model.state_dict().items()}
+    check = unchanged(pruner.model)
     with pytest.raises(ValueError, match=r"its top_k experts \(2; at most"):
         pruner.step()
-    after = pruner.model.state_dict()
-    assert list(after) == list(before)
-    assert all(torch.equal(after[name], value) for name, value in before.items())
+    check()
 
 
 def test_shrink_refuses_a_layer_left_with_fewer_than_top_k_experts() -> None:
@@ -145,10 +144,10 @@ def test_shrink_refuses_a_layer_left_with_fewer_than_top_k_experts() -> None:
             layer.mlp.gate.weight[1:] = 0
             layer.mlp.experts.gate_up_proj[1:] = 0
             layer.mlp.experts.down_proj[1:] = 0
-    shapes = [tuple(p.shape) for p in model.parameters()]
+    check = unchanged(model)
     with pytest.raises(ValueError, match=r"'model.layers.0.mlp' to keep at least 2 expert units"):
         shrink(model)
-    assert [tuple(p.shape) for p in model.parameters()] == shapes
+    check()
 
 
 @pytest.mark.parametrize("build", FAMILIES)

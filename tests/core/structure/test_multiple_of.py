@@ -11,6 +11,7 @@ from torch import nn
 from tensorplay.ao.pruning.parity.reparametrization import is_pruned_tensor
 from tensorplay.ao.pruning.pruner.conductor import Pruner
 from tensorplay.ao.pruning.pruner.schedules import CubicSchedule, OneShotSchedule, Schedule
+from tests.model_state import unchanged
 
 WIDTH, MULTIPLE = 128, 64
 
@@ -54,12 +55,14 @@ def test_a_one_shot_target_the_rounding_reaches_is_taken(scope: str) -> None:
 def test_a_target_beyond_the_rounding_is_refused_saying_why_before_any_change() -> None:
     model = wide_mlp()
     pruner = pruner_of(model, OneShotSchedule(0.9), "global", MULTIPLE)
+    check = unchanged(model)
     match = (
         r"at least 64 units \(multiple_of=64: at most 128 more from 2 groups of 256 units, "
         r"and 64 more that rounding .* gives back\), but the target asks for 230 more"
     )
     with pytest.raises(ValueError, match=match):
         pruner.step()
+    check()
     assert not any(is_pruned_tensor(m, "weight") for m in model.modules())
     assert pruner.history == []
 
@@ -67,10 +70,11 @@ def test_a_target_beyond_the_rounding_is_refused_saying_why_before_any_change() 
 def test_a_multiple_wider_than_a_group_is_refused_when_the_pruner_is_built() -> None:
     model = nn.Sequential(nn.Linear(4, 128), nn.ReLU(), nn.Linear(128, 16), nn.ReLU())
     model.append(nn.Linear(16, 2))
+    check = unchanged(model)
     with pytest.raises(ValueError, match=r"at most the width of every channel group, but got 32: "
                        r"group '2' has 16 units"):  # fmt: skip
         Pruner(
             model, OneShotSchedule(0.5), structure="channel", example_inputs=torch.randn(2, 4),
             multiple_of=32,
         )  # fmt: skip
-    assert not any(is_pruned_tensor(m, "weight") for m in model.modules())
+    check()  # no mask, no hook, and no unit groups recorded on the model

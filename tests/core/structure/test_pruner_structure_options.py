@@ -21,6 +21,7 @@ from tensorplay.ao.pruning.pruner.schedules import LinearSchedule, OneShotSchedu
 from tensorplay.ao.pruning.structured.dependency.unit_groups import unit_scores
 from tensorplay.ao.pruning.structured.units import STRUCTURES
 from tests.hf_models import tiny_bert, tiny_llama
+from tests.model_state import unchanged
 
 SCHEDULE = LinearSchedule(0.5, end_step=4, frequency=2)
 
@@ -158,8 +159,11 @@ def test_multiple_of_keeps_widths_multiples_and_records_the_real_count(
 def test_the_layer_structure_keeps_a_block() -> None:
     pruner = Pruner(tiny_llama(), OneShotSchedule(0.6), structure="layer", scope="layerwise")
     assert (pruner.step(), pruner.pruned_count(), pruner.total_count()) == (2, 2, 3)
+    pruner = Pruner(tiny_llama(), OneShotSchedule(0.9), structure="layer")
+    check = unchanged(pruner.model)
     with pytest.raises(ValueError, match=r"group 'model.layers' \(3 units\).*asks for 3 more"):
-        Pruner(tiny_llama(), OneShotSchedule(0.9), structure="layer").step()
+        pruner.step()
+    check()
 
 
 @pytest.mark.parametrize(
@@ -176,8 +180,10 @@ def test_a_target_that_would_empty_a_group_is_refused_before_any_change(
 ) -> None:
     model = tiny_llama()
     pruner = Pruner(model, OneShotSchedule(0.999), structure="channel", **options)
+    check = unchanged(model)
     with pytest.raises(ValueError, match=match):
         pruner.step()
+    check()
     assert not any(is_pruned_tensor(m, "weight") for m in model.modules())
     assert pruner.history == []
 
@@ -337,10 +343,10 @@ def test_a_model_without_such_units_is_refused_before_any_change(
     build: Any, options: dict[str, Any], match: str
 ) -> None:
     model = build()
-    before = copy.deepcopy(model.state_dict())
+    check = unchanged(model)
     with pytest.raises(ValueError, match=match):
         Pruner(model, OneShotSchedule(0.5), **options)
-    assert model.state_dict().keys() == before.keys()
+    check()
 
 
 def test_without_example_inputs_a_flattened_width_is_left_alone() -> None:

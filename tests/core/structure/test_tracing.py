@@ -18,6 +18,7 @@ from tensorplay.ao.pruning.structured.dependency.tracing import (
 from tensorplay.ao.pruning.structured.dependency.unit_groups import Slice, UnitGroup
 from tensorplay.ao.pruning.structured.shrinking.shrink import shrink
 from tests.core.structure.masking import MODES, mask_units
+from tests.model_state import unchanged
 
 
 def _out(parameter: str, width: int = 1, offset: int = 0) -> Slice:
@@ -369,7 +370,7 @@ class _Gate(nn.Module):
 
 def test_an_untraceable_forward_is_refused_naming_the_submodule_and_nothing_changes() -> None:
     model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Sequential(_Gate()))
-    before = copy.deepcopy(model.state_dict())
+    check = unchanged(model)
     with pytest.raises(
         ValueError,
         match=r"^Expected the forward of submodule '2\.0' \(_Gate\) to be traceable by "
@@ -377,9 +378,7 @@ def test_an_untraceable_forward_is_refused_naming_the_submodule_and_nothing_chan
         r"be used as inputs to control flow\)\. torch\.fx traces with symbolic values",
     ):
         traced_groups(model, torch.randn(3, 4))
-    after = model.state_dict()
-    assert before.keys() == after.keys()
-    assert all(torch.equal(before[key], after[key]) for key in before)
+    check()
 
 
 def test_an_untraceable_forward_of_the_model_itself_is_named_too() -> None:
