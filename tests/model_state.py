@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import torch
@@ -75,13 +75,15 @@ def _grad_hooks(param: Tensor) -> list[tuple[int, int]]:
     return [(key, id(hook)) for key, hook in hooks.items()]
 
 
-def _plain(module: nn.Module) -> dict[str, Any]:
+def _plain(module: nn.Module, ignoring: Collection[str] = ()) -> dict[str, Any]:
     """A module's plain attributes: the object for a tensor, a module or a callable, the value
-    for data (compared by equality)."""
+    for data (compared by equality); those named in ``ignoring`` left out."""
     return {
         key: value
         for key, value in vars(module).items()
-        if key not in _CONTAINERS and not ("hooks" in key and isinstance(value, dict))
+        if key not in _CONTAINERS
+        and key not in ignoring
+        and not ("hooks" in key and isinstance(value, dict))
     }
 
 
@@ -110,9 +112,12 @@ def _config_of(model: nn.Module) -> tuple[dict[str, Any], set[str]] | None:
     return config.to_dict(), set(vars(config))
 
 
-def unchanged(model: nn.Module, *optimizers: Optimizer) -> Callable[[], None]:
+def unchanged(
+    model: nn.Module, *optimizers: Optimizer, ignoring: Collection[str] = ()
+) -> Callable[[], None]:
     """A check that ``model`` (and the hooks of ``optimizers``) are as they are now; see the
-    module docstring."""
+    module docstring. ``ignoring`` names plain attributes a training framework sets on the
+    modules it runs (Lightning's ``_trainer``): not compared."""
     state = {key: value.detach().clone() for key, value in model.state_dict().items()}
     dtypes = {key: value.dtype for key, value in state.items()}
     params = [
@@ -123,7 +128,7 @@ def unchanged(model: nn.Module, *optimizers: Optimizer) -> Callable[[], None]:
     hooks = {name: _hook_dicts(m) for name, m in model.named_modules()}
     hook_states = {name: _hook_states(m) for name, m in model.named_modules()}
     grad_hooks = {name: _grad_hooks(p) for name, p in model.named_parameters()}
-    attributes = {name: _plain(m) for name, m in model.named_modules()}
+    attributes = {name: _plain(m, ignoring) for name, m in model.named_modules()}
     config = _config_of(model)
     optimizer_hooks = [_hook_dicts(optimizer) for optimizer in optimizers]
 
@@ -155,7 +160,7 @@ def unchanged(model: nn.Module, *optimizers: Optimizer) -> Callable[[], None]:
                 assert list(hook_state) == list(before_state) and all(
                     _same(value, before_state[key]) for key, value in hook_state.items()
                 ), f"the state of hook {where} of module {name!r} changed"
-            plain, before = _plain(module), attributes[name]
+            plain, before = _plain(module, ignoring), attributes[name]
             added = sorted(set(plain) - set(before))
             dropped = sorted(set(before) - set(plain))
             assert not added and not dropped, (
