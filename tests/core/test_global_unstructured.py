@@ -95,12 +95,32 @@ def test_parity_with_torch(amounts: list[float | int]) -> None:
     assert ours[2].weight.grad_fn is not None  # ``name`` is mask * orig, as in torch
 
 
-def test_parity_with_torch_state_dict_loads_both_ways() -> None:
-    ours, theirs = make_net(), make_net()
+@pytest.mark.parametrize("into", ["ours", "theirs"])
+def test_parity_with_torch_state_dict_loads_both_ways(into: str) -> None:
+    """A state pruned by one library loads strictly into a model pruned by the other, from other
+    values with other masks: the loaded model holds the saved values and masks and computes
+    what the saved one computes."""
+    ours, theirs = make_net(seed=0), make_net(seed=1)
     global_unstructured(pairs_of(ours), L1Unstructured, amount=0.4)
     torch_prune.global_unstructured(pairs_of(theirs), torch_prune.L1Unstructured, amount=0.4)
-    ours.load_state_dict(theirs.state_dict(), strict=True)
-    theirs.load_state_dict(ours.state_dict(), strict=True)
+    source, target = (theirs, ours) if into == "ours" else (ours, theirs)
+    x = torch.randn(5, 2, 4, 4)
+    target(x)  # a forward before the load: the pruned tensors computed from the old state
+    saved = {key: value.clone() for key, value in source.state_dict().items()}
+    old_masks = [mask.clone() for mask in masks_of(pairs_of(target))]
+    assert any(
+        not torch.equal(old, new)
+        for old, new in zip(old_masks, masks_of(pairs_of(source)), strict=True)
+    )  # the masks differ: the load has something to carry
+    target.load_state_dict(source.state_dict(), strict=True)
+    loaded = target.state_dict()
+    assert list(loaded) == list(saved)
+    for key, value in saved.items():
+        assert loaded[key].dtype == value.dtype and torch.equal(loaded[key], value), key
+    assert torch.equal(target(x), source(x))
+    for module, name in pairs_of(target):  # the pruned tensor is the loaded mask * orig
+        expected = getattr(module, name + "_mask") * getattr(module, name + "_orig")
+        assert torch.equal(getattr(module, name), expected), name
 
 
 @pytest.mark.parametrize("amount", [0.5, 13, 40])
