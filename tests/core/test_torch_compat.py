@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pickle
 import unittest.mock as mock
+from copy import deepcopy
 from types import ModuleType
 
 import pytest
@@ -161,15 +162,28 @@ def test_random_pruning_reparametrizes(lib: ModuleType, make: type[nn.Module], n
 
 @BOTH
 def test_identity_pruning_keeps_forward_and_grads(lib: ModuleType) -> None:
-    x = torch.ones(1, 5)
+    """Pruned by identity, a layer computes what its dense twin computes, with the same
+    gradients, at every forward: also after its ``weight_orig`` changed (a training step)."""
+    torch.manual_seed(0)
     module = nn.Linear(5, 2)
-    before = module(x)
+    dense = deepcopy(module)
     lib.identity(module, name="weight")
-    after = module(x)
-    assert torch.equal(before, after)
-    after.sum().backward()
-    assert torch.equal(module.weight_orig.grad, torch.ones(2, 5))
-    assert torch.equal(module(x), module(x))
+    assert torch.equal(module.weight_mask, torch.ones(2, 5))
+    for step in range(2):
+        x = torch.randn(3, 5)
+        out, expected = module(x), dense(x)
+        assert torch.equal(out, expected), step
+        (out * torch.arange(2.0)).sum().backward()  # unequal weights per output: rows differ
+        (expected * torch.arange(2.0)).sum().backward()
+        assert module.weight_orig.grad is not None and dense.weight.grad is not None
+        assert torch.equal(module.weight_orig.grad, dense.weight.grad), step
+        assert torch.equal(module.bias.grad, dense.bias.grad), step
+        with torch.no_grad():  # a training step, the same on both
+            for orig, twin in ((module.weight_orig, dense.weight), (module.bias, dense.bias)):
+                orig.sub_(0.5 * orig.grad)
+                twin.sub_(0.5 * twin.grad)
+        module.zero_grad()
+        dense.zero_grad()
 
 
 @BOTH
