@@ -359,8 +359,20 @@ def test_teacher_dtype_bfloat16_halves_the_teacher_and_stays_close():
 def test_teacher_dtype_casts_floating_inputs_of_a_plain_model():
     student = mlp().train()
     distill = Distillation(teacher_dtype=torch.bfloat16).attach(student)
-    student(torch.randn(4, 6))
-    assert 0 <= float(distill.loss().detach()) < 1e-3
+    assert distill.teacher is not None
+    assert {p.dtype for p in distill.teacher.parameters()} == {torch.bfloat16}
+    seen: list[torch.dtype] = []
+    distill.teacher.register_forward_pre_hook(lambda module, args: seen.append(args[0].dtype))
+    x = 50 * torch.randn(4, 6, generator=torch.Generator().manual_seed(0))  # large logits
+    logits = student(x)
+    loss = distill.loss().detach()
+    assert seen == [torch.bfloat16]  # the student's float32 inputs, cast to the teacher's dtype
+    with torch.no_grad():  # the teacher: the student's own weights, computing in bfloat16
+        teacher_logits = mlp().to(torch.bfloat16)(x.to(torch.bfloat16))
+    expected = by_hand(logits.detach(), teacher_logits, 2.0, 1.0)
+    assert float(expected) > 1e-5  # bfloat16 rounding: the teacher is not the student
+    # float32 log-softmaxes of near-equal logits: a relative error of about 1e-3
+    torch.testing.assert_close(loss.double(), expected, rtol=1e-2, atol=1e-8)
 
 
 @pytest.mark.parametrize("masking", ["reparametrize", "inplace"])
