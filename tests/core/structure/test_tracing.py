@@ -66,14 +66,34 @@ def _outputs(model: nn.Module, x: Tensor, training: bool) -> Tensor:
     return out
 
 
+def _with_norm_statistics(model: nn.Module) -> nn.Module:
+    """``model`` with the running statistics and affine parameters of its norms drawn at random,
+    one value per channel: fresh ones (means 0, variances 1, weights 1, biases 0) are the same
+    for every channel, and could not show a channel's statistics taken from another index."""
+    generator = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for module in model.modules():
+            if not isinstance(module, nn.modules.batchnorm._NormBase):
+                continue
+            size = (module.num_features,)
+            if module.running_mean is not None and module.running_var is not None:
+                module.running_mean.copy_(torch.randn(size, generator=generator))
+                module.running_var.copy_(0.5 + torch.rand(size, generator=generator))
+            if module.affine:
+                module.weight.copy_(1 + torch.randn(size, generator=generator))
+                module.bias.copy_(torch.randn(size, generator=generator))
+    return model
+
+
 def _assert_masking_equals_removing(
     model: nn.Module, groups: list[UnitGroup], example: Tensor
 ) -> None:
     """The oracle: random units, masked in each way a pruner masks them (a draw per way), give
-    the same outputs in the masked model and in the model shrunk by them, in training mode
-    (BatchNorm on batch statistics, which also moves its running statistics) and then in eval
-    mode."""
-    model = model.double()
+    the same outputs in the masked model and in the model shrunk by them: in eval mode on the
+    BatchNorm running statistics (drawn per channel, so that a channel's statistics taken
+    from another index change the outputs), in training mode (BatchNorm on batch statistics,
+    which also moves its running statistics), and in eval mode again on the moved ones."""
+    model = _with_norm_statistics(model.double())
     for seed, mode in enumerate(MODES):
         keeps = _random_keep(groups, seed)
         masked = copy.deepcopy(model)
@@ -84,7 +104,7 @@ def _assert_masking_equals_removing(
         assert report.partial_units == 0
         assert [width.after for width in report.groups] == [int(k.sum()) for k in keeps]
         x = torch.randn(example.shape, generator=torch.Generator().manual_seed(seed)).double()
-        for training in (True, False):
+        for training in (False, True, False):
             expected = _outputs(masked, x, training)
             torch.testing.assert_close(_outputs(shrunk, x, training), expected)
             assert not torch.allclose(_outputs(copy.deepcopy(model), x, training), expected)
