@@ -152,11 +152,22 @@ def test_a_schedule_not_at_its_end_warns_and_shrinks_what_is_pruned(tmp_path: Pa
 
 def test_a_schedule_at_its_end_shrinks_without_a_warning(tmp_path: Path) -> None:
     pruning = GradualPruningCallback(SCHEDULE, structure="head", shrink_at_end=True, verbose=False)  # type: ignore[arg-type]
-    trainer = make_trainer(tiny_llama().train(), tmp_path, [pruning])
+    model = tiny_llama().train()
+    before = _parameters(model)
+    trainer = make_trainer(model, tmp_path, [pruning])
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         trainer.train()
-    assert pruning.shrink_report is not None
+    # Pruned at steps 2 and 4, to the schedule's end: half of the 6 key/value heads (1 of 2 in
+    # each of the 3 blocks, ranked globally), and shrinking removed exactly those.
+    history = pruning.pruner.history
+    assert [(step, target) for step, target, _ in history] == [(2, 0.25), (4, 0.5)]
+    assert sum(count for *_, count in history) == 3
+    report = pruning.shrink_report
+    assert report is not None
+    assert [(group.before, group.after) for group in report.groups] == [(2, 1)] * 3
+    assert report.parameters_before == before > report.parameters_after == _parameters(model)
+    assert model.config.num_key_value_heads == 1
 
 
 @pytest.mark.parametrize("callback", [GradualPruning, GradualPruningCallback])
