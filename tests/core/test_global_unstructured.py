@@ -389,6 +389,12 @@ ERRORS = [
         r"finite importance scores, but \(Linear, 'weight'\) has nan at flat index \d+\.",
         id="nan-score",
     ),
+    pytest.param(  # every unit left: pruned before, the masks are cleared in place, no cut
+        lambda n: (pairs_of(n), _nan_scores(n), {"amount": 1.0}),
+        ValueError,
+        r"finite importance scores, but \(Linear, 'weight'\) has nan at flat index \d+\.",
+        id="nan-score-everything",
+    ),
     pytest.param(
         lambda n: (pairs_of(n), _inf_scores(n), {"amount": 0.5}),
         ValueError,

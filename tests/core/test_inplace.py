@@ -509,6 +509,25 @@ def test_nan_scores_leave_the_lean_model_unchanged() -> None:
     check()
 
 
+def test_nan_scores_refuse_a_lean_step_that_prunes_every_unit_left() -> None:
+    """4 units: 2 pruned at step 1 (0.45 of 4, rounded), then 0.9 of 4 rounds to all 4: the
+    step clears every unit left, with no cut to find. A NaN among them refuses it, the bool
+    mask and the weights as they were."""
+    torch.manual_seed(0)
+    layer = nn.Linear(4, 1, bias=False)
+    pruner = Pruner(layer, LinearSchedule(0.9, end_step=2, frequency=1), masking="inplace")
+    pruner.step(0)
+    assert pruner.step(1) == 2
+    kept = layer.weight_mask.view(-1).nonzero().view(-1)
+    with torch.no_grad():
+        layer.weight.view(-1)[kept[1]] = float("nan")
+    check = unchanged(layer)
+    with pytest.raises(ValueError, match=rf"\(Linear, 'weight'\) has nan at flat index {kept[1]}"):
+        pruner.step(2)
+    check()
+    assert pruner.history == [(1, 0.45, 2)]
+
+
 def test_restore_pruning_lean_checks_before_changing() -> None:
     model = make_mlp()
     Pruner(model, OneShotSchedule(0.5), masking="inplace").step()
