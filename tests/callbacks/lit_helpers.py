@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from tensorplay.callbacks import PrunableMixin
 
 __all__ = [
+    "LIGHTNING_SETS",
     "MaskRecorder",
     "PrunableTiny",
     "RankMaskWriter",
@@ -32,6 +33,10 @@ __all__ = [
 
 # net.0.weight (16 x 8) and net.2.weight (4 x 16): the default selection.
 TOTAL = 16 * 8 + 4 * 16
+
+# The attributes a Lightning fit sets on the LightningModule it runs, whatever tensorplay does:
+# left out of `tests.model_state.unchanged(module, ignoring=LIGHTNING_SETS)`.
+LIGHTNING_SETS = ("_trainer", "_current_fx_name", "_device", "_device_mesh")
 
 
 class TinyModule(pl.LightningModule):

@@ -82,8 +82,17 @@ def test_a_run_that_shrinks_its_experts_does_not_warn_of_masked_ones(tmp_path: P
         LinearSchedule(0.5, end_step=2, frequency=2), structure="expert", scope="layerwise",
         shrink_at_end=True, verbose=False,
     )  # fmt: skip
+    layers = model.config.num_hidden_layers
     trainer = make_trainer(model, tmp_path / "run", [pruning], max_steps=3)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trainer.train()
     assert not [w for w in caught if "masked but not removed" in str(w.message)]
+    # Experts were masked (half of each layer's, at step 2), and shrinking removed them all.
+    assert pruning.pruner.history == [(2, 0.5, layers * EXPERTS // 2)]
+    report = pruning.shrink_report
+    assert report is not None
+    assert [(group.before, group.after) for group in report.groups] == [
+        (EXPERTS, EXPERTS // 2)
+    ] * layers
+    assert model.config.num_experts == EXPERTS // 2

@@ -20,6 +20,7 @@ from tests.callbacks.hf_trainer_helpers import (
     masks,
 )
 from tests.hf_models import tiny_bert, tiny_gpt2
+from tests.model_state import unchanged
 
 SCHEDULE = LinearSchedule(0.5, end_step=4, frequency=1)  # prunes at steps 1..4, then holds
 METRICS = ("pruning/sparsity", "pruning/target_sparsity", "pruning/pruned")
@@ -136,22 +137,24 @@ def test_an_unknown_parameter_fails_when_the_trainer_is_made_and_changes_nothing
     tmp_path: Path,
 ) -> None:
     model = tiny_gpt2().train()
-    before = sorted(model.state_dict())
+    check = unchanged(model)
     pruning = GradualPruningCallback(SCHEDULE, parameters=["transformer.h.9.mlp.c_fc.weight"])
     with pytest.raises(ValueError) as expected:
         Pruner(model, SCHEDULE, parameters=["transformer.h.9.mlp.c_fc.weight"])
+    check()
     with pytest.raises(ValueError) as raised:
         make_trainer(model, tmp_path, [pruning])
     assert str(raised.value) == str(expected.value)
-    assert sorted(model.state_dict()) == before
+    check()
 
 
 def test_restoring_callback_states_needs_a_schedule_with_an_import_path(tmp_path: Path) -> None:
     model = tiny_gpt2().train()
     pruning = GradualPruningCallback(CallableSchedule(lambda step: 0.5))
+    check = unchanged(model)
     with pytest.raises(ValueError, match=r"arguments that are plain data .* CallableSchedule"):
         make_trainer(model, tmp_path, [pruning], restore_callback_states_from_checkpoint=True)
-    assert masks(model) == {}
+    check()
 
 
 def test_the_trainer_rebuilds_the_callback_from_its_saved_arguments() -> None:

@@ -26,6 +26,7 @@ from tensorplay.callbacks.transformers.sharded_setups import (
 )
 from tests.callbacks.hf_trainer_helpers import masks, training_args
 from tests.hf_models import tiny_gpt2
+from tests.model_state import unchanged
 
 transformers = pytest.importorskip("transformers")
 
@@ -116,10 +117,10 @@ def test_a_checkpoint_with_masks_is_refused_before_the_pruner_exists_and_nothing
     saved["transformer.h.0.attn.c_attn.weight_mask"] = torch.ones(32, 96, dtype=torch.bool)
     built = False
     handle = refuse_loads_before_build(model, lambda: built)
+    check = unchanged(model)
     with pytest.raises(ValueError, match=r"'transformer.h.0.attn.c_attn.weight_mask'.*FSDP2"):
         model.load_state_dict(saved)
-    for key, value in model.state_dict().items():
-        assert torch.equal(value, before[key]), key
+    check()
     model.load_state_dict(before)  # no masks: a load the guard lets through
     built = True
     with pytest.raises(RuntimeError, match="Unexpected key"):  # torch's own error: not the guard

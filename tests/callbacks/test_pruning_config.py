@@ -10,7 +10,14 @@ import torch
 from tensorplay.ao.pruning.pruner.conductor import Pruner
 from tensorplay.ao.pruning.pruner.schedules import LinearSchedule
 from tensorplay.callbacks import GradualPruning
-from tests.callbacks.lit_helpers import CLI_TRAINER, TinyModule, lightning_cli, masks_of
+from tests.callbacks.lit_helpers import (
+    CLI_TRAINER,
+    LIGHTNING_SETS,
+    TinyModule,
+    lightning_cli,
+    masks_of,
+)
+from tests.model_state import unchanged
 
 SCHEDULE = LinearSchedule(0.5, end_step=4)
 
@@ -76,15 +83,13 @@ def test_parameters_with_a_filter_fail_with_the_pruners_message():
 )
 def test_bad_selection_fails_at_setup_and_leaves_the_model(make_trainer, kwargs, match):
     model = TinyModule()
-    before = {name: value.clone() for name, value in model.state_dict().items()}
+    check = unchanged(model, ignoring=LIGHTNING_SETS)
     trainer = make_trainer(callbacks=[GradualPruning(SCHEDULE, **kwargs)], logger=False)
 
     with pytest.raises(ValueError, match=match):
         trainer.fit(model)
 
-    after = model.state_dict()
-    assert sorted(after) == sorted(before)
-    assert all(after[name].equal(value) for name, value in before.items())
+    check()
 
 
 CONFIG = (

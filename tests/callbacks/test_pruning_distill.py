@@ -20,7 +20,8 @@ from tensorplay.ao.pruning.pruner.schedules import CubicSchedule, OneShotSchedul
 from tensorplay.callbacks import GradualPruning
 from tensorplay.callbacks.core.lifecycle import AdapterOptions
 from tensorplay.callbacks.lightning.strategies import check_distilled_strategy, check_strategy
-from tests.callbacks.lit_helpers import TinyModule, masks_of
+from tests.callbacks.lit_helpers import LIGHTNING_SETS, TinyModule, masks_of
+from tests.model_state import unchanged
 
 
 class GradRecorder(Callback):
@@ -203,8 +204,11 @@ def test_a_teacher_of_another_shape_fails_at_the_first_forward(make_trainer):
 
 def test_manual_optimization_is_refused_at_setup(make_trainer):
     trainer = make_trainer(callbacks=[GradualPruning(OneShotSchedule(0.5), distill_weight=0.5)])
+    model = ManualTiny()
+    check = unchanged(model, ignoring=LIGHTNING_SETS)
     with pytest.raises(ValueError, match=r"automatic optimization.*distill_weight=0.5"):
-        trainer.fit(ManualTiny())
+        trainer.fit(model)
+    check()
 
 
 def test_model_parallel_is_served_and_deepspeed_refused_when_distilling():

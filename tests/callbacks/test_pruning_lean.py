@@ -21,13 +21,14 @@ from tensorplay.callbacks import GradualPruning
 from tests.callbacks.fsdp_helpers import ShardedTiny
 from tests.callbacks.lit_helpers import (
     CLI_TRAINER,
+    LIGHTNING_SETS,
     TOTAL,
     PrunableTiny,
     RankMaskWriter,
     TinyModule,
     lightning_cli,
-    masks_of,
 )
+from tests.model_state import unchanged
 
 # 8 optimizer steps per epoch; pruning every 2 steps until step 12, so epoch 1 ends mid-schedule.
 SCHEDULE = CubicSchedule(0.75, end_step=12, frequency=2)
@@ -301,7 +302,7 @@ def test_unsupported_strategy_fails_at_setup_and_leaves_the_model(
     make_trainer, strategy, kwargs, match
 ):
     model = ShardedTiny()
-    before = {name: value.clone() for name, value in model.state_dict().items()}
+    check = unchanged(model, ignoring=LIGHTNING_SETS)
     callback = GradualPruning(SCHEDULE, verbose=False, **kwargs)
     trainer = make_trainer(strategy=strategy(), callbacks=[callback], logger=False)
 
@@ -309,8 +310,7 @@ def test_unsupported_strategy_fails_at_setup_and_leaves_the_model(
         trainer.fit(model)
 
     assert not callback.built
-    _assert_same_state(model.state_dict(), before)
-    assert masks_of(model) == {}
+    check()
 
 
 LEAN_CONFIG = (

@@ -29,6 +29,7 @@ from tests.callbacks.shrink_helpers import (
     logits_of,
 )
 from tests.hf_models import tiny_llama
+from tests.model_state import unchanged
 
 SCHEDULE = LinearSchedule(0.5, end_step=4, frequency=2)  # prunes at steps 2 and 4
 # tiny_llama: 3 blocks, an FFN of 48 channels and 2 key/value heads (of 2 query heads each) per
@@ -151,11 +152,22 @@ def test_a_schedule_not_at_its_end_warns_and_shrinks_what_is_pruned(tmp_path: Pa
 
 def test_a_schedule_at_its_end_shrinks_without_a_warning(tmp_path: Path) -> None:
     pruning = GradualPruningCallback(SCHEDULE, structure="head", shrink_at_end=True, verbose=False)  # type: ignore[arg-type]
-    trainer = make_trainer(tiny_llama().train(), tmp_path, [pruning])
+    model = tiny_llama().train()
+    before = _parameters(model)
+    trainer = make_trainer(model, tmp_path, [pruning])
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         trainer.train()
-    assert pruning.shrink_report is not None
+    # Pruned at steps 2 and 4, to the schedule's end: half of the 6 key/value heads (1 of 2 in
+    # each of the 3 blocks, ranked globally), and shrinking removed exactly those.
+    history = pruning.pruner.history
+    assert [(step, target) for step, target, _ in history] == [(2, 0.25), (4, 0.5)]
+    assert sum(count for *_, count in history) == 3
+    report = pruning.shrink_report
+    assert report is not None
+    assert [(group.before, group.after) for group in report.groups] == [(2, 1)] * 3
+    assert report.parameters_before == before > report.parameters_after == _parameters(model)
+    assert model.config.num_key_value_heads == 1
 
 
 @pytest.mark.parametrize("callback", [GradualPruning, GradualPruningCallback])
@@ -170,9 +182,10 @@ def test_shrinking_elements_set_after_construction_is_refused_before_any_mask(
     pruning = GradualPruningCallback(SCHEDULE)
     pruning.shrink_at_end = True
     model = tiny_llama()
+    check = unchanged(model)
     with pytest.raises(ValueError, match=r"shrink_at_end=True.*structure='element'"):
         make_trainer(model, tmp_path, [pruning])
-    assert not [name for name, _ in model.named_buffers() if name.endswith("_mask")]
+    check()  # no mask, no hook
 
 
 def test_deepspeed_is_refused_and_fsdp2_gathers_on_rank_zero() -> None:

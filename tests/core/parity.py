@@ -39,8 +39,6 @@ __all__ = [
     "Twins",
     "assert_same_reparametrization",
     "hook_signature",
-    "module_snapshot",
-    "assert_snapshot_equal",
     "reference_mask",
     "run_parity",
     "seed_cpu",
@@ -269,43 +267,6 @@ def reference_mask(call: Call, scores: Tensor, before: Tensor) -> Tensor:
     pruned = channels[torch.sort(norms, stable=True).indices[:k]]
     mask.index_fill_(dim, pruned, 0)
     return mask
-
-
-def module_snapshot(module: nn.Module) -> dict[str, Any]:
-    """Everything a failed pruning call must leave alone: parameters, buffers, hooks, attributes."""
-    return {
-        "parameters": [(n, p, p.detach().clone()) for n, p in module.named_parameters()],
-        "buffers": [(n, b, b.detach().clone()) for n, b in module.named_buffers()],
-        "hooks": [
-            (list(m._forward_pre_hooks.items()), list(map(len, _containers(m))))
-            for m in module.modules()
-        ],
-        "tensors": [
-            (n, v) for m in module.modules() for n, v in vars(m).items() if isinstance(v, Tensor)
-        ],
-        "modules": [(n, type(m)) for n, m in module.named_modules()],
-    }
-
-
-def assert_snapshot_equal(module: nn.Module, snapshot: dict[str, Any]) -> None:
-    """``module`` is as it was when ``snapshot`` was taken: same objects, same values."""
-    now = module_snapshot(module)
-    for kind in ("parameters", "buffers"):
-        assert [n for n, *_ in now[kind]] == [n for n, *_ in snapshot[kind]], kind
-        for (_, obj_now, _), (name, obj, value) in zip(now[kind], snapshot[kind], strict=True):
-            assert obj_now is obj, name
-            assert obj.dtype == value.dtype and torch.equal(obj.detach(), value), name
-    assert now["hooks"] == snapshot["hooks"]
-    assert len(now["tensors"]) == len(snapshot["tensors"])
-    for (name_now, value_now), (name, value) in zip(
-        now["tensors"], snapshot["tensors"], strict=True
-    ):
-        assert name_now == name and value_now is value, name
-    assert now["modules"] == snapshot["modules"]
-
-
-def _containers(module: nn.Module) -> list[Any]:
-    return [h for h in module._forward_pre_hooks.values() if type(h).__name__ == "PruningContainer"]
 
 
 def _mask_of(module: nn.Module, name: str) -> Tensor:

@@ -19,7 +19,7 @@ from tensorplay.ao.pruning import (
     random_unstructured,
 )
 from tensorplay.ao.pruning.parity.base import chain_hooks
-from tests.core.parity import assert_snapshot_equal, module_snapshot
+from tests.model_state import unchanged
 
 TORCH_PRUNED = (
     r"Expected \(Linear, 'weight'\) to be unpruned or pruned by tensorplay, but it was pruned by "
@@ -44,10 +44,10 @@ def test_a_tensor_pruned_by_torch_is_refused_with_the_way_out(
     prune: Callable[[nn.Module], object],
 ) -> None:
     layer = torch_prune.l1_unstructured(nn.Linear(3, 2), "weight", amount=2)
-    snapshot = module_snapshot(layer)
+    check = unchanged(layer)
     with pytest.raises(TypeError, match=TORCH_PRUNED):
         prune(layer)
-    assert_snapshot_equal(layer, snapshot)
+    check()
 
 
 def test_chain_hooks_makes_then_extends_a_container() -> None:

@@ -14,6 +14,7 @@ from tensorplay.ao.pruning.masking.restore import (
 from tensorplay.ao.pruning.parity.methods import l1_unstructured, random_unstructured
 from tensorplay.ao.pruning.pruner.conductor import Pruner
 from tensorplay.ao.pruning.pruner.schedules import LinearSchedule
+from tests.model_state import unchanged
 
 
 def make_model(seed: int = 0) -> nn.Module:
@@ -134,10 +135,7 @@ def _with(state: dict[str, Tensor], **changes: Tensor) -> dict[str, Tensor]:
 def test_errors_leave_the_model_alone(changes: dict[str, Tensor], match: str) -> None:
     state = _with(pruned_model().state_dict(), **changes)
     fresh = make_model(seed=1)
-    before = {key: value.clone() for key, value in fresh.state_dict().items()}
+    check = unchanged(fresh)
     with pytest.raises(ValueError, match=match):
         restore_pruning(fresh, state)
-    assert hooks(fresh) == 0
-    assert list(fresh.state_dict()) == list(before)
-    for key, value in before.items():
-        assert torch.equal(fresh.state_dict()[key], value)
+    check()

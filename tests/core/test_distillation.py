@@ -28,6 +28,7 @@ from tensorplay.ao.pruning import (
     permanent_state_dict,
 )
 from tests.hf_models import VOCAB, tiny_gpt2
+from tests.model_state import unchanged
 
 HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 
@@ -380,8 +381,20 @@ def test_teacher_dtype_bfloat16_halves_the_teacher_and_stays_close():
 def test_teacher_dtype_casts_floating_inputs_of_a_plain_model():
     student = mlp().train()
     distill = Distillation(teacher_dtype=torch.bfloat16).attach(student)
-    student(torch.randn(4, 6))
-    assert 0 <= float(distill.loss().detach()) < 1e-3
+    assert distill.teacher is not None
+    assert {p.dtype for p in distill.teacher.parameters()} == {torch.bfloat16}
+    seen: list[torch.dtype] = []
+    distill.teacher.register_forward_pre_hook(lambda module, args: seen.append(args[0].dtype))
+    x = 50 * torch.randn(4, 6, generator=torch.Generator().manual_seed(0))  # large logits
+    logits = student(x)
+    loss = distill.loss().detach()
+    assert seen == [torch.bfloat16]  # the student's float32 inputs, cast to the teacher's dtype
+    with torch.no_grad():  # the teacher: the student's own weights, computing in bfloat16
+        teacher_logits = mlp().to(torch.bfloat16)(x.to(torch.bfloat16))
+    expected = by_hand(logits.detach(), teacher_logits, 2.0, 1.0)
+    assert float(expected) > 1e-5  # bfloat16 rounding: the teacher is not the student
+    # float32 log-softmaxes of near-equal logits: a relative error of about 1e-3
+    torch.testing.assert_close(loss.double(), expected, rtol=1e-2, atol=1e-8)
 
 
 @pytest.mark.parametrize("masking", ["reparametrize", "inplace"])
@@ -475,33 +488,36 @@ def test_bad_arguments_are_refused_when_constructed(kwargs, error, match):
         Distillation(teacher, **kwargs)
 
 
-def _unchanged(student: nn.Module, teacher: nn.Module) -> None:
-    assert not student._forward_hooks and teacher.training
-    assert all(p.requires_grad for p in teacher.parameters())
-
-
 def test_attach_refuses_a_non_module_twice_the_student_itself_or_a_sharing_teacher():
     with pytest.raises(TypeError, match=r"`student` to be a torch.nn.Module, but got 3"):
         Distillation().attach(3)  # type: ignore[arg-type]
     student = mlp().train()
     distill = Distillation().attach(student)
+    check = unchanged(student)  # attached once: its two hooks on the student
     with pytest.raises(RuntimeError, match="already attached to a Sequential"):
         distill.attach(student)
+    check()
     assert len(student._forward_hooks) == 1
     distill.detach()
+    check = unchanged(student)
     with pytest.raises(ValueError, match="other than the student"):
         Distillation(student).attach(student)
-    _unchanged(student, student)
+    check()  # its training mode and requires_grad too: the student is the teacher given
+    assert student.training and all(p.requires_grad for p in student.parameters())
     sharing = mlp()
     sharing[2].weight = student[2].weight
+    check_teacher = unchanged(sharing)
     with pytest.raises(ValueError, match=r"its 2.weight is the student's 2.weight"):
         Distillation(sharing).attach(student)
-    _unchanged(student, sharing)
+    check()
+    check_teacher()
     viewing = mlp()
     viewing.load_state_dict(student.state_dict(), assign=True)  # other Parameters, same memory
+    check_teacher = unchanged(viewing)
     with pytest.raises(ValueError, match="share no memory"):
         Distillation(viewing).attach(student)
-    _unchanged(student, viewing)
+    check()
+    check_teacher()
 
 
 def test_a_teacher_of_another_shape_is_refused_at_the_first_forward_naming_both():
@@ -577,11 +593,12 @@ def test_a_refused_teacher_detaches_itself_and_calls_on_error():
     errors: list[bool] = []
     other_classes = nn.Linear(6, 4)  # the student gives 5 logits
     distill = Distillation(other_classes, on_error=lambda: errors.append(distill.attached))
+    check = unchanged(student)
     distill.attach(student)
     with pytest.raises(ValueError, match="teacher's logits to have the student's shape"):
         student(torch.randn(3, 6))
     assert errors == [False]  # called once, detached by then
-    assert not student._forward_hooks and not student._forward_pre_hooks
+    check()  # no hook, no attribute: the student as it was before attach
     student(torch.randn(3, 6))  # a later forward runs no teacher
     with pytest.raises(TypeError, match="`on_error` to be callable or None, but got 3"):
         Distillation(on_error=3)  # type: ignore[arg-type]

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 import tensorplay.ao.pruning as tp_prune
 from tensorplay.ao.pruning import PruningShapeError
-from tests.core.parity import assert_snapshot_equal, module_snapshot
+from tests.model_state import unchanged
 
 Setup = Callable[[ModuleType], nn.Module]
 Action = Callable[[ModuleType, nn.Module], Any]
@@ -298,11 +298,11 @@ def test_error_leaves_module_unchanged(
     setup: Setup, action: Action, error: type[Exception], match: str
 ) -> None:
     module = setup(tp_prune)
-    snapshot = module_snapshot(module)
+    check = unchanged(module)
     hooks_before = [type(h).__name__ for h in module._forward_pre_hooks.values()]
     with pytest.raises(error, match=re.escape(match)):
         action(tp_prune, module)
-    assert_snapshot_equal(module, snapshot)
+    check()
     assert [type(h).__name__ for h in module._forward_pre_hooks.values()] == hooks_before
     module(torch.randn(2, *_input_shape(module)))  # still usable
 
@@ -328,8 +328,10 @@ def _input_shape(module: nn.Module) -> tuple[int, ...]:
 
 def test_shape_error_is_both_assertion_and_value_error() -> None:
     module = nn.Linear(2, 2)
+    check = unchanged(module)
     with pytest.raises(ValueError, match="importance_scores"):
         tp_prune.l1_unstructured(module, "weight", 1, importance_scores=torch.ones(3))
+    check()
     with pytest.raises(AssertionError, match="importance_scores"):
         tp_prune.L1Unstructured(1).prune(torch.ones(2), importance_scores=torch.ones(3))
     assert issubclass(PruningShapeError, AssertionError) and issubclass(
@@ -409,21 +411,21 @@ def test_custom_method_errors_on_second_pruning(
     method: type[tp_prune.BasePruningMethod], error: type[Exception], match: str
 ) -> None:
     module = l1_pruned(tp_prune)
-    snapshot = module_snapshot(module)
+    check = unchanged(module)
     mask = module.weight_mask.clone()
     with pytest.raises(error, match=match):
         method.apply(module, "weight")
-    assert_snapshot_equal(module, snapshot)
+    check()
     assert torch.equal(module.weight_mask, mask)
     assert type(next(iter(module._forward_pre_hooks.values()))).__name__ == "L1Unstructured"
 
 
 def test_failing_first_pruning_is_rolled_back() -> None:
     module = linear(tp_prune)
-    snapshot = module_snapshot(module)
+    check = unchanged(module)
     with pytest.raises(RuntimeError, match="boom"):
         _Failing.apply(module, "bias")
-    assert_snapshot_equal(module, snapshot)
+    check()
 
 
 def test_multiple_hooks_on_one_tensor_are_refused() -> None:
@@ -431,12 +433,12 @@ def test_multiple_hooks_on_one_tensor_are_refused() -> None:
     extra = tp_prune.Identity()
     extra._tensor_name = "weight"
     module.register_forward_pre_hook(extra)
-    snapshot = module_snapshot(module)
+    check = unchanged(module)
     with pytest.raises(
         AssertionError, match="Avoid adding multiple pruning hooks to the same tensor weight"
     ):
         tp_prune.l1_unstructured(module, "weight", 1)
-    assert_snapshot_equal(module, snapshot)
+    check()
 
 
 @pytest.mark.parametrize("lib", [tp_prune, torch_prune], ids=["tensorplay", "torch"])
@@ -460,7 +462,8 @@ def test_container_refuses_foreign_members(lib: ModuleType) -> None:
 def test_unapplied_method_cannot_mask_or_remove(lib: ModuleType) -> None:
     method = lib.L1Unstructured(amount=1)
     module = nn.Linear(2, 2)
+    check = unchanged(module)
     for act in (method.apply_mask, method.remove):
         with pytest.raises(AttributeError):
             act(module)
-    assert sorted(module.state_dict()) == ["bias", "weight"]
+    check()

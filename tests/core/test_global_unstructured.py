@@ -29,11 +29,8 @@ from tensorplay.ao.pruning import (
 )
 from tensorplay.ao.pruning import selection as selection_module
 from tensorplay.ao.pruning.parity.reparametrization import find_hook
-from tests.core.parity import (
-    assert_same_reparametrization,
-    assert_snapshot_equal,
-    module_snapshot,
-)
+from tests.core.parity import assert_same_reparametrization
+from tests.model_state import unchanged
 
 Pairs = list[tuple[nn.Module, str]]
 
@@ -98,12 +95,32 @@ def test_parity_with_torch(amounts: list[float | int]) -> None:
     assert ours[2].weight.grad_fn is not None  # ``name`` is mask * orig, as in torch
 
 
-def test_parity_with_torch_state_dict_loads_both_ways() -> None:
-    ours, theirs = make_net(), make_net()
+@pytest.mark.parametrize("into", ["ours", "theirs"])
+def test_parity_with_torch_state_dict_loads_both_ways(into: str) -> None:
+    """A state pruned by one library loads strictly into a model pruned by the other, from other
+    values with other masks: the loaded model holds the saved values and masks and computes
+    what the saved one computes."""
+    ours, theirs = make_net(seed=0), make_net(seed=1)
     global_unstructured(pairs_of(ours), L1Unstructured, amount=0.4)
     torch_prune.global_unstructured(pairs_of(theirs), torch_prune.L1Unstructured, amount=0.4)
-    ours.load_state_dict(theirs.state_dict(), strict=True)
-    theirs.load_state_dict(ours.state_dict(), strict=True)
+    source, target = (theirs, ours) if into == "ours" else (ours, theirs)
+    x = torch.randn(5, 2, 4, 4)
+    target(x)  # a forward before the load: the pruned tensors computed from the old state
+    saved = {key: value.clone() for key, value in source.state_dict().items()}
+    old_masks = [mask.clone() for mask in masks_of(pairs_of(target))]
+    assert any(
+        not torch.equal(old, new)
+        for old, new in zip(old_masks, masks_of(pairs_of(source)), strict=True)
+    )  # the masks differ: the load has something to carry
+    target.load_state_dict(source.state_dict(), strict=True)
+    loaded = target.state_dict()
+    assert list(loaded) == list(saved)
+    for key, value in saved.items():
+        assert loaded[key].dtype == value.dtype and torch.equal(loaded[key], value), key
+    assert torch.equal(target(x), source(x))
+    for module, name in pairs_of(target):  # the pruned tensor is the loaded mask * orig
+        expected = getattr(module, name + "_mask") * getattr(module, name + "_orig")
+        assert torch.equal(getattr(module, name), expected), name
 
 
 @pytest.mark.parametrize("amount", [0.5, 13, 40])
@@ -372,6 +389,12 @@ ERRORS = [
         r"finite importance scores, but \(Linear, 'weight'\) has nan at flat index \d+\.",
         id="nan-score",
     ),
+    pytest.param(  # every unit left: pruned before, the masks are cleared in place, no cut
+        lambda n: (pairs_of(n), _nan_scores(n), {"amount": 1.0}),
+        ValueError,
+        r"finite importance scores, but \(Linear, 'weight'\) has nan at flat index \d+\.",
+        id="nan-score-everything",
+    ),
     pytest.param(
         lambda n: (pairs_of(n), _inf_scores(n), {"amount": 0.5}),
         ValueError,
@@ -438,20 +461,20 @@ def test_errors_leave_the_model_unchanged(
     pruned_before: bool,
 ) -> None:
     net = _pruned_once() if pruned_before else make_net()
-    snapshot = module_snapshot(net)
+    check = unchanged(net)
     with pytest.raises(error, match=match):
         _bad_call(make_args)(net)
-    assert_snapshot_equal(net, snapshot)
+    check()
 
 
 def test_int_amount_too_large_counts_only_units_not_yet_pruned() -> None:
     net = make_net()
     global_unstructured(pairs_of(net), L1Unstructured, amount=100)
     left = sum(int(m.sum()) for m in masks_of(pairs_of(net)))
-    snapshot = module_snapshot(net)
+    check = unchanged(net)
     with pytest.raises(ValueError, match=rf"not yet pruned \({left}\), but got {left + 1}\."):
         global_unstructured(pairs_of(net), L1Unstructured, amount=left + 1)
-    assert_snapshot_equal(net, snapshot)
+    check()
     global_unstructured(pairs_of(net), L1Unstructured, amount=left)
     assert all(int(m.sum()) == 0 for m in masks_of(pairs_of(net)))
 
@@ -461,11 +484,11 @@ def test_tied_pairs_with_different_pruning_raise() -> None:
     second.weight = first.weight
     with pytest.warns(UserWarning, match=r"also held by \(Linear, 'weight'\)"):
         l1_unstructured(first, "weight", amount=3)  # leaves `second` unmasked, and says so
-    snapshot = [module_snapshot(first), module_snapshot(second)]
+    check_first, check_second = unchanged(first), unchanged(second)
     with pytest.raises(ValueError, match=r"share one parameter, to share its pruning mask"):
         global_unstructured([(first, "weight"), (second, "weight")], L1Unstructured, amount=2)
-    assert_snapshot_equal(first, snapshot[0])
-    assert_snapshot_equal(second, snapshot[1])
+    check_first()
+    check_second()
 
 
 def test_tied_pairs_with_two_score_tensors_raise() -> None:
@@ -473,9 +496,11 @@ def test_tied_pairs_with_two_score_tensors_raise() -> None:
     second.weight = first.weight
     pairs: Pairs = [(first, "weight"), (second, "weight")]
     scores = {pair: torch.randn(4, 4) for pair in pairs}
+    check_first, check_second = unchanged(first), unchanged(second)
     with pytest.raises(ValueError, match=r"to have one tensor of importance scores"):
         global_unstructured(pairs, L1Unstructured, importance_scores=scores, amount=2)
-    assert not hasattr(first, "weight_mask")
+    check_first()
+    check_second()
 
 
 # --- what repeated calls leave behind ---------------------------------------------------------

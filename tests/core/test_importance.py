@@ -17,6 +17,7 @@ from tensorplay.ao.pruning.pruner.conductor import Pruner
 from tensorplay.ao.pruning.pruner.config import PrunerConfig
 from tensorplay.ao.pruning.pruner.schedules import LinearSchedule, OneShotSchedule
 from tests.core.test_row_scope import Conv1D
+from tests.model_state import unchanged
 
 MASKINGS = ["reparametrize", "inplace"]
 
@@ -84,8 +85,10 @@ def test_taylor_is_the_sum_of_absolute_weight_times_gradient_reset_after_pruning
     assert torch.allclose(pruner.importance.scores(pruner._targets)[0], expected, rtol=1e-6)
     pruner.step(0)  # target 0: prunes nothing, but it is a pruning step: the sums restart
     assert pruner.importance.steps() == {"weight": 0}  # type: ignore[attr-defined]
+    check = unchanged(layer)
     with pytest.raises(RuntimeError, match=r"importance='taylor'.*\['weight'\] have none"):
         pruner.step(1)
+    check()
     set_gradients(pruner, layer, weights[:1], grads[:1])
     assert pruner.step(1) == round(schedule(1) * 18)
     assert torch.equal(keep(layer), lowest((weights[0] * grads[0]).abs(), round(schedule(1) * 18)))
@@ -170,8 +173,10 @@ def test_wanda_norms_are_reset_after_each_pruning_step():
     layer(torch.randn(3, 4))
     pruner.step(0)
     assert pruner.importance.batches() == {"weight": 0}  # type: ignore[attr-defined]
+    check = unchanged(layer)
     with pytest.raises(RuntimeError, match=r"observed at least one batch.*\['weight'\] saw none"):
         pruner.step(1)
+    check()
 
 
 def test_ordered_keys_keep_the_order_of_signed_values():
@@ -216,8 +221,11 @@ def test_attached_optimizers_accumulate_once_per_step_with_gradient_accumulation
 
 def test_magnitude_still_refuses_attach_with_the_reparametrization():
     pruner = Pruner(nn.Linear(2, 2), OneShotSchedule(0.5))
+    optimizer = torch.optim.SGD(pruner.model.parameters(), lr=0.1)
+    check = unchanged(pruner.model, optimizer)
     with pytest.raises(ValueError, match="masking='inplace' to attach optimizers to"):
-        pruner.attach(torch.optim.SGD(pruner.model.parameters(), lr=0.1))
+        pruner.attach(optimizer)
+    check()
 
 
 def test_bfloat16_accumulators_take_two_bytes_per_parameter():
@@ -251,13 +259,13 @@ def test_an_unknown_accumulator_dtype_names_the_choices():
 
 
 def test_importance_and_importance_fn_together_are_refused():
+    layer = nn.Linear(2, 2)
+    check = unchanged(layer)
     with pytest.raises(ValueError, match="either `importance_fn` or `importance`"):
         Pruner(
-            nn.Linear(2, 2),
-            OneShotSchedule(0.5),
-            importance="taylor",
-            importance_fn=lambda m, n: m.weight,
+            layer, OneShotSchedule(0.5), importance="taylor", importance_fn=lambda m, n: m.weight
         )
+    check()
 
 
 def test_importance_with_random_unstructured_is_refused():
@@ -267,9 +275,10 @@ def test_importance_with_random_unstructured_is_refused():
 
 def test_wanda_refuses_a_target_without_input_features_and_installs_nothing():
     model = nn.Sequential(nn.Embedding(5, 4), nn.Linear(4, 4))
+    check = unchanged(model)
     with pytest.raises(ValueError, match=r"'0.weight' \(Embedding, 'weight'\) is not: exclude it"):
         Pruner(model, OneShotSchedule(0.5), parameters=["0.weight", "1.weight"], importance="wanda")
-    assert not model[1]._forward_hooks
+    check()  # no observer on model[1]
 
 
 @pytest.mark.parametrize("masking", MASKINGS)
@@ -279,12 +288,11 @@ def test_wanda_refuses_a_target_without_input_features_and_installs_nothing():
 )
 def test_a_score_with_nothing_observed_fails_before_anything_changes(importance, match, masking):
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
-    before = {k: v.clone() for k, v in model.state_dict().items()}
     pruner = Pruner(model, OneShotSchedule(0.5), importance=importance, masking=masking)
+    check = unchanged(model)  # as the build left it: its observers, no mask yet
     with pytest.raises(RuntimeError, match=match):
         pruner.step()
-    after = model.state_dict()
-    assert sorted(after) == sorted(before) and all(after[k].equal(v) for k, v in before.items())
+    check()
     assert (pruner.last_step, pruner.history) == (-1, [])
 
 
@@ -293,8 +301,10 @@ def test_a_gradient_score_names_a_target_without_gradients():
     pruner = Pruner(model, OneShotSchedule(0.5), importance="taylor")
     model[1].weight.grad = torch.ones(2, 4)
     pruner.accumulate()
+    check = unchanged(model)
     with pytest.raises(RuntimeError, match=r"\['0.weight'\] have none"):
         pruner.step()
+    check()
 
 
 # -- resume mid-accumulation -------------------------------------------------------------------

@@ -20,6 +20,7 @@ from tensorplay.ao.pruning.pruner.schedules import CubicSchedule, LinearSchedule
 from tensorplay.ao.pruning.saving.sparse_export import load_sparse, save_sparse
 from tensorplay.report import state_dict_report
 from tests.core.gloo import spawn_gloo
+from tests.model_state import unchanged
 
 TARGETS = ["0.weight", "2.weight", "4.weight"]
 SCHEDULE = CubicSchedule(0.8, end_step=12, frequency=3)
@@ -409,8 +410,10 @@ def test_make_permanent_drops_masks_and_hooks() -> None:
     for name in TARGETS:
         weight = model.get_parameter(name)
         assert not bool(torch.signbit(weight[weight == 0]).any())  # +0.0 only
+    check = unchanged(model, optimizer)
     with pytest.raises(RuntimeError, match=r"make_permanent\(\) was called"):
         pruner.attach(optimizer)
+    check()
 
 
 def test_permanent_state_dict_save_sparse_and_report(tmp_path: Path) -> None:
@@ -440,32 +443,21 @@ def test_permanent_state_dict_save_sparse_and_report(tmp_path: Path) -> None:
 # -- bad input leaves the model unchanged -----------------------------------------------------
 
 
-def _snapshot(model: nn.Module) -> dict[str, Tensor]:
-    return {k: v.clone() for k, v in model.state_dict().items()}
-
-
-def _same(model: nn.Module, before: dict[str, Tensor]) -> bool:
-    after = model.state_dict()
-    return list(after) == list(before) and all(
-        torch.equal(after[k].nan_to_num(), v.nan_to_num()) for k, v in before.items()
-    )
-
-
 def test_bad_masking_value_leaves_the_model_unchanged() -> None:
     model = make_mlp()
-    before = _snapshot(model)
+    check = unchanged(model)
     with pytest.raises(ValueError, match=r"Expected `masking` to be one of .*'lean'"):
         Pruner(model, SCHEDULE, masking="lean")  # type: ignore[arg-type]
-    assert _same(model, before)
+    check()
 
 
 def test_bad_attach_calls() -> None:
     model = make_mlp()
     pruner = Pruner(model, OneShotSchedule(0.5), masking="inplace")
     pruner.step()
-    before = _snapshot(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     other = torch.optim.SGD(nn.Linear(2, 2).parameters(), lr=0.1)
+    check = unchanged(model, optimizer, other)
     with pytest.raises(TypeError, match=r"torch\.optim\.Optimizer, but got Linear at position 1"):
         pruner.attach(optimizer, nn.Linear(2, 2))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"SGD at position 1 holds none of \['0.weight'"):
@@ -474,30 +466,34 @@ def test_bad_attach_calls() -> None:
         pruner.attach()
     with pytest.raises(TypeError, match="`mask_gradients` to be a bool, but got 1"):
         pruner.attach(optimizer, mask_gradients=1)  # type: ignore[arg-type]
+    check()
     assert not optimizer._optimizer_step_pre_hooks and not other._optimizer_step_pre_hooks
     pruner.attach(optimizer)
+    check = unchanged(model, optimizer)
     with pytest.raises(ValueError, match="SGD at position 0 is attached already"):
         pruner.attach(optimizer)
     assert len(optimizer._optimizer_step_pre_hooks) == 1
     reparam = Pruner(make_mlp(), OneShotSchedule(0.5))
+    check_reparam = unchanged(reparam.model)
     with pytest.raises(ValueError, match="masking='inplace' to attach optimizers to"):
         reparam.attach(optimizer)
-    assert _same(model, before)
+    check()
+    check_reparam()
 
 
 def test_mixing_the_two_modes_names_the_tensor() -> None:
     model = make_mlp()
     Pruner(model, OneShotSchedule(0.5)).step()
-    before = _snapshot(model)
+    check = unchanged(model)
     with pytest.raises(ValueError, match=r"\(Linear, 'weight'\) \('0.weight'\) not to be pruned"):
         Pruner(model, OneShotSchedule(0.5), masking="inplace")
-    assert _same(model, before)
+    check()
     lean_model = make_mlp()
     Pruner(lean_model, OneShotSchedule(0.5), masking="inplace").step()
-    before = _snapshot(lean_model)
+    check = unchanged(lean_model)
     with pytest.raises(ValueError, match=r"\('0.weight'\) not to carry a lean bool mask"):
         Pruner(lean_model, OneShotSchedule(0.5))
-    assert _same(lean_model, before)
+    check()
 
 
 def test_nan_scores_leave_the_lean_model_unchanged() -> None:
@@ -507,10 +503,29 @@ def test_nan_scores_leave_the_lean_model_unchanged() -> None:
     pruner.step()
     with torch.no_grad():
         model[2].weight.view(-1)[model[2].weight_mask.view(-1).nonzero()[0]] = float("nan")
-    before = _snapshot(model)
+    check = unchanged(model)
     with pytest.raises(ValueError, match=r"\(Linear, 'weight'\).*nan"):
         pruner.step()
-    assert _same(model, before)
+    check()
+
+
+def test_nan_scores_refuse_a_lean_step_that_prunes_every_unit_left() -> None:
+    """4 units: 2 pruned at step 1 (0.45 of 4, rounded), then 0.9 of 4 rounds to all 4: the
+    step clears every unit left, with no cut to find. A NaN among them refuses it, the bool
+    mask and the weights as they were."""
+    torch.manual_seed(0)
+    layer = nn.Linear(4, 1, bias=False)
+    pruner = Pruner(layer, LinearSchedule(0.9, end_step=2, frequency=1), masking="inplace")
+    pruner.step(0)
+    assert pruner.step(1) == 2
+    kept = layer.weight_mask.view(-1).nonzero().view(-1)
+    with torch.no_grad():
+        layer.weight.view(-1)[kept[1]] = float("nan")
+    check = unchanged(layer)
+    with pytest.raises(ValueError, match=rf"\(Linear, 'weight'\) has nan at flat index {kept[1]}"):
+        pruner.step(2)
+    check()
+    assert pruner.history == [(1, 0.45, 2)]
 
 
 def test_restore_pruning_lean_checks_before_changing() -> None:
@@ -520,14 +535,16 @@ def test_restore_pruning_lean_checks_before_changing() -> None:
     bad = dict(state)
     bad["2.weight_mask"] = torch.ones(3, 3, dtype=torch.bool)
     fresh = make_mlp()
-    before = _snapshot(fresh)
+    check = unchanged(fresh)
     with pytest.raises(ValueError, match=r"Expected '2.weight_mask' to have the shape"):
         restore_pruning(fresh, bad)
-    assert _same(fresh, before)
+    check()
     reparam = make_mlp()
     Pruner(reparam, OneShotSchedule(0.5)).step()
+    check = unchanged(reparam)
     with pytest.raises(ValueError, match=r"saved with a lean bool mask, not to be pruned"):
         restore_pruning(reparam, state)
+    check()
 
 
 # -- DDP: replicated lean masks ---------------------------------------------------------------

@@ -18,6 +18,7 @@ from torch import nn
 from tensorplay.ao.pruning import CustomFromMask, L1Unstructured, global_unstructured, remove
 from tensorplay.ao.pruning.masking.restore import restore_pruning
 from tensorplay.ao.pruning.parity.reparametrization import find_hook
+from tests.model_state import unchanged
 
 Convert = Callable[[nn.Module], object]
 
@@ -107,8 +108,10 @@ def test_the_mask_of_a_removed_pruning_is_an_error() -> None:
 
 def test_remove_of_a_tensor_pruned_by_torch_says_so() -> None:
     layer = torch_prune.l1_unstructured(nn.Linear(3, 2), "weight", amount=2)
+    check = unchanged(layer)
     with pytest.raises(
         TypeError, match=r"pruned by torch.nn.utils.prune .*prune.remove\(module, 'weight'\)"
     ):
         remove(layer, "weight")
+    check()
     assert isinstance(find_hook(layer, "weight")[1], torch_prune.L1Unstructured)

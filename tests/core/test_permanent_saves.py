@@ -11,6 +11,7 @@ from tensorplay.ao.pruning import Pruner, permanent_state_dict
 from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
 from tensorplay.ao.pruning.saving.permanent_saves import kept_zeros, restore_masks, save_permanent
 from tests.hf_models import tiny_gpt2, tiny_llama
+from tests.model_state import unchanged
 
 MASKINGS = ["reparametrize", "inplace"]
 
@@ -154,7 +155,9 @@ def test_hooking_twice_hooks_each_module_once() -> None:
 
 def test_kept_zeros_that_name_no_target_are_refused() -> None:
     pruner = _pruned(_mlp(), "reparametrize")
+    check = unchanged(pruner.model)
     with pytest.raises(ValueError, match=r"name targets of the pruner, but got \['fc.weight'\]"):
         restore_masks(pruner, {"fc.weight": torch.tensor([0])})
     with pytest.raises(ValueError, match=r"index its 48 units, but got 0..48"):
         restore_masks(pruner, {"0.weight": torch.tensor([0, 48])})
+    check()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import logging
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from tensorplay.ao.pruning import (
     remove,
 )
 from tests.hf_models import tiny_gpt2
+from tests.model_state import unchanged
 
 
 def _conv_net(seed: int = 0) -> nn.Sequential:
@@ -49,19 +51,20 @@ def _pruned_conv_net() -> nn.Sequential:
     return model
 
 
-def _snapshot(model: nn.Module) -> dict[str, Any]:
-    """Everything permanent_state_dict must leave alone, copied."""
-    return {
-        "state": {k: v.clone() for k, v in model.state_dict(keep_vars=True).items()},
-        "params": [(n, id(p), p.clone()) for n, p in model.named_parameters()],
-        "grads": [None if p.grad is None else p.grad.clone() for p in model.parameters()],
-        "buffers": [(n, id(b)) for n, b in model.named_buffers()],
-        "hooks": [(id(m), list(m._forward_pre_hooks.values())) for m in model.modules()],
-        "attrs": {
-            name: getattr(model.get_submodule(name.rpartition(".")[0]), name.rpartition(".")[2])
-            for name in _pruned(model)
-        },
-    }
+def _unchanged(model: nn.Module) -> Callable[[], None]:
+    """Everything permanent_state_dict must leave alone: the whole model
+    (:func:`tests.model_state.unchanged`: its masked attributes too) and its gradients."""
+    check = unchanged(model)
+    grads = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+
+    def check_all() -> None:
+        check()
+        now = [p.grad for p in model.parameters()]
+        assert len(now) == len(grads)
+        for a, b in zip(now, grads, strict=True):
+            assert (a is None and b is None) or (a is not None and torch.equal(a, b))
+
+    return check_all
 
 
 def _pruned(model: nn.Module) -> list[str]:
@@ -69,31 +72,14 @@ def _pruned(model: nn.Module) -> list[str]:
     return [key[: -len("_mask")] for key, _ in buffers if key.endswith("_mask")]
 
 
-def _assert_unchanged(model: nn.Module, before: dict[str, Any]) -> None:
-    after = _snapshot(model)
-    assert list(after["state"]) == list(before["state"])
-    for key, value in before["state"].items():
-        assert torch.equal(after["state"][key], value), key
-    assert [(n, i) for n, i, _ in after["params"]] == [(n, i) for n, i, _ in before["params"]]
-    for a, b in zip(after["params"], before["params"], strict=True):
-        assert torch.equal(a[2], b[2]), a[0]
-    assert len(after["grads"]) == len(before["grads"])
-    for a, b in zip(after["grads"], before["grads"], strict=True):
-        assert (a is None and b is None) or torch.equal(a, b)
-    assert after["buffers"] == before["buffers"]
-    assert after["hooks"] == before["hooks"]
-    for name, tensor in before["attrs"].items():  # the masked attribute is the same object
-        assert after["attrs"][name] is tensor, name
-
-
 def test_equals_the_state_dict_after_making_pruning_permanent() -> None:
     model = _pruned_conv_net()
     model(torch.randn(2, 2, 4, 4)).sum().backward()
-    before = _snapshot(model)
+    check = _unchanged(model)
 
     state = permanent_state_dict(model)
 
-    _assert_unchanged(model, before)
+    check()
     dense_keys = list(_conv_net().state_dict())
     permanent = copy.deepcopy(model)
     for name in _pruned(permanent):
@@ -215,14 +201,16 @@ def test_hugging_face_save_pretrained_with_permanent_state_dict_round_trips(
     dense_keys = list(model.state_dict())
     assert len(_prune_gpt2(model)) == 10
     expected = _logits(model, TOKENS)
-    before = _snapshot(model)
+    check = _unchanged(model)
 
     state = permanent_state_dict(model)
+    check()
     assert list(state) == dense_keys
     assert state["lm_head.weight"] is state["transformer.wte.weight"]
     model.save_pretrained(tmp_path, state_dict=state)  # it empties `state`: pass a fresh one
-
-    _assert_unchanged(model, before)
+    # save_pretrained writes `architectures` and `dtype` into the config; the weights it saved
+    # are still the model's own
+    assert torch.equal(_logits(model, TOKENS), expected)
     loaded, info = type(model).from_pretrained(tmp_path, output_loading_info=True)
     assert {k: sorted(v) for k, v in info.items()} == {
         "missing_keys": [],

@@ -26,6 +26,7 @@ from tensorplay.ao.pruning.pruner.schedules import (
     LinearSchedule,
     OneShotSchedule,
 )
+from tests.model_state import unchanged
 
 TARGETS = ["0.weight", "2.weight", "4.weight"]
 SIZES = [48, 40, 15]
@@ -102,18 +103,6 @@ def assert_masks_equal(got: Iterable[Tensor], expected: Iterable[Tensor]) -> Non
     assert len(got) == len(expected)
     for g, e in zip(got, expected, strict=True):
         assert torch.equal(g, e)
-
-
-def model_state(model: nn.Module) -> dict[str, Tensor]:
-    return {key: value.clone() for key, value in model.state_dict().items()}
-
-
-def assert_model_unchanged(model: nn.Module, before: dict[str, Tensor], hooks: int) -> None:
-    after = model.state_dict()
-    assert list(after) == list(before)
-    for key, value in before.items():
-        assert torch.equal(after[key], value)
-    assert sum(len(m._forward_pre_hooks) for m in model.modules()) == hooks
 
 
 # -- exact counts and masks ------------------------------------------------------------------
@@ -223,7 +212,7 @@ def test_importance_fn_ranks_units() -> None:
 
 def test_importance_fn_with_wrong_shape_leaves_the_model_alone() -> None:
     model = make_mlp()
-    before, hooks = model_state(model), 0
+    check = unchanged(model)
     pruner = Pruner(model, OneShotSchedule(0.4), importance_fn=lambda m, n: torch.ones(3))
     with pytest.raises(
         ValueError,
@@ -231,7 +220,7 @@ def test_importance_fn_with_wrong_shape_leaves_the_model_alone() -> None:
         r"but got \(3,\).",
     ):
         pruner.step()
-    assert_model_unchanged(model, before, hooks)
+    check()
     assert pruner.last_step == -1 and pruner.last_pruned_step == -1
 
 
@@ -556,10 +545,11 @@ def test_load_state_dict_errors_leave_the_pruner_alone(
     state: object, error: type[Exception], match: str
 ) -> None:
     pruner = Pruner(make_mlp(), OneShotSchedule(0.5))
-    before = pruner.state_dict()
+    before, check = pruner.state_dict(), unchanged(pruner.model)
     with pytest.raises(error, match=match):
         pruner.load_state_dict(state)  # type: ignore[arg-type]
     assert pruner.state_dict() == before
+    check()
 
 
 # -- rewinding and making permanent ----------------------------------------------------------
@@ -622,15 +612,18 @@ def test_rewind_errors_leave_the_model_alone(state: dict[str, Tensor], match: st
     model = make_mlp()
     pruner = Pruner(model, OneShotSchedule(0.5))
     pruner.step()
-    before = model_state(model)
+    check = unchanged(model)
     with pytest.raises(ValueError, match=match):
         pruner.rewind(state)
-    assert_model_unchanged(model, before, hooks=3)
+    check()
 
 
 def test_rewind_rejects_non_mapping() -> None:
+    pruner = Pruner(make_mlp(), OneShotSchedule(0.5))
+    check = unchanged(pruner.model)
     with pytest.raises(TypeError, match="Expected `state` to be a mapping of name to tensor"):
-        Pruner(make_mlp(), OneShotSchedule(0.5)).rewind([1])  # type: ignore[arg-type]
+        pruner.rewind([1])  # type: ignore[arg-type]
+    check()
 
 
 def test_make_permanent() -> None:
@@ -652,10 +645,12 @@ def test_make_permanent() -> None:
         assert torch.equal(model.get_parameter(fq_name) == 0, mask == 0)
     # The zeros of the permanent tensors are counted: the same numbers as before.
     assert (pruner.pruned_count(), pruner.sparsity(), str(pruner.report())) == counts
+    check = unchanged(model)
     with pytest.raises(RuntimeError, match=r"make_permanent\(\) was called"):
         pruner.step()
     with pytest.raises(RuntimeError, match="no `_orig` parameters left to rewind"):
         pruner.rewind({})
+    check()
 
 
 def test_make_permanent_skips_targets_never_pruned() -> None:
@@ -737,16 +732,19 @@ def test_constructor_validation_leaves_the_model_alone(
     kwargs: dict[str, object], error: type[Exception], match: str
 ) -> None:
     model = make_mlp()
-    before = model_state(model)
+    check = unchanged(model)
     arguments: dict[str, object] = {"schedule": OneShotSchedule(0.5), **kwargs}
     with pytest.raises(error, match=match):
         Pruner(model, **arguments)  # type: ignore[arg-type]
-    assert_model_unchanged(model, before, hooks=0)
+    check()
 
 
 def test_empty_default_selection() -> None:
+    model = nn.Sequential(nn.ReLU())
+    check = unchanged(model)
     with pytest.raises(ValueError, match="Expected the selection to match at least one parameter"):
-        Pruner(nn.Sequential(nn.ReLU()), OneShotSchedule(0.5))
+        Pruner(model, OneShotSchedule(0.5))
+    check()
 
 
 def test_names_of_one_tied_parameter_select_it_once() -> None:
@@ -771,9 +769,11 @@ def test_a_single_name_is_one_target() -> None:
 )
 def test_step_validation(step: object, error: type[Exception], match: str) -> None:
     pruner = Pruner(make_mlp(), OneShotSchedule(0.5))
+    check = unchanged(pruner.model)
     with pytest.raises(error, match=match):
         pruner.step(step)  # type: ignore[arg-type]
     assert pruner.last_step == -1
+    check()
 
 
 def test_min_density_steps_keep_one_mask_per_tensor_alive() -> None:
@@ -890,10 +890,10 @@ def test_take_snapshot_replaces_the_initial_values() -> None:
 def test_rewind_step_without_its_snapshot_fails_and_leaves_the_model() -> None:
     model = make_mlp()
     pruner = Pruner(model, EVERY_OTHER, rewind="step", rewind_step=1)
-    before = model_state(model)
+    check = unchanged(model)
     with pytest.raises(RuntimeError, match="rewind snapshot of step 1 to be taken or loaded"):
         pruner.step(2)
-    assert_model_unchanged(model, before, hooks=0)
+    check()
     assert pruner.last_step == -1
 
 
@@ -991,8 +991,11 @@ def test_a_method_without_amount_prunes_each_target_itself_on_pruning_steps() ->
 
 
 def test_a_method_without_amount_refuses_min_density() -> None:
+    model = make_mlp()
+    check = unchanged(model)
     with pytest.raises(ValueError, match=r"Expected `min_density` to be 0 with a method that"):
-        Pruner(make_mlp(), OneShotSchedule(0.5), method=TwoOfFour, min_density=0.1)
+        Pruner(model, OneShotSchedule(0.5), method=TwoOfFour, min_density=0.1)
+    check()
 
 
 def test_shared_targets_names_the_tensors_two_pruners_select() -> None:
@@ -1086,8 +1089,10 @@ def test_a_version_4_state_loads_as_single_weights(recwarn: pytest.WarningsRecor
 def test_a_rewinding_pruner_loading_a_version_1_state_needs_its_snapshot() -> None:
     pruner = Pruner(make_mlp(), CubicSchedule(0.8, end_step=12, frequency=3), rewind="init")
     pruner.load_state_dict(version_1_state())
+    check = unchanged(pruner.model)
     with pytest.raises(RuntimeError, match="rewind snapshot of the initial values"):
         pruner.step()
+    check()
 
 
 def test_make_permanent_leaves_positive_zeros_that_export_compactly(tmp_path: Path) -> None:

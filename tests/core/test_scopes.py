@@ -34,7 +34,7 @@ class ScoreLists:
     def pruned(self) -> list[int]:
         return [kept.count(False) for kept in self._kept]
 
-    def check_prune(
+    def check_reach(
         self, count: int, groups: Sequence[int] | None = None, caps: Sequence[int] | None = None
     ) -> None:
         pass  # nothing to refuse: no group keeps a floor

@@ -29,6 +29,7 @@ from tensorplay.ao.pruning.parity.methods import (
 from tensorplay.ao.pruning.pruner.conductor import Pruner
 from tensorplay.ao.pruning.pruner.schedules import LinearSchedule, OneShotSchedule
 from tests.hf_models import tiny_bert, tiny_gpt2
+from tests.model_state import unchanged
 
 
 @dataclass
@@ -133,14 +134,6 @@ def model_state(model: nn.Module) -> dict[str, Tensor]:
 
 def hooks(model: nn.Module) -> int:
     return sum(len(m._forward_pre_hooks) for m in model.modules())
-
-
-def assert_same_state(model: nn.Module, before: dict[str, Tensor], n_hooks: int) -> None:
-    after = model.state_dict()
-    assert list(after) == list(before)
-    for key, value in before.items():
-        assert torch.equal(after[key], value), key
-    assert hooks(model) == n_hooks
 
 
 def prune(case: Case, sparsity: float = 0.5, **kwargs: object) -> Pruner:
@@ -269,10 +262,12 @@ def test_snapshot_and_rewind_by_parameter_refresh_every_holder() -> None:
     assert torch.equal(model.wte.weight_orig, initial["wte.weight"])
     for module in (model.wte, model.lm_head):
         assert torch.equal(module.weight, initial["wte.weight"] * module.weight_mask)
+    check = unchanged(model)
     with pytest.raises(ValueError, match=r"'wte.weight' and 'lm_head.weight' name the same tied"):
         pruner.rewind(
             {"wte.weight": initial["wte.weight"], "lm_head.weight": initial["wte.weight"]}
         )
+    check()
 
 
 def test_holders_pruned_differently_are_refused_before_any_change() -> None:
@@ -280,7 +275,7 @@ def test_holders_pruned_differently_are_refused_before_any_change() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the functional API warns: that is the point here
         l1_unstructured(case.model.lm_head, "weight", amount=10)
-    before = model_state(case.model)
+    check = unchanged(case.model)
     with pytest.raises(
         ValueError,
         match=r"Expected the holders of the tied parameter 'wte.weight' \('wte.weight', "
@@ -289,16 +284,18 @@ def test_holders_pruned_differently_are_refused_before_any_change() -> None:
         r"or remove\(\) the pruning first.",
     ):
         Pruner(case.model, OneShotSchedule(0.5), parameters=["wte.weight"])
-    assert_same_state(case.model, before, n_hooks=1)
+    check()
 
 
 def test_a_pruned_parameter_name_is_refused() -> None:
     model = nn.Sequential(nn.Linear(3, 3))
     identity(model[0], "weight")
+    check = unchanged(model)
     with pytest.raises(
         ValueError, match=r"is the parameter of a pruned tensor: name the tensor, '0.weight'"
     ):
         Pruner(model, OneShotSchedule(0.5), parameters=["0.weight_orig"])
+    check()
 
 
 def test_sparsity_report_lists_a_tied_tensor_once() -> None:
@@ -368,7 +365,7 @@ def test_an_orphan_mask_that_differs_from_its_alias_is_an_error() -> None:
     state = _deduplicated(model_state(case.model), "lm_head.weight")
     state["lm_head.weight_mask"] = torch.ones(20, 8)
     fresh = embedding_head(seed=1)
-    before = model_state(fresh.model)
+    check = unchanged(fresh.model)
     with pytest.raises(
         ValueError,
         match=r"Expected 'wte.weight_mask' and 'lm_head.weight_mask', names of one tied parameter "
@@ -376,7 +373,7 @@ def test_an_orphan_mask_that_differs_from_its_alias_is_an_error() -> None:
         r"cannot be restored.",
     ):
         restore_pruning(fresh.model, state)
-    assert_same_state(fresh.model, before, n_hooks=0)
+    check()
 
 
 def test_an_orphan_mask_that_cannot_be_explained_is_an_error() -> None:
@@ -385,7 +382,7 @@ def test_an_orphan_mask_that_cannot_be_explained_is_an_error() -> None:
     state = model_state(case.model)
     state = {k: v for k, v in state.items() if not k.startswith(("wte.", "lm_head.weight_orig"))}
     fresh = embedding_head(seed=1)
-    before = model_state(fresh.model)
+    check = unchanged(fresh.model)
     with pytest.raises(
         ValueError,
         match=r"Expected 'lm_head.weight_orig' next to 'lm_head.weight_mask' in the state_dict, "
@@ -394,7 +391,7 @@ def test_an_orphan_mask_that_cannot_be_explained_is_an_error() -> None:
         r"restored.",
     ):
         restore_pruning(fresh.model, state)
-    assert_same_state(fresh.model, before, n_hooks=0)
+    check()
 
 
 def test_aliases_saved_one_pruned_one_dense_are_an_error() -> None:
@@ -404,12 +401,12 @@ def test_aliases_saved_one_pruned_one_dense_are_an_error() -> None:
     dense = state.pop("lm_head.weight_orig") * state.pop("lm_head.weight_mask")
     state["lm_head.weight"] = dense  # what a run that masked one holder only would save
     fresh = embedding_head(seed=1)
-    before = model_state(fresh.model)
+    check = unchanged(fresh.model)
     with pytest.raises(
         ValueError, match=r"'wte.weight' is saved pruned and \['lm_head.weight'\] dense"
     ):
         restore_pruning(fresh.model, state)
-    assert_same_state(fresh.model, before, n_hooks=0)
+    check()
 
 
 def test_aliases_saved_with_different_values_are_an_error() -> None:
@@ -418,10 +415,10 @@ def test_aliases_saved_with_different_values_are_an_error() -> None:
     state = model_state(case.model)
     state["2.weight_orig"] = state["2.weight_orig"] + 1
     fresh = shared_linears(seed=1)
-    before = model_state(fresh.model)
+    check = unchanged(fresh.model)
     with pytest.raises(ValueError, match=r"Expected '0.weight_orig' and '2.weight_orig'"):
         restore_pruning(fresh.model, state)
-    assert_same_state(fresh.model, before, n_hooks=0)
+    check()
 
 
 @pytest.mark.slow
@@ -540,5 +537,7 @@ def test_a_pruner_state_naming_a_tied_target_by_another_name_loads() -> None:
     resumed.load_state_dict(state)
     assert (resumed.last_step, resumed.targets) == (0, ["wte.weight", "mlp.weight"])
     state["targets"] = ["mlp.weight", "lm_head.weight"]
+    check = unchanged(case.model)
     with pytest.raises(ValueError, match=r"Expected the state's targets to be the pruner's"):
         resumed.load_state_dict(state)
+    check()

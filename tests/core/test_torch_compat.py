@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pickle
 import unittest.mock as mock
+from copy import deepcopy
 from types import ModuleType
 
 import pytest
@@ -16,7 +17,8 @@ import torch.nn.utils.prune as torch_prune
 from torch import nn
 
 import tensorplay.ao.pruning as tp_prune
-from tests.core.parity import assert_snapshot_equal, module_snapshot, seed_cpu
+from tests.core.parity import seed_cpu
+from tests.model_state import unchanged
 
 BOTH = pytest.mark.parametrize("lib", [tp_prune, torch_prune], ids=["tensorplay", "torch"])
 LINEAR_AND_CONV3D = pytest.mark.parametrize(
@@ -123,21 +125,21 @@ def test_patch_by_dotted_path_as_torch_tests_do() -> None:
 def test_patched_failure_rolls_back(make: type[nn.Module], name: str) -> None:
     """torch's test_pruning_rollback, with the stronger 'exactly unchanged' check."""
     module = make()
-    snapshot = module_snapshot(module)
+    check = unchanged(module)
     with mock.patch.object(tp_prune.L1Unstructured, "compute_mask") as compute_mask:
         compute_mask.side_effect = Exception("HA!")
         with pytest.raises(Exception, match="HA!"):
             tp_prune.l1_unstructured(module, name=name, amount=0.9)
-    assert_snapshot_equal(module, snapshot)
+    check()
 
 
 def test_patched_failure_on_second_pruning_keeps_the_first() -> None:
     module = tp_prune.l1_unstructured(nn.Linear(5, 2), "weight", amount=3)
-    snapshot = module_snapshot(module)
+    check = unchanged(module)
     failing = mock.patch.object(tp_prune.LnStructured, "compute_mask", side_effect=Exception("HA!"))
     with failing, pytest.raises(Exception, match="HA!"):
         tp_prune.ln_structured(module, "weight", amount=1, n=2, dim=0)
-    assert_snapshot_equal(module, snapshot)
+    check()
 
 
 # --- torch's tests, run on both libraries -------------------------------------------------------
@@ -160,15 +162,28 @@ def test_random_pruning_reparametrizes(lib: ModuleType, make: type[nn.Module], n
 
 @BOTH
 def test_identity_pruning_keeps_forward_and_grads(lib: ModuleType) -> None:
-    x = torch.ones(1, 5)
+    """Pruned by identity, a layer computes what its dense twin computes, with the same
+    gradients, at every forward: also after its ``weight_orig`` changed (a training step)."""
+    torch.manual_seed(0)
     module = nn.Linear(5, 2)
-    before = module(x)
+    dense = deepcopy(module)
     lib.identity(module, name="weight")
-    after = module(x)
-    assert torch.equal(before, after)
-    after.sum().backward()
-    assert torch.equal(module.weight_orig.grad, torch.ones(2, 5))
-    assert torch.equal(module(x), module(x))
+    assert torch.equal(module.weight_mask, torch.ones(2, 5))
+    for step in range(2):
+        x = torch.randn(3, 5)
+        out, expected = module(x), dense(x)
+        assert torch.equal(out, expected), step
+        (out * torch.arange(2.0)).sum().backward()  # unequal weights per output: rows differ
+        (expected * torch.arange(2.0)).sum().backward()
+        assert module.weight_orig.grad is not None and dense.weight.grad is not None
+        assert torch.equal(module.weight_orig.grad, dense.weight.grad), step
+        assert torch.equal(module.bias.grad, dense.bias.grad), step
+        with torch.no_grad():  # a training step, the same on both
+            for orig, twin in ((module.weight_orig, dense.weight), (module.bias, dense.bias)):
+                orig.sub_(0.5 * orig.grad)
+                twin.sub_(0.5 * twin.grad)
+        module.zero_grad()
+        dense.zero_grad()
 
 
 @BOTH

@@ -9,6 +9,7 @@ from torch import nn
 from tensorplay.ao.pruning import Pruner
 from tensorplay.ao.pruning.pruner.attached_optimizers import unwrap_optimizer
 from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
+from tests.model_state import unchanged
 
 accelerate = pytest.importorskip("accelerate")
 
@@ -50,8 +51,10 @@ def test_attach_through_an_accelerated_optimizer_keeps_pruned_weights_exactly_ze
     assert torch.equal(model.weight[pruned], torch.zeros(32))
     assert bool((model.weight[~pruned] != 0).all())
     # The hooks are on the optimizer the wrapper steps, and come off with the handle.
+    check = unchanged(model, optimizer.optimizer)  # type: ignore[attr-defined]
     with pytest.raises(ValueError, match="attached already"):
         pruner.attach(optimizer.optimizer)  # type: ignore[attr-defined]
+    check()
     handle.remove()
     pruner.attach(optimizer.optimizer)  # type: ignore[attr-defined]
 
@@ -73,5 +76,7 @@ def test_a_wrapper_of_no_optimizer_is_still_refused() -> None:
 
     model = nn.Linear(2, 2)
     pruner = Pruner(model, OneShotSchedule(0.5), masking="inplace")
+    check = unchanged(model)
     with pytest.raises(TypeError, match="Holder at position 0"):
         pruner.attach(Holder())  # type: ignore[arg-type]
+    check()

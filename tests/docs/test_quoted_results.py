@@ -314,7 +314,7 @@ CLAIMS: list[tuple[str, str, Callable[[], list[Value]]]] = [
         lambda: [ss("FFN 25%", "prefill speed-up"), ss("FFN 75%", "prefill speed-up")],
     ),
     (
-        "docs/structured.rst",
+        "docs/shrinking_llms.rst",
         r"\(([\d.]+)x for ([\d.]+)x at 25%, ([\d.]+)x for ([\d.]+)x at 75%\)",
         lambda: [
             ss("FFN 25%", "prefill speed-up"),
@@ -324,7 +324,7 @@ CLAIMS: list[tuple[str, str, Callable[[], list[Value]]]] = [
         ],
     ),
     (
-        "docs/structured.rst",
+        "docs/shrinking_llms.rst",
         r"at 75% of the FFN channels decoding is ([\d.]+)x faster where the parameters say "
         r"([\d.]+)x",
         lambda: [
@@ -333,7 +333,7 @@ CLAIMS: list[tuple[str, str, Callable[[], list[Value]]]] = [
         ],
     ),
     (
-        "docs/structured.rst",
+        "docs/shrinking_llms.rst",
         r"25% of the layers \((\d+)% of the parameters\) decodes ([\d.]+)x faster, close to the "
         r"([\d.]+)x its parameters say, while 50% of the FFN channels \((\d+)% of the "
         r"parameters\) gives ([\d.]+)x where ([\d.]+)x was due",
@@ -347,12 +347,12 @@ CLAIMS: list[tuple[str, str, Callable[[], list[Value]]]] = [
         ],
     ),
     (
-        "docs/structured.rst",
+        "docs/shrinking_llms.rst",
         r"half of them is (\d+)% of this model",
         lambda: [ss("heads 50%", "removed")],
     ),
     (
-        "docs/structured.rst",
+        "docs/shrinking_llms.rst",
         r"slightly exceeds the parameters' \(([\d.]+)x for ([\d.]+)x\)",
         lambda: [
             ss("heads 50%", "prefill speed-up"),
@@ -360,7 +360,7 @@ CLAIMS: list[tuple[str, str, Callable[[], list[Value]]]] = [
         ],
     ),
     (
-        "docs/structured.rst",
+        "docs/shrinking_llms.rst",
         r"The floor copy has (\d+)% of the parameters removed, yet prefill is ([\d.]+)x faster "
         r"while the blocks shrank ([\d.]+)x, and decoding ([\d.]+)x where the parameters say "
         r"([\d.]+)x: .*? below about (\d+)% of the dense latency",
@@ -419,13 +419,13 @@ CLAIMS: list[tuple[str, str, Callable[[], list[Value]]]] = [
         ],
     ),
     (
-        "docs/structured.rst",
+        "docs/one_shot.rst",
         r"\*\*Cost\*\*: ([\d.]+) seconds against ([\d.]+) for a channel pruning \(([\d.]+) "
         r"against ([\d.]+) for heads\)",
         lambda: [*_reconstruction_seconds("channel"), *_reconstruction_seconds("head")],
     ),
     (
-        "docs/structured.rst",
+        "docs/one_shot.rst",
         r"([\d.]+) to ([\d.]+) times the CPU time of the plain call \((\d+) s against (\d+) s "
         r"with 4 x 256 calibration tokens by magnitude, (\d+) s against (\d+) s with 32 x 256\)",
         lambda: [
@@ -438,22 +438,22 @@ CLAIMS: list[tuple[str, str, Callable[[], list[Value]]]] = [
         ],
     ),
     (
-        "docs/structured.rst",
+        "docs/one_shot.rst",
         r"falls from (\d+) to (\d+) ms between 1,024 and 8,192 tokens",
         lambda: [_ms_per_token("4 x 256"), _ms_per_token("32 x 256")],
     ),
     (
-        "docs/structured.rst",
+        "docs/one_shot.rst",
         r"would take about (\d+) minutes of CPU on one thread",
         lambda: [_extrapolated_minutes()],
     ),
     (
-        "docs/structured.rst",
+        "docs/one_shot.rst",
         r"adds ([\d.]+) to ([\d.]+) bytes per parameter to the plain call's peak",
         lambda: [lowest(_peak_differences()), highest(_peak_differences())],
     ),
     (
-        "docs/structured.rst",
+        "docs/one_shot.rst",
         r"\(([\d.]+) to ([\d.]+) bytes per parameter by magnitude, ([\d.]+) to ([\d.]+) by "
         r"Wanda\)",
         lambda: [

@@ -195,6 +195,30 @@ def test_k_out_of_range_and_nan_raise_and_change_nothing() -> None:
     assert keep[0].tolist() == [True, False, True]
 
 
+@pytest.mark.parametrize("mask_dtype", [torch.bool, torch.float32], ids=["bool", "float"])
+@pytest.mark.parametrize("eligible", ["all", "some"])
+def test_nan_is_refused_before_any_change_when_every_eligible_unit_goes(
+    mask_dtype: torch.dtype, eligible: str
+) -> None:
+    """``k`` equal to the eligible units: no cut to find, a pass that only checks the scores,
+    then every eligible bit cleared. A NaN score refuses it with the masks and the weights to
+    zero as they were (all eligible: the masks are not read; some: they are)."""
+    flags = [True, True, True, True] if eligible == "all" else [True, False, True, True]
+    keep = [torch.tensor(flags).to(mask_dtype), torch.ones(2, 2).to(mask_dtype)]
+    scores = [torch.tensor([1.0, 2.0, float("nan"), 4.0]), torch.tensor([[1.0, 2.0], [3.0, 4.0]])]
+    weights = [torch.arange(1.0, 5.0), torch.arange(5.0, 9.0).view(2, 2)]
+    before = [t.clone() for t in [*keep, *weights]]
+    n_eligible = sum(int(mask.sum()) for mask in keep)
+    with pytest.raises(ValueError, match="w has nan at flat index 2"):
+        clear_lowest(scores, keep, n_eligible, AbsKeys(), labels=["w", "v"], zero=weights)
+    after = [*keep, *weights]
+    assert all(torch.equal(a, b) for a, b in zip(after, before, strict=True))
+    scores[0][2] = 3.0  # finite: the same call clears every eligible unit and zeroes it
+    clear_lowest(scores, keep, n_eligible, AbsKeys(), labels=["w", "v"], zero=weights)
+    assert not any(bool(mask.any()) for mask in keep)
+    assert not any(bool(weight.any()) for weight in weights)
+
+
 def test_piece_outside_its_layout_raises() -> None:
     keep = [torch.ones(3, dtype=torch.bool)]
     with pytest.raises(ValueError, match="to lie inside its full source"):

@@ -7,7 +7,6 @@ at most it, and more than it minus the largest unit's parameters (one unit per l
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from tensorplay.ao.pruning.structured.dependency.graph import DependencyGraph
 from tensorplay.ao.pruning.structured.dependency.unit_groups import shapes_of
 from tensorplay.ao.pruning.structured.units.budget import budget_keys, plan_global, unit_params
 from tests.hf_models import VOCAB, tiny_gpt2, tiny_llama
+from tests.model_state import unchanged
 
 BOTH = ("channel", "head")
 
@@ -125,14 +125,11 @@ def test_refusals_name_the_culprit_and_leave_the_model_unchanged(
     arguments: dict[str, object], message: str
 ) -> None:
     model = tiny_llama()
-    before = copy.deepcopy(model.state_dict())
+    check = unchanged(model)
     options: dict[str, object] = {"structure": BOTH, **arguments}
     with pytest.raises(ValueError, match=message):
         prune_one_shot(model, _batches(), **options)  # type: ignore[arg-type]
-    after = model.state_dict()
-    assert list(after) == list(before)
-    assert all(torch.equal(after[name], value) for name, value in before.items())
-    assert not any(module._forward_pre_hooks or module._forward_hooks for module in model.modules())
+    check()
 
 
 def test_a_list_of_kinds_from_yaml_is_a_tuple_and_one_kind_is_that_kind() -> None:

@@ -12,6 +12,7 @@ from tensorplay.ao.pruning import Pruner
 from tensorplay.ao.pruning.pruner.config import PrunerConfig
 from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
 from tests.hf_models import tiny_llama
+from tests.model_state import unchanged
 from tests.moe_models import EXPERTS, tiny_mixtral, tiny_qwen2_moe
 
 BAD = [
@@ -54,20 +55,24 @@ def test_exclude_chooses_layers_by_their_names() -> None:
 
 
 def test_a_selection_holding_no_moe_layer_is_refused() -> None:
+    model = tiny_mixtral()
+    check = unchanged(model)
     with pytest.raises(
         ValueError, match=r"some tensor of a mixture-of-experts layer .* 'model.layers.0.mlp'"
     ):
-        Pruner(
-            tiny_mixtral(), OneShotSchedule(0.5), structure="expert", parameters=["lm_head.weight"]
-        )
+        Pruner(model, OneShotSchedule(0.5), structure="expert", parameters=["lm_head.weight"])
+    check()
 
 
 def test_a_dense_model_has_no_experts() -> None:
+    model = tiny_llama()
+    check = unchanged(model)
     with pytest.raises(
         ValueError,
         match=r"structure='expert', but the llama blocks of LlamaForCausalLM have none",
     ):
-        Pruner(tiny_llama(), OneShotSchedule(0.5), structure="expert")
+        Pruner(model, OneShotSchedule(0.5), structure="expert")
+    check()
 
 
 def test_the_pruner_hooks_each_router_once() -> None:

@@ -24,6 +24,7 @@ from tensorplay.ao.pruning.structured.dependency.graph import KINDS
 from tests.core.structure.masking import mask_units
 from tests.core.structure.test_shrink import inputs_for, uniform_keeps
 from tests.family_models import FAMILY_MODELS
+from tests.model_state import unchanged
 from tests.moe_models import MOE_MODELS
 
 transformers = pytest.importorskip("transformers")
@@ -201,12 +202,10 @@ def test_every_list_of_one_entry_per_layer_follows_removed_layers() -> None:
 @pytest.mark.parametrize(("name", "kind"), list(REFUSED))
 def test_a_refused_kind_is_refused_before_any_change(name: str, kind: str) -> None:
     model = FAMILY_MODELS[name].build()
-    state = copy.deepcopy(model.state_dict())
+    check = unchanged(model)
     with pytest.raises(ValueError, match=REFUSED[(name, kind)]):
         Pruner(model, OneShotSchedule(0.5), structure=kind)  # type: ignore[arg-type]
-    assert list(model.state_dict()) == list(state)
-    assert all(torch.equal(value, state[key]) for key, value in model.state_dict().items())
-    assert not any(module._forward_pre_hooks for module in model.modules())
+    check()
 
 
 def _cell(graph: DependencyGraph, model: nn.Module, kind: str) -> str:

@@ -24,6 +24,7 @@ from tests.hf_models import (
     tiny_roberta,
     tiny_vit,
 )
+from tests.model_state import unchanged
 
 transformers = pytest.importorskip("transformers")
 
@@ -253,11 +254,10 @@ def test_a_pruner_on_an_unknown_family_refuses_before_any_change() -> None:
     from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
 
     model = _tiny_falcon()
-    state = copy.deepcopy(model.state_dict())
+    check = unchanged(model)
     with pytest.raises(ValueError, match=r"head units for structure='head'.*FalconDecoderLayer"):
         Pruner(model, OneShotSchedule(0.5), structure="head", example_inputs=torch.tensor([[1]]))
-    assert list(model.state_dict()) == list(state)
-    assert not any(module._forward_pre_hooks for module in model.modules())
+    check()
 
 
 def test_a_block_laid_out_like_no_family_names_what_the_closest_one_has() -> None:

@@ -158,8 +158,11 @@ def test_multiple_of_keeps_widths_multiples_and_records_the_real_count(
 def test_the_layer_structure_keeps_a_block() -> None:
     pruner = Pruner(tiny_llama(), OneShotSchedule(0.6), structure="layer", scope="layerwise")
     assert (pruner.step(), pruner.pruned_count(), pruner.total_count()) == (2, 2, 3)
+    model = tiny_llama()
+    check = unchanged(model)
     with pytest.raises(ValueError, match=r"group 'model.layers' \(3 units\).*asks for 3 more"):
-        Pruner(tiny_llama(), OneShotSchedule(0.9), structure="layer")
+        Pruner(model, OneShotSchedule(0.9), structure="layer")
+    check()
 
 
 @pytest.mark.parametrize(
@@ -336,10 +339,10 @@ def test_a_model_without_such_units_is_refused_before_any_change(
     build: Any, options: dict[str, Any], match: str
 ) -> None:
     model = build()
-    before = copy.deepcopy(model.state_dict())
+    check = unchanged(model)
     with pytest.raises(ValueError, match=match):
         Pruner(model, OneShotSchedule(0.5), **options)
-    assert model.state_dict().keys() == before.keys()
+    check()
 
 
 def test_without_example_inputs_a_flattened_width_is_left_alone() -> None:

@@ -28,6 +28,7 @@ from tests.hf_models import (
     tiny_roberta,
     tiny_vit,
 )
+from tests.model_state import unchanged
 
 transformers = pytest.importorskip("transformers")
 
@@ -320,26 +321,13 @@ def test_plain_modules_resize_with_their_batch_norm_statistics() -> None:
     torch.testing.assert_close(model(x), expected, atol=1e-6, rtol=1e-5)
 
 
-def _unchanged(model: nn.Module) -> Callable[[], None]:
-    state = {key: value.clone() for key, value in model.state_dict().items()}
-    params = [id(p) for p in model.parameters()]
-
-    def check() -> None:
-        assert [id(p) for p in model.parameters()] == params
-        assert list(model.state_dict()) == list(state)
-        for key, value in model.state_dict().items():
-            assert torch.equal(value, state[key]), key
-
-    return check
-
-
 def test_a_module_that_cannot_be_resized_is_refused_before_any_change() -> None:
     model = tiny_llama()
     graph = DependencyGraph(model)
     mask_units(model, uniform_keeps(graph, ("channel",)), "reparametrize")
     embedding = UnitGroup("emb", "channel", 97, (Slice("model.embed_tokens.weight", 0),))
     mask_units(model, [(embedding, torch.arange(97) != 3)], "zeros")
-    check = _unchanged(model)
+    check = unchanged(model)
     with pytest.raises(ValueError, match=r"'model.embed_tokens' holding .* is of type Embedding"):
         shrink(model, groups=[*graph.groups("channel"), embedding])
     check()
@@ -347,7 +335,7 @@ def test_a_module_that_cannot_be_resized_is_refused_before_any_change() -> None:
 
 def test_groups_that_do_not_fit_are_refused_before_any_change() -> None:
     model = tiny_llama()
-    check = _unchanged(model)
+    check = unchanged(model)
     wrong = UnitGroup("mlp", "channel", 49, (Slice("model.layers.0.mlp.up_proj.weight", 0),))
     with pytest.raises(ValueError, match=r"49 units of group 'mlp' to fit dim 0"):
         shrink(model, groups=[wrong])
@@ -361,7 +349,7 @@ def test_a_layer_group_outside_a_known_family_is_refused() -> None:
     layer = UnitGroup(
         "0", "layer", 1, (Slice("0.weight", None), Slice("0.bias", None, scored=False))
     )
-    check = _unchanged(model)
+    check = unchanged(model)
     with pytest.raises(ValueError, match=r"blocks of a Hugging Face model .* but '0' is not"):
         shrink(model, groups=[layer])
     check()
@@ -370,7 +358,7 @@ def test_a_layer_group_outside_a_known_family_is_refused() -> None:
 def test_a_config_with_transformers_per_layer_config_is_refused() -> None:
     model = tiny_llama()
     model.config.per_layer_config = {0: {"rms_norm_eps": 1e-5}}
-    check = _unchanged(model)
+    check = unchanged(model)
     with pytest.raises(ValueError, match=r"uses per_layer_config"):
         shrink(model)
     check()

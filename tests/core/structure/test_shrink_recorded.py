@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Callable
 
 import pytest
 import torch
@@ -23,6 +22,7 @@ from tensorplay.ao.pruning.structured.dependency.recorded import (
 from tensorplay.ao.pruning.structured.dependency.tracing import traced_groups
 from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup
 from tests.core.structure.masking import mask_units
+from tests.model_state import unchanged
 
 POOL = 2  # the pooled map is 2 x 2: each channel is 4 of the Linear's columns once flattened
 CHANNELS, CLASSES = 8, 5
@@ -79,21 +79,6 @@ def _outputs(model: nn.Module, x: Tensor, training: bool) -> Tensor:
     return out
 
 
-def _unchanged(model: nn.Module) -> Callable[[], None]:
-    state = {key: value.clone() for key, value in model.state_dict().items()}
-    params = [id(p) for p in model.parameters()]
-    record = recorded_groups(model)
-
-    def check() -> None:
-        assert [id(p) for p in model.parameters()] == params
-        assert list(model.state_dict()) == list(state)
-        for key, value in model.state_dict().items():
-            assert torch.equal(value, state[key]), key
-        assert recorded_groups(model) == record
-
-    return check
-
-
 @pytest.mark.parametrize("masking", ["reparametrize", "inplace"])
 def test_residual_channels_go_with_every_slice_and_consumer_column(masking: str) -> None:
     model, _ = _pruned(masking)
@@ -146,7 +131,7 @@ def test_shrinking_forgets_the_groups_it_changed() -> None:
 def test_given_groups_that_leave_a_recorded_masked_unit_are_refused_before_any_change() -> None:
     model, _ = _pruned()
     inner = next(group for group in recorded_groups(model) if group.name == "conv1")
-    check = _unchanged(model)
+    check = unchanged(model)
     with pytest.raises(
         ValueError,
         match=r"^Expected the groups to shrink to remove every structured unit masked whole, but "
@@ -174,7 +159,7 @@ def test_masked_channels_tracing_needs_shapes_for_are_refused_without_example_in
     mode: str,
 ) -> None:
     model = _masked_by_hand(mode)
-    check = _unchanged(model)
+    check = unchanged(model)
     with pytest.raises(
         ValueError,
         match=r"^Expected `example_inputs` to shrink _Residual, a plain model traced without "
@@ -220,14 +205,17 @@ def test_a_model_the_graph_cannot_read_without_inputs_shrinks_by_its_record() ->
     report = shrink(model)
     assert report.parameters_after == _parameters(4, 4)
     torch.testing.assert_close(model.eval()(_example()), masked(_example()), atol=1e-10, rtol=0)
+    unknown = _UnknownFamily()
+    check = unchanged(unknown)
     with pytest.raises(ValueError, match=r"^Expected a model whose units shrink can find, but "):
-        shrink(_UnknownFamily())  # no record: the graph's refusal
+        shrink(unknown)  # no record: the graph's refusal
+    check()
 
 
 def test_a_record_that_no_longer_fits_is_refused_naming_it() -> None:
     model, _ = _pruned()
     model.stem = nn.Conv2d(3, 2, 3, padding=1).double()  # the model changed under its record
-    check = _unchanged(model)
+    check = unchanged(model)
     with pytest.raises(
         ValueError,
         match=r"^Expected the unit groups a pruner recorded on _Residual to fit it, but they do "
@@ -251,7 +239,7 @@ def _overlapped() -> tuple[nn.Sequential, UnitGroup]:
 
 def test_a_graph_group_overlapping_a_recorded_one_gives_way_to_it() -> None:
     model, found = _overlapped()
-    check = _unchanged(model)
+    check = unchanged(model)
     with pytest.raises(
         ValueError,
         match=r"^Expected the groups to shrink to remove every structured unit masked whole, but "

@@ -15,6 +15,7 @@ from torch import nn
 from tensorplay.ao.pruning import DependencyGraph, Pruner, SpentPrunerError, shrink
 from tensorplay.ao.pruning.pruner.schedules import LinearSchedule, OneShotSchedule
 from tests.hf_models import tiny_llama
+from tests.model_state import unchanged
 
 pytest.importorskip("transformers")
 
@@ -66,7 +67,7 @@ def test_every_method_that_reads_the_targets_refuses_a_spent_pruner(
     masking: str, method: str
 ) -> None:
     model, pruner, state = _pruned_then_shrunk(masking)
-    before = {name: value.clone() for name, value in model.state_dict().items()}
+    check = unchanged(model)
     expected = (
         r"Expected a pruner whose targets are as they were when it was made, but shrink\(\) "
         r"has changed \(Linear, 'weight'\) \('model\.layers\.0\.mlp\.gate_proj\.weight'\) "
@@ -77,10 +78,7 @@ def test_every_method_that_reads_the_targets_refuses_a_spent_pruner(
     )
     with pytest.raises(SpentPrunerError, match=expected):
         REFUSED[method](pruner, state)
-    after = model.state_dict()
-    assert list(after) == list(before)
-    for name, value in before.items():
-        assert torch.equal(after[name], value), name
+    check()
 
 
 def re_escape(text: str) -> str:
@@ -137,8 +135,10 @@ def test_an_attached_optimizer_of_a_spent_pruner_refuses_to_step() -> None:
     pruner.attach(optimizer)
     pruner.step()
     shrink(model)
+    check = unchanged(model, optimizer)
     with pytest.raises(SpentPrunerError, match="the step of an attached optimizer would use"):
         optimizer.step()
+    check()
 
 
 def test_wanda_stops_observing_a_shrunk_model_and_its_forward_runs() -> None:

@@ -18,6 +18,7 @@ from tensorplay.ao.pruning.structured.dependency.tracing import (
 from tensorplay.ao.pruning.structured.dependency.unit_groups import Slice, UnitGroup
 from tensorplay.ao.pruning.structured.shrinking.shrink import shrink
 from tests.core.structure.masking import MODES, mask_units
+from tests.model_state import unchanged
 
 
 def _out(parameter: str, width: int = 1, offset: int = 0) -> Slice:
@@ -65,14 +66,34 @@ def _outputs(model: nn.Module, x: Tensor, training: bool) -> Tensor:
     return out
 
 
+def _with_norm_statistics(model: nn.Module) -> nn.Module:
+    """``model`` with the running statistics and affine parameters of its norms drawn at random,
+    one value per channel: fresh ones (means 0, variances 1, weights 1, biases 0) are the same
+    for every channel, and could not show a channel's statistics taken from another index."""
+    generator = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for module in model.modules():
+            if not isinstance(module, nn.modules.batchnorm._NormBase):
+                continue
+            size = (module.num_features,)
+            if module.running_mean is not None and module.running_var is not None:
+                module.running_mean.copy_(torch.randn(size, generator=generator))
+                module.running_var.copy_(0.5 + torch.rand(size, generator=generator))
+            if module.affine:
+                module.weight.copy_(1 + torch.randn(size, generator=generator))
+                module.bias.copy_(torch.randn(size, generator=generator))
+    return model
+
+
 def _assert_masking_equals_removing(
     model: nn.Module, groups: list[UnitGroup], example: Tensor
 ) -> None:
     """The oracle: random units, masked in each way a pruner masks them (a draw per way), give
-    the same outputs in the masked model and in the model shrunk by them, in training mode
-    (BatchNorm on batch statistics, which also moves its running statistics) and then in eval
-    mode."""
-    model = model.double()
+    the same outputs in the masked model and in the model shrunk by them: in eval mode on the
+    BatchNorm running statistics (drawn per channel, so that a channel's statistics taken
+    from another index change the outputs), in training mode (BatchNorm on batch statistics,
+    which also moves its running statistics), and in eval mode again on the moved ones."""
+    model = _with_norm_statistics(model.double())
     for seed, mode in enumerate(MODES):
         keeps = _random_keep(groups, seed)
         masked = copy.deepcopy(model)
@@ -83,7 +104,7 @@ def _assert_masking_equals_removing(
         assert report.partial_units == 0
         assert [width.after for width in report.groups] == [int(k.sum()) for k in keeps]
         x = torch.randn(example.shape, generator=torch.Generator().manual_seed(seed)).double()
-        for training in (True, False):
+        for training in (False, True, False):
             expected = _outputs(masked, x, training)
             torch.testing.assert_close(_outputs(shrunk, x, training), expected)
             assert not torch.allclose(_outputs(copy.deepcopy(model), x, training), expected)
@@ -369,7 +390,7 @@ class _Gate(nn.Module):
 
 def test_an_untraceable_forward_is_refused_naming_the_submodule_and_nothing_changes() -> None:
     model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Sequential(_Gate()))
-    before = copy.deepcopy(model.state_dict())
+    check = unchanged(model)
     with pytest.raises(
         ValueError,
         match=r"^Expected the forward of submodule '2\.0' \(_Gate\) to be traceable by "
@@ -377,9 +398,7 @@ def test_an_untraceable_forward_is_refused_naming_the_submodule_and_nothing_chan
         r"be used as inputs to control flow\)\. torch\.fx traces with symbolic values",
     ):
         traced_groups(model, torch.randn(3, 4))
-    after = model.state_dict()
-    assert before.keys() == after.keys()
-    assert all(torch.equal(before[key], after[key]) for key in before)
+    check()
 
 
 def test_an_untraceable_forward_of_the_model_itself_is_named_too() -> None:

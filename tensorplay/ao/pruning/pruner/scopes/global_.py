@@ -49,9 +49,10 @@ class GlobalScope:
         """Refuse the global count at ``target`` where the space's floors forbid it."""
         if not space.has_floors:
             return
-        count, caps = self._count(space.pruned(), space.numels(), target)
+        numels = space.numels()
+        count, caps = self._count([0] * len(numels), numels, target)  # the whole way there
         if count > 0:
-            space.check_prune(count, caps=caps)
+            space.check_reach(count, caps=caps)
 
     def _count(
         self, pruned: list[int], numels: list[int], target: float

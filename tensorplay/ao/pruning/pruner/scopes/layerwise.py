@@ -44,11 +44,12 @@ class LayerwiseScope:
         """Refuse a group's count at ``target`` where the space's floors forbid it."""
         if not space.has_floors:
             return
-        pruned, numels = space.pruned(), space.numels()
-        caps = caps_under(self.min_density, pruned, numels)
-        for group, count in enumerate(layerwise_counts(target, pruned, numels, caps)):
+        numels = space.numels()
+        none = [0] * len(numels)  # the whole way there
+        caps = caps_under(self.min_density, none, numels)
+        for group, count in enumerate(layerwise_counts(target, none, numels, caps)):
             if count > 0:
-                space.check_prune(count, groups=[group], caps=[caps[group]])
+                space.check_reach(count, groups=[group], caps=[caps[group]])
 
     def prune_to(self, space: UnitSpace, target: float, step: int) -> int:
         """Prune each group's own count."""

@@ -170,7 +170,7 @@ class ElementSpace:
         scores = [self.scores()[i] for i in chosen]
         self._mode.prune(targets, scores, self._method, count, caps)
 
-    def check_prune(
+    def check_reach(
         self, count: int, groups: Sequence[int] | None = None, caps: Sequence[int] | None = None
     ) -> None:
         """Nothing to refuse: a tensor of single weights may be pruned whole (a global step

@@ -61,11 +61,12 @@ class UnitSpace(Protocol):
         """Prune ``count`` more units over ``groups`` (indices; ``None``: all) together, lowest
         score first; with ``caps``, at most ``caps[i]`` more from ``groups[i]``."""
 
-    def check_prune(
+    def check_reach(
         self, count: int, groups: Sequence[int] | None = None, caps: Sequence[int] | None = None
     ) -> None:
-        """Raise what :meth:`prune` would refuse for these arguments, changing nothing (how a
-        pruner refuses a target its schedule could never reach, when it is built)."""
+        """Raise what :meth:`prune` would refuse for ``count`` units over ``groups`` with none
+        of them pruned yet, changing and reading nothing but sizes (how a pruner refuses, when
+        it is built, a cumulative target its schedule could never reach)."""
 
 
 @runtime_checkable

@@ -300,7 +300,7 @@ class StructuredSpace:
         """
         chosen = list(range(len(self._ranked))) if groups is None else list(groups)
         kept = [~self._pruned(index) for index in chosen]
-        least, limits = self._limits(chosen, kept, caps)
+        least, limits = self._limits(chosen, [int(keep.sum()) for keep in kept], caps)
         if count > sum(limits):
             self._refuse_beyond(count, limits, chosen)
             count = sum(limits)  # every group at its floor: the rounding's width
@@ -317,25 +317,25 @@ class StructuredSpace:
             ]
         self._write(chosen, kept, keeps)
 
-    def check_prune(
+    def check_reach(
         self, count: int, groups: Sequence[int] | None = None, caps: Sequence[int] | None = None
     ) -> None:
-        """Raise what :meth:`prune` would refuse, changing nothing.
+        """Raise what :meth:`prune` would refuse for ``count`` units of ``groups`` with none
+        of them pruned yet, reading no mask and no score.
 
         Raises:
             ValueError: ``count`` would leave some group fewer units than it must keep.
         """
         chosen = list(range(len(self._ranked))) if groups is None else list(groups)
-        kept = [~self._pruned(index) for index in chosen]
-        _, limits = self._limits(chosen, kept, caps)
+        _, limits = self._limits(chosen, [self._ranked[index].size for index in chosen], caps)
         if count > sum(limits):
             self._refuse_beyond(count, limits, chosen)
 
     def _limits(
-        self, chosen: Sequence[int], kept: Sequence[Tensor], caps: Sequence[int] | None
+        self, chosen: Sequence[int], widths: Sequence[int], caps: Sequence[int] | None
     ) -> tuple[list[int], list[int]]:
-        """Per chosen group, the fewest units it keeps and the most it can lose now."""
-        widths = [int(keep.sum()) for keep in kept]
+        """Per chosen group (of ``widths`` units unpruned), the fewest units it keeps and the
+        most it can lose."""
         least = [max(self._multiple, self._ranked[index].min_kept) for index in chosen]
         if caps is not None:
             pairs = zip(widths, caps, least, strict=True)
