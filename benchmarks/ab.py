@@ -77,6 +77,11 @@ def worktrees(repo: Path, revisions: dict[str, str], folder: Path) -> Iterator[d
         for side, revision in revisions.items():
             trees[side] = folder / side
             git(repo, "worktree", "add", "--detach", "-q", str(trees[side]), revision)
+            # callbacks/ installs as tensorplay.callbacks: importing the tree from PYTHONPATH
+            # finds it there through a link, as the installed package has it.
+            adapters = trees[side] / "tensorplay" / "callbacks"
+            if (trees[side] / "callbacks").is_dir() and not adapters.exists():
+                adapters.symlink_to(Path("..") / "callbacks", target_is_directory=True)
         yield trees
     finally:
         for tree in trees.values():

@@ -120,3 +120,19 @@ def test_structured_overhead_benchmark_compares_with_element_masks_and_dense(
     assert [ways[name]["masked_tensors"] for name in ways] == [0, 15, 15, 6, 6]
     assert [ways[name]["sparsity"] for name in ways] == [0.0, 0.5, 0.5, 0.5, 0.5]
     assert (tmp_path / "structured_overhead.md").read_text() in out
+
+
+@pytest.mark.slow
+def test_the_entry_points_benchmark_times_its_three_calls(tmp_path: Path) -> None:
+    out = run_script(
+        "bench_entry_points.py", "--params", "1M", "--repeats", "1", "--steps", "20",
+        "--out", str(tmp_path),
+    )  # fmt: skip
+    rows = json.loads((tmp_path / "entry_points.json").read_text())["rows"]
+    assert [row["case"] for row in rows] == [
+        "global_unstructured",
+        "one-shot channels, reconstructed",
+        "callback step",
+    ]
+    assert all(row["tensorplay"]["seconds"] > 0 for row in rows)
+    assert "| callback step |" in out
