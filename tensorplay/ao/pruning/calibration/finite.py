@@ -11,9 +11,9 @@ matrix re-solves a layer into NaN weights. So every batch is read under a :class
   run before any other hook of the module), and after the batch the first module, in the order
   the forward finished them, whose output holds a ``NaN`` or an infinity is named with the batch.
 
-Both raise a ``ValueError`` before the pass changes anything. The check reads each output twice
-more (is it finite, is it a ``NaN``) and synchronises once per batch. Each rank of a process
-group checks the batches it reads.
+Both raise a ``ValueError`` before the pass changes anything. The check reads each output once
+more (its least and greatest value: a ``NaN`` makes both ``NaN``) and synchronises once per
+batch. Each rank of a process group checks the batches it reads.
 
 Example:
     >>> import torch
@@ -176,7 +176,7 @@ class FiniteWatch:
 
     def __init__(self, model: nn.Module) -> None:
         self._model = model
-        self._flags: list[tuple[str, nn.Module, Tensor]] = []  # (finite, has a NaN) per output
+        self._flags: list[tuple[str, nn.Module, Tensor]] = []  # each output's (min, max) pairs
         self._handles: list[Any] = []
 
     def __enter__(self) -> FiniteWatch:
@@ -199,11 +199,15 @@ class FiniteWatch:
 
     def _noter(self, name: str) -> Any:
         def note(module: nn.Module, args: Any, output: Any) -> None:
-            tensors = [_local(t) for _, t in _tensors(output) if not t.is_meta]
+            tensors = [
+                _local(t)
+                for _, t in _tensors(output)
+                if t.is_floating_point() and not t.is_meta and t.numel()
+            ]
             if tensors:
-                finite = torch.stack([torch.isfinite(t).all() for t in tensors]).all()
-                nan = torch.stack([torch.isnan(t).any() for t in tensors]).any()
-                self._flags.append((name, module, torch.stack([finite, nan])))
+                # One reduction per output: a NaN makes both ends NaN, an infinity an end.
+                ends = torch.stack([torch.stack(torch.aminmax(t)).float() for t in tensors])
+                self._flags.append((name, module, ends))
 
         return note
 
@@ -218,12 +222,13 @@ class FiniteWatch:
         flags, self._flags = self._flags, []
         if not flags:
             return
-        read = torch.stack([flag.to("cpu") for _, _, flag in flags])  # one synchronisation
-        if bool(read[:, 0].all()):
+        read = [ends.to("cpu") for _, _, ends in flags]  # one synchronisation
+        finite = torch.stack([torch.isfinite(ends).all() for ends in read])
+        if bool(finite.all()):
             return
-        first = int(torch.nonzero(~read[:, 0])[0])
+        first = int(torch.nonzero(~finite)[0])
         name, module, _ = flags[first]
-        kind = "nan" if bool(read[first, 1]) else "inf"
+        kind = "nan" if bool(torch.isnan(read[first]).any()) else "inf"
         raise ValueError(
             f"Expected finite calibration data, but batch {index} first gives a non-finite "
             f"value ({kind}) in the output of {name!r} ({type(module).__name__}): {_FIX}"

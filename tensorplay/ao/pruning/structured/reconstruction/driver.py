@@ -171,9 +171,29 @@ def _solve_one(
     if found is None:
         return None  # never called by the forward: nothing to fit
     gram, cross, tokens = found
+    if not (bool(torch.isfinite(gram).all()) and bool(torch.isfinite(cross).all())):
+        _refuse_nonfinite_batch(model, reference, consumer, batches, run)  # which batch
     weight = _solved(consumer, gram, cross, _linear_weight(reference, consumer), damping, tokens)
     _write(model, consumer, keep, weight)
     return Solved(consumer.parameter, int(keep.sum()), consumer.width, tokens)
+
+
+def _refuse_nonfinite_batch(
+    model: nn.Module, reference: nn.Module, consumer: Consumer, batches: Iterable[Any], run: Forward
+) -> None:
+    """Find the first batch whose input, or whose input of ``consumer`` in either model, holds
+    a non-finite value, and refuse it by index (read again only once the sums are not finite).
+
+    Raises:
+        ValueError: Naming the batch and the consumer; nothing if every value is finite (the
+            sums overflowed: :func:`_solved` says so).
+    """
+    for index, batch in enumerate(batches):
+        check_inputs(batch, index)
+        for source in (reference, model):
+            read = _input_of(source, consumer.module, batch, run)
+            if read is not None:
+                check_read(read, consumer.module, index)
 
 
 def _solved(
@@ -268,14 +288,11 @@ def _grams(
     gram = torch.zeros(kept, kept, dtype=torch.float32, device=device)
     cross = torch.zeros(kept, consumer.width, dtype=torch.float32, device=device)
     tokens = torch.zeros((), dtype=torch.int64, device=device)
-    for index, batch in enumerate(batches):
-        check_inputs(batch, index)
+    for batch in batches:
         dense = _input_of(reference, consumer.module, batch, run)
         pruned = _input_of(model, consumer.module, batch, run)
         if dense is None or pruned is None:
             continue
-        for read in (dense, pruned):  # a NaN would make the Gram matrix, and the weights, NaN
-            check_read(read, consumer.module, index)
         padding = _token_mask(batch)
         x_d = _rows(dense, padding, consumer).to(device=device, dtype=torch.float32)
         x_k = _rows(pruned, padding, consumer).to(device=device, dtype=torch.float32)
