@@ -47,7 +47,8 @@ def test_a_failed_transaction_takes_back_buffers_hooks_and_attributes() -> None:
         changes.hook(model[2].weight.register_post_accumulate_grad_hook, lambda p: None)
         changes.hook(optimizer.register_step_pre_hook, lambda opt, args, kwargs: None)
         changes.set_attribute(model, "tensorplay_unit_groups", ())
-        changes.pop_parameter(model[2], "bias")
+        changes.touch(model[2])
+        del model[2]._parameters["bias"]
         raise Refused
     check()
 

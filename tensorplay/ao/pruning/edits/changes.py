@@ -54,15 +54,12 @@ from torch.utils.hooks import RemovableHandle
 __all__ = [
     "ChangeRecord",
     "atomic",
-    "del_attribute",
     "held_references",
     "hook",
     "is_registered",
     "keep_values",
     "pop_buffer",
-    "pop_parameter",
     "register_buffer",
-    "register_parameter",
     "set_attribute",
     "touch",
     "transaction",
@@ -278,36 +275,6 @@ def register_buffer(module: nn.Module, name: str, tensor: Tensor, persistent: bo
     module.register_buffer(name, tensor, persistent=persistent)
 
 
-def register_parameter(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
-    """``module.register_parameter(name, param)``, recorded (a parameter of that name is
-    replaced).
-
-    Example:
-        >>> import torch
-        >>> from torch import nn
-        >>> layer = nn.Linear(2, 2)
-        >>> register_parameter(layer, "bias", nn.Parameter(torch.zeros(2)))
-        >>> layer.bias.tolist()
-        [0.0, 0.0]
-    """
-    touch(module)
-    module._parameters.pop(name, None)
-    module.register_parameter(name, param)
-
-
-def pop_parameter(module: nn.Module, name: str) -> nn.Parameter | None:
-    """Remove the parameter ``name`` from ``module`` and return it, recorded.
-
-    Example:
-        >>> from torch import nn
-        >>> layer = nn.Linear(2, 2)
-        >>> pop_parameter(layer, "bias").shape, sorted(layer.state_dict())
-        (torch.Size([2]), ['weight'])
-    """
-    touch(module)
-    return module._parameters.pop(name)
-
-
 def pop_buffer(module: nn.Module, name: str) -> Tensor | None:
     """Remove the buffer ``name`` (if any) from ``module`` and return it, recorded.
 
@@ -335,22 +302,6 @@ def set_attribute(obj: object, name: str, value: Any) -> None:
     """
     touch(obj)
     setattr(obj, name, value)
-
-
-def del_attribute(obj: object, name: str) -> None:
-    """``delattr(obj, name)`` if it has the attribute, recorded.
-
-    Example:
-        >>> from torch import nn
-        >>> layer = nn.Linear(2, 2)
-        >>> layer.note = 1
-        >>> del_attribute(layer, "note"); del_attribute(layer, "note")
-        >>> hasattr(layer, "note")
-        False
-    """
-    touch(obj)
-    if name in vars(obj):
-        delattr(obj, name)
 
 
 def held_references(param: object) -> int:

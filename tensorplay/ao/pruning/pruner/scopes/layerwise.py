@@ -45,17 +45,21 @@ class LayerwiseScope:
         if not space.has_floors:
             return
         numels = space.numels()
-        none = [0] * len(numels)  # the whole way there
-        caps = caps_under(self.min_density, none, numels)
-        for group, count in enumerate(layerwise_counts(target, none, numels, caps)):
+        counts, caps = self._counts([0] * len(numels), numels, target)  # the whole way there
+        for group, count in enumerate(counts):
             if count > 0:
                 space.check_reach(count, groups=[group], caps=[caps[group]])
+
+    def _counts(
+        self, pruned: list[int], numels: list[int], target: float
+    ) -> tuple[list[int], list[int]]:
+        caps = caps_under(self.min_density, pruned, numels)
+        return layerwise_counts(target, pruned, numels, caps), caps
 
     def prune_to(self, space: UnitSpace, target: float, step: int) -> int:
         """Prune each group's own count."""
         pruned, numels = space.pruned(), space.numels()
-        caps = caps_under(self.min_density, pruned, numels)
-        counts = layerwise_counts(target, pruned, numels, caps)
+        counts, caps = self._counts(pruned, numels, target)
         for group, count in enumerate(counts):
             if count > 0:
                 space.prune(count, groups=[group], caps=[caps[group]])
