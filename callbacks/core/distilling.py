@@ -167,6 +167,7 @@ class Distilling(LeftOutOfCopies):
         """
         if weight <= 0 or self.attached:
             return
+        due = first_pruning_due(pruner, step)
         if self._loaded is not None or self._fill is not None:
             self.start(pruner.model, teacher=None, weight=weight, temperature=temperature)
             return
@@ -187,7 +188,7 @@ class Distilling(LeftOutOfCopies):
                 "distill_weight=0. Pass the dense model as `teacher`, or resume with "
                 "distill_weight=0."
             )
-        if first_pruning_due(pruner, step):
+        if due:
             self._attach(pruner.model, None, weight, temperature, copied=True)
 
     def _attach(self, student: nn.Module, teacher: nn.Module | None, weight: float,

@@ -31,11 +31,10 @@ Example:
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from tensorplay.ao.pruning.distillation.left_out import (
     LEFT_OUT,
@@ -44,9 +43,8 @@ from tensorplay.ao.pruning.distillation.left_out import (
     is_left_out,
 )
 from tensorplay.ao.pruning.distillation.sharded_copy import sharded_copy
-from tensorplay.ao.pruning.masking.lean_masks import MASK_SUFFIX, lean_mask
-from tensorplay.ao.pruning.masking.permanent import dense_order, masked_tensor
-from tensorplay.ao.pruning.parity.reparametrization import pruned_parts, pruned_tensor_names
+from tensorplay.ao.pruning.masking.frozen_copies import FrozenCopies
+from tensorplay.ao.pruning.masking.module_masks import read_masks
 from tensorplay.ao.pruning.selection import is_dtensor
 from tensorplay.ao.pruning.selection.sharding import first_sharded
 
@@ -100,46 +98,12 @@ def dense_copy(model: nn.Module, dtype: torch.dtype | None = None) -> nn.Module:
     if first_sharded(model) is not None:
         return sharded_copy(model, dtype)
     _refuse_dtensors(model)
-    freeze = _Freezer(dtype)
-    memo: dict[int, Any] = {}
-    for module in model.modules():
-        _plan_module(module, memo, freeze)
-    # Children before parents: a masked module's clone deep-copies its children from the memo.
-    for module in reversed(list(model.modules())):
-        if _masked_names(module) != ([], []):
-            _clone_masked(module, memo, freeze)
+    memo = _left_out_hooks(model)
+    FrozenCopies(read_masks(model), dtype, memo).fill(model)
     clone: nn.Module = copy.deepcopy(model, memo)
     for module in clone.modules():
         drop_left_out_hooks(module)
     return clone.eval()
-
-
-class _Freezer:
-    """One frozen copy per tensor of the model (per values and mask for a masked one), so
-    tensors shared in the model stay shared in the copy."""
-
-    def __init__(self, dtype: torch.dtype | None) -> None:
-        self.dtype = dtype
-        self.copies: dict[tuple[int, int], Tensor] = {}
-
-    def parameter(self, values: Tensor, mask: Tensor | None = None) -> nn.Parameter:
-        key = (id(values), id(mask))
-        if key not in self.copies:
-            tensor = values.detach() if mask is None else masked_tensor(values, mask)
-            self.copies[key] = nn.Parameter(self._converted(tensor), requires_grad=False)
-        found = self.copies[key]
-        assert isinstance(found, nn.Parameter)  # for mypy: only parameters are kept under keys
-        return found
-
-    def buffer(self, tensor: Tensor) -> Tensor:
-        key = (id(tensor), -1)
-        if key not in self.copies:
-            self.copies[key] = self._converted(tensor.detach())
-        return self.copies[key]
-
-    def _converted(self, tensor: Tensor) -> Tensor:
-        dtype = self.dtype if self.dtype is not None and tensor.is_floating_point() else None
-        return tensor.to(dtype=dtype, copy=True)
 
 
 def _refuse_dtensors(model: nn.Module) -> None:
@@ -152,63 +116,12 @@ def _refuse_dtensors(model: nn.Module) -> None:
             )
 
 
-def _masked_names(module: nn.Module) -> tuple[list[str], list[str]]:
-    """The module's own reparametrized names and lean names."""
-    reparametrized = [n for n in pruned_tensor_names(module) if pruned_parts(module, n)]
-    lean = [n for n in module._parameters if lean_mask(module, n) is not None]
-    return reparametrized, lean
-
-
-def _plan_module(module: nn.Module, memo: dict[int, Any], freeze: _Freezer) -> None:
-    """Put in ``memo`` what ``copy.deepcopy`` must copy differently in ``module``: its plain
-    parameters and buffers become frozen copies, left-out hooks a marker; a masked tensor's
-    ``_orig`` and mask get no entry, since only :func:`_clone_masked` reads them."""
-    reparametrized, lean = _masked_names(module)
-    origs = {name + "_orig" for name in reparametrized}
-    masks = {name + MASK_SUFFIX for name in reparametrized + lean}
-    for key, param in module._parameters.items():
-        if param is not None and key not in origs:
-            memo[id(param)] = freeze.parameter(param, lean_mask(module, key))
-    for key, buffer in module._buffers.items():
-        if buffer is not None and key not in masks:
-            memo[id(buffer)] = freeze.buffer(buffer)
-    for hooks in hook_dicts(module):
-        for hook in hooks.values():
-            if is_left_out(hook):
-                memo[id(hook)] = LEFT_OUT
-
-
-def _clone_masked(module: nn.Module, memo: dict[int, Any], freeze: _Freezer) -> None:
-    """Put in ``memo`` a copy of ``module`` whose masked tensors are plain frozen parameters of
-    their masked values, in the order the unpruned module had them, and that has no masks.
-
-    ``copy.deepcopy`` of a reparametrized module would copy ``<name>`` (``mask * orig``) and
-    then the copy would still have to be taken apart; this builds the copy's parameters and
-    buffers directly and deep-copies the rest of its state (children, hooks, attributes)."""
-    reparametrized, lean = _masked_names(module)
-    masks = {name + MASK_SUFFIX for name in reparametrized + lean}
-    getstate: Callable[[], Any] | None = getattr(module, "__getstate__", None)
-    state = dict(getstate() if getstate is not None else vars(module))
-    for key in ("_parameters", "_buffers", "__deepcopy__", *reparametrized):
-        state.pop(key, None)
-    clone = type(module).__new__(type(module))
-    memo[id(module)] = clone  # a reference back to the module inside its state is the clone
-    state = copy.deepcopy(state, memo)
-    parameters = type(module._parameters)()
-    for name in dense_order(module, reparametrized):
-        parts = pruned_parts(module, name) if name in reparametrized else None
-        if parts is not None:
-            parameters[name] = freeze.parameter(parts.orig, parts.mask)
-        else:
-            parameters[name] = memo[id(module._parameters[name])]
-    # dense_order lists the parameters that exist; a registered None (a Linear's absent bias)
-    # keeps its key, at the end as the unpruned module has it after its parameters
-    parameters.update((key, None) for key, param in module._parameters.items() if param is None)
-    state["_parameters"] = parameters
-    state["_buffers"] = type(module._buffers)(
-        (key, None if buffer is None else memo[id(buffer)])
-        for key, buffer in module._buffers.items()
-        if key not in masks
-    )
-    state["_non_persistent_buffers_set"] = set(state["_non_persistent_buffers_set"]) - masks
-    clone.__setstate__(state)  # type: ignore[no-untyped-call]  # torch leaves it untyped
+def _left_out_hooks(model: nn.Module) -> dict[int, Any]:
+    """A ``copy.deepcopy`` memo that copies every hook the copy leaves out as ``LEFT_OUT``."""
+    return {
+        id(hook): LEFT_OUT
+        for module in model.modules()
+        for hooks in hook_dicts(module)
+        for hook in hooks.values()
+        if is_left_out(hook)
+    }

@@ -36,8 +36,7 @@ from tensorplay.ao.pruning.distillation.left_out import (
     hook_dicts,
     is_left_out,
 )
-from tensorplay.ao.pruning.masking.lean_masks import MASK_SUFFIX, lean_mask
-from tensorplay.ao.pruning.parity.reparametrization import pruned_parts, pruned_tensor_names
+from tensorplay.ao.pruning.masking.module_masks import ModuleMasks, read_masks
 from tensorplay.ao.pruning.selection import is_dtensor
 from tensorplay.ao.pruning.selection.sharding import fsdp_wrapped_class
 
@@ -85,11 +84,11 @@ def sharded_copy(model: nn.Module, dtype: torch.dtype | None = None) -> nn.Modul
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
     _check_root(model)
-    mesh = _check_shardable(model, _TEACHER_REMEDY)
+    mesh, masks = _check_shardable(model, _TEACHER_REMEDY)
     sharded = [name for name, module in _children_first(model) if isinstance(module, FSDPModule)]
     options = {name: _shard_options(model.get_submodule(name)) for name in sharded}
     placements: dict[int, Any] = {}
-    clone = _meta_clone(model, mesh, dtype, placements)
+    clone = _meta_clone(model, masks, mesh, dtype, placements)
     for name in sharded:
         fully_shard(
             clone.get_submodule(name),
@@ -103,12 +102,13 @@ def sharded_copy(model: nn.Module, dtype: torch.dtype | None = None) -> nn.Modul
     return clone.eval()
 
 
-def _check_shardable(model: nn.Module, remedy: str) -> Any:
-    """The model's one mesh, after refusing what the copy would not reproduce exactly, each
-    refusal ending with ``remedy``."""
+def _check_shardable(model: nn.Module, remedy: str) -> tuple[Any, dict[int, ModuleMasks]]:
+    """The model's one mesh and the masks of its modules, after refusing what the copy would
+    not reproduce exactly, each refusal ending with ``remedy``."""
+    masks = read_masks(model)
     meshes: dict[Any, str] = {}  # each mesh and a parameter on it
     for module_name, module in model.named_modules():
-        if any(pruned_parts(module, n) for n in pruned_tensor_names(module)):
+        if masks[id(module)].reparametrized:
             raise ValueError(
                 f"Expected lean masks (masking='inplace') in a sharded model, but {module_name} "
                 "is reparametrized: FSDP2 needs masking='inplace'."
@@ -131,7 +131,7 @@ def _check_shardable(model: nn.Module, remedy: str) -> Any:
             f"Expected one device mesh for every parameter, but {list(meshes.values())} are on "
             f"different ones: {remedy}."
         )
-    return next(iter(meshes))
+    return next(iter(meshes)), masks
 
 
 def _children_first(model: nn.Module, prefix: str = "") -> list[tuple[str, nn.Module]]:
@@ -183,7 +183,9 @@ def unsharded_meta_copy(
         ...
         ValueError: Expected a model sharded with FSDP2 (`fully_shard`), but Linear is not one: ...
     """
-    return _meta_clone(model, check_gatherable(model), dtype, {}, keep_masks=keep_masks)
+    _check_root(model)
+    mesh, masks = _check_shardable(model, _GATHER_REMEDY)
+    return _meta_clone(model, masks, mesh, dtype, {}, keep_masks=keep_masks)
 
 
 def check_gatherable(model: nn.Module) -> Any:
@@ -201,7 +203,7 @@ def check_gatherable(model: nn.Module) -> Any:
         ValueError: Expected a model sharded with FSDP2 (`fully_shard`), but Linear is not one: ...
     """
     _check_root(model)
-    return _check_shardable(model, _GATHER_REMEDY)
+    return _check_shardable(model, _GATHER_REMEDY)[0]
 
 
 def _check_root(model: nn.Module) -> None:
@@ -216,6 +218,7 @@ def _check_root(model: nn.Module) -> None:
 
 def _meta_clone(
     model: nn.Module,
+    masks: dict[int, ModuleMasks],
     mesh: Any,
     dtype: torch.dtype | None,
     placements: dict[int, Any],
@@ -240,7 +243,8 @@ def _meta_clone(
         for hooks in hook_dicts(module):
             memo.update((id(hook), LEFT_OUT) for hook in hooks.values() if _is_dropped(hook))
     for module in reversed(list(model.modules())):  # children first: they are in the memo
-        memo[id(module)] = _module_copy(module, memo, keep_masks=keep_masks)
+        dropped = frozenset() if keep_masks else masks[id(module)].lean_keys
+        memo[id(module)] = _module_copy(module, memo, dropped)
     clone = memo[id(model)]
     assert isinstance(clone, nn.Module)  # for mypy: _module_copy makes modules
     for module in clone.modules():
@@ -260,15 +264,10 @@ def _is_dropped(hook: object) -> bool:
     return is_left_out(hook) or (isinstance(where, str) and where.startswith(_FSDP_PACKAGE))
 
 
-def _module_copy(module: nn.Module, memo: dict[int, Any], *, keep_masks: bool) -> nn.Module:
+def _module_copy(module: nn.Module, memo: dict[int, Any], dropped: frozenset[str]) -> nn.Module:
     """A copy of ``module`` (an ``FSDPModule``: of the class it wraps, without FSDP's state),
-    its tensors, children and hooks from ``memo``, without lean masks unless ``keep_masks``."""
+    its tensors, children and hooks from ``memo``, without the buffers ``dropped``."""
     cls = fsdp_wrapped_class(module) or type(module)
-    masks = (
-        set()
-        if keep_masks
-        else {n + MASK_SUFFIX for n in module._parameters if lean_mask(module, n) is not None}
-    )
     getstate: Callable[[], Any] | None = getattr(module, "__getstate__", None)
     state = dict(getstate() if getstate is not None else vars(module))  # a LightningModule's
     # leaves its trainer out
@@ -276,7 +275,7 @@ def _module_copy(module: nn.Module, memo: dict[int, Any], *, keep_masks: bool) -
     memo[id(module)] = clone  # a reference back to the module inside its state is the clone
     state = {k: v for k, v in state.items() if not k.startswith(_FSDP_STATE_KEY)}
     clone.__setstate__(copy.deepcopy(state, memo))  # type: ignore[no-untyped-call]
-    for name in masks:
+    for name in dropped:
         del clone._buffers[name]
         clone._non_persistent_buffers_set.discard(name)
     return clone
