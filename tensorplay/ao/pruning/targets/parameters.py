@@ -38,7 +38,7 @@ from tensorplay.ao.pruning.frames import user_stacklevel
 from tensorplay.ao.pruning.imports import import_object
 from tensorplay.ao.pruning.pair import Pair
 from tensorplay.ao.pruning.parity import methods as _methods
-from tensorplay.ao.pruning.parity.aliases import TiedParameter, alias_map, parameter_groups
+from tensorplay.ao.pruning.parity.aliases import TiedParameter, parameter_groups
 from tensorplay.ao.pruning.parity.base import BasePruningMethod
 from tensorplay.ao.pruning.parity.reparametrization import parameter_of
 
@@ -342,14 +342,15 @@ class _Match:
     param: nn.Parameter
 
 
-def _matches(model: nn.Module, selection: _Selection) -> list[_Match]:
+def _matches(model: nn.Module, groups: list[TiedParameter], selection: _Selection) -> list[_Match]:
     """Every matching ``(module, name)``, in module order, aliases of one parameter included."""
+    held = {(id(module), name): group.parameter for group in groups for module, name in group.pairs}
     found: list[_Match] = []
     for module_name, module in model.named_modules():
         if not selection.matches_type(module):
             continue
         for name in selection.names:
-            param = parameter_of(module, name)
+            param = held.get((id(module), name))
             fq_name = f"{module_name}.{name}" if module_name else name
             if param is not None and selection.matches_name(fq_name):
                 found.append(_Match(fq_name, module, param))
@@ -360,12 +361,14 @@ def _is_embedding(group: TiedParameter) -> bool:
     return any(isinstance(module, _EMBEDDINGS) for module, _ in group.pairs)
 
 
-def _kept_dense(model: nn.Module, matches: list[_Match], keep_dense: tuple[str, ...]) -> set[int]:
+def _kept_dense(
+    groups: list[TiedParameter], matches: list[_Match], keep_dense: tuple[str, ...]
+) -> set[int]:
     """Ids of the parameters ``keep_dense`` leaves out, each entry judged on all matches."""
     dropped: set[int] = set()
     if "embeddings" in keep_dense:
-        groups = alias_map(model)
-        dropped.update(id(m.param) for m in matches if _is_embedding(groups[m.fq_name]))
+        embedded = {id(group.parameter) for group in groups if _is_embedding(group)}
+        dropped.update(id(m.param) for m in matches if id(m.param) in embedded)
     modules = list({id(m.module): m.module for m in matches}.values())
     ends = {"first": modules[:1], "last": modules[-1:]}
     for entry, chosen in ends.items():
@@ -451,12 +454,14 @@ def select_parameters(
         ValueError: Expected the selection to match at least one parameter, but none matched module_types=['Linear', 'Bilinear', 'Conv1d', 'Conv2d', 'Conv3d', 'ConvTranspose1d', 'ConvTranspose2d', 'ConvTranspose3d', 'MultiheadAttention', 'Conv1D'], names=['weight', 'in_proj_weight', 'q_proj_weight', 'k_proj_weight', 'v_proj_weight'], include=None, exclude=None, keep_dense=['first', 'last'].
     """  # noqa: E501
     selection = _Selection.parse(module_types, names, include, exclude, keep_dense)
-    return _select(model, selection)
+    return _select(model, selection, parameter_groups(model))
 
 
-def _select(model: nn.Module, selection: _Selection) -> list[str]:
-    matches = _matches(model, selection)
-    dropped = _kept_dense(model, matches, selection.keep_dense)
+def _select(model: nn.Module, selection: _Selection, groups: list[TiedParameter]) -> list[str]:
+    """The names ``selection`` selects, ``groups`` being the model's parameters
+    (:func:`~tensorplay.ao.pruning.parity.aliases.parameter_groups`)."""
+    matches = _matches(model, groups, selection)
+    dropped = _kept_dense(groups, matches, selection.keep_dense)
     seen: set[int] = set(dropped)
     selected: list[_Match] = []
     for match in matches:
@@ -469,7 +474,7 @@ def _select(model: nn.Module, selection: _Selection) -> list[str]:
             f"{selection.describe()}."
         )
     _check_initialized(selected)
-    _warn_if_suspicious(model, selection, {id(m.param) for m in selected}, dropped)
+    _warn_if_suspicious(groups, selection, {id(m.param) for m in selected}, dropped)
     return [match.fq_name for match in selected]
 
 
@@ -485,13 +490,13 @@ class _LeftOut:
 
 
 def _warn_if_suspicious(
-    model: nn.Module, selection: _Selection, selected: set[int], dropped: set[int]
+    groups: list[TiedParameter], selection: _Selection, selected: set[int], dropped: set[int]
 ) -> None:
     """Warn when the selection misses the model's layers; see :func:`select_parameters`."""
     total = chosen = 0
     only_embeddings = True
     left_out: dict[str, _LeftOut] = {}
-    for group in parameter_groups(model):
+    for group in groups:
         param = group.parameter
         if (
             isinstance(param, nn.parameter.UninitializedParameter)
