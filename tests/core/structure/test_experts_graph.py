@@ -22,13 +22,16 @@ from tests.moe_models import (
 
 Build = Callable[..., nn.Module]
 
+# Channels: 2 layers x 8 experts x 16 routed channels, and Qwen2-MoE's 2 x 24 shared ones.
 MOE = [
     pytest.param(
-        tiny_qwen2_moe, {"channel": 48, "head": 4, "layer": 2, "expert": 16}, id="qwen2_moe"
+        tiny_qwen2_moe, {"channel": 304, "head": 4, "layer": 2, "expert": 16}, id="qwen2_moe"
     ),
-    pytest.param(tiny_qwen3_moe, {"head": 4, "layer": 2, "expert": 16}, id="qwen3_moe"),
-    pytest.param(tiny_mixtral, {"head": 4, "layer": 2, "expert": 16}, id="mixtral"),
-    pytest.param(tiny_olmoe, {"layer": 2, "expert": 16}, id="olmoe"),
+    pytest.param(
+        tiny_qwen3_moe, {"channel": 256, "head": 4, "layer": 2, "expert": 16}, id="qwen3_moe"
+    ),
+    pytest.param(tiny_mixtral, {"channel": 256, "head": 4, "layer": 2, "expert": 16}, id="mixtral"),
+    pytest.param(tiny_olmoe, {"channel": 256, "layer": 2, "expert": 16}, id="olmoe"),
 ]
 
 

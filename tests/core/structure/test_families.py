@@ -35,13 +35,9 @@ REFUSED = {
     ("bert", "layer"): r"post-norm",
     ("roberta", "layer"): r"post-norm",
     ("olmoe", "head"): r"'model.layers.0.self_attn.q_norm' normalises the queries of all heads",
-    ("qwen3_moe", "channel"): r"have none",
-    ("mixtral", "channel"): r"have none",
-    ("olmoe", "channel"): r"have none",
     **{(name, "expert"): r"have none" for name in FAMILY_MODELS if name not in MOE_MODELS},
 }
-"""The kinds a family refuses, and what the refusal says (a dense model has no experts; a
-mixture of experts without a shared expert has no FFN channels)."""
+"""The kinds a family refuses, and what the refusal says (a dense model has no experts)."""
 HEADS_PER_LAYER = {"gpt2", "bert", "roberta", "gpt_neox", "gpt_neox-sequential"}
 """Families whose config derives the head width from ``hidden_size // num_attention_heads``:
 fewer heads, even as many in every layer, load with ``load_shrunk``."""
@@ -212,7 +208,7 @@ def _cell(graph: DependencyGraph, model: nn.Module, kind: str) -> str:
     """``exact`` (and how a saved copy of equal widths loads), or ``refused: why``."""
     why = graph.refusal(kind)
     if why is not None and why.endswith("have none"):
-        return "none"  # a dense model's experts, a model without a shared expert's channels
+        return "none"  # a dense model's experts
     if why is not None:
         return f"refused: {why}"
     shrunk = copy.deepcopy(model)

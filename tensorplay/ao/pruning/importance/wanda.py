@@ -70,7 +70,8 @@ class Wanda(Importance):
 
         Raises:
             ValueError: A target held by no ``Linear``/``Conv1D``/``Conv1d``/``Conv2d`` as its
-                ``weight``, or by holders of different layouts.
+                ``weight`` (a fused 3-D expert tensor: the routed experts' channels of
+                ``structure="channel"`` too), or by holders of different layouts.
         """
         plans: list[tuple[Target, list[nn.Module]]] = []
         layouts: dict[str, FeatureLayout] = {}
@@ -80,6 +81,16 @@ class Wanda(Importance):
                 for (module, name), fq in zip(target.pairs, target.names, strict=True)
             ]
             known = [(module, layout) for module, layout in found if layout is not None]
+            if not known and target.parameter().dim() == 3:
+                raise ValueError(
+                    "Expected every target of importance='wanda' to be the weight of a Linear, "
+                    "Hugging Face Conv1D, Conv1d or Conv2d (Wanda scales by its input "
+                    f"features), but {target.name!r} {target.label} is a fused tensor of "
+                    "mixture-of-experts experts, whose inputs differ per expert: use "
+                    "importance='magnitude' or 'taylor' (with structure='channel', a routed "
+                    "expert's channels take part with their layer: exclude the layer to leave "
+                    "them out)."
+                )
             if not known:
                 raise ValueError(
                     "Expected every target of importance='wanda' to be the weight of a Linear, "

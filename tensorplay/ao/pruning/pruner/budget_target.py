@@ -75,8 +75,14 @@ def make_budget(
     total = model_params(model)
     budget = resolve_budget(config.target_params, total)
     aliases = {name: tied.names[0] for name, tied in alias_map(model).items()}
+    sizes = {name: tied.parameter.element_size() for name, tied in alias_map(model).items()}
     planner = BudgetPlanner(
-        space, shapes_of(model), aliases, config.min_density, layerwise=config.scope == "layerwise"
+        space,
+        shapes_of(model),
+        aliases,
+        config.min_density,
+        layerwise=config.scope == "layerwise",
+        element_sizes=sizes,
     )
     planner.check(budget, total)
     return BudgetTarget(budget, total, planner)

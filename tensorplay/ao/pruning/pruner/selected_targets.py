@@ -70,7 +70,8 @@ def _target_names(model: nn.Module, config: PrunerConfig) -> list[str]:
 
         with warnings.catch_warnings():
             kind = STRUCTURES.get(config.structure) if isinstance(config.structure, str) else None
-            if getattr(kind, "selects_blocks", False):
+            chooses = getattr(kind, "selects_blocks", None)
+            if chooses is not None and chooses(model):
                 # The selection chooses blocks (experts are no Linear weights): no warning
                 # that it leaves tensors out.
                 warnings.simplefilter("ignore", SelectionWarning)

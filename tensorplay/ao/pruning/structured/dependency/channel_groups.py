@@ -17,7 +17,7 @@ Example:
     ...     atoms.join(row, columns[2 * unit + 1])
     >>> [group] = unit_groups(atoms.classes(), {"fc1.weight": 0, "fc2.weight": 1})
     >>> group.size, group.slices[1]
-    (3, Slice(parameter='fc2.weight', dim=1, offset=0, width=2, scored=True))
+    (3, Slice(parameter='fc2.weight', dim=1, offset=0, width=2, scored=True, expert=None))
 """
 
 from __future__ import annotations

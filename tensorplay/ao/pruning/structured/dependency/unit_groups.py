@@ -4,7 +4,8 @@ A structured unit (an FFN channel, an attention head, a residual block) is not o
 the same index range in several tensors: an FFN neuron is a row of the gate and up projections
 and a column of the down projection. A :class:`UnitGroup` holds ``size`` units that share one
 layout: unit ``u`` spans, in each :class:`Slice`, the indices
-``offset + u * width ... offset + (u + 1) * width - 1`` along ``dim`` of one parameter. The
+``offset + u * width ... offset + (u + 1) * width - 1`` along ``dim`` of one parameter (of one
+expert of a fused expert tensor, where :attr:`Slice.expert` says which). The
 dependency analysis (:mod:`~tensorplay.ao.pruning.structured.dependency.graph`) finds the groups;
 masking, scoring, counting and shrinking read them through the pure functions of this module, so
 "what else goes if this unit goes" is answered once.
@@ -37,8 +38,10 @@ from tensorplay.ao.pruning.parity.aliases import alias_map
 __all__ = [
     "Slice",
     "UnitGroup",
+    "EXPERT_ALIGN_BYTES",
     "check_groups",
     "expand_keep",
+    "expert_width_step",
     "pruned_from_slices",
     "pruned_units",
     "shapes_of",
@@ -53,7 +56,10 @@ class Slice:
 
     Unit ``u`` spans the indices ``offset + u * width`` up to ``offset + (u + 1) * width - 1``
     along ``dim``; ``dim=None`` means the whole tensor belongs to the group's one unit (a
-    residual block's parameters, a group of ``size`` 1).
+    residual block's parameters, a group of ``size`` 1). Where ``expert`` is set, the slice lies
+    in that index along dim 0 alone: one expert's part of a mixture-of-experts layer's fused
+    tensor (``gate_up_proj`` of shape ``(num_experts, 2 * inter, hidden)``), whose channels
+    are indices along ``dim`` (1 or 2) within that expert.
 
     Args:
         parameter: The parameter's qualified name in the model (``"layers.0.mlp.up.weight"``).
@@ -63,10 +69,14 @@ class Slice:
             flattened into a Linear's inputs).
         scored: Whether the unit's score reads this slice (the weights of Linear, Conv and
             ``Conv1D`` layers); biases and norm entries go with the unit but are not scored.
+        expert: The index along dim 0 the slice lies in (one expert of a fused expert tensor),
+            or ``None``: every index.
 
     Example:
         >>> Slice("attn.q.weight", 0, offset=0, width=8).span(2)
         slice(16, 24, None)
+        >>> Slice("mlp.experts.down_proj", 2, expert=3).index(5, 3)
+        (3, slice(None, None, None), slice(5, 6, None))
     """
 
     parameter: str
@@ -74,13 +84,14 @@ class Slice:
     offset: int = 0
     width: int = 1
     scored: bool = True
+    expert: int | None = None
 
     def span(self, unit: int) -> slice:
         """The index range of ``unit`` along :attr:`dim`."""
         start = self.offset + unit * self.width
         return slice(start, start + self.width)
 
-    def index(self, unit: int, ndim: int) -> tuple[slice, ...]:
+    def index(self, unit: int, ndim: int) -> tuple[int | slice, ...]:
         """The full index of ``unit`` in a tensor of ``ndim`` dimensions.
 
         Example:
@@ -89,7 +100,22 @@ class Slice:
         """
         if self.dim is None:
             return (slice(None),) * ndim
+        if self.expert is not None:
+            return (self.expert, *(slice(None),) * (self.dim - 1), self.span(unit))
         return (slice(None),) * self.dim + (self.span(unit),)
+
+    def within(self, tensor: Tensor) -> tuple[Tensor, int | None]:
+        """The part of ``tensor`` the slice lies in (a view: one expert's, where
+        :attr:`expert` is set) and :attr:`dim` counted in that part.
+
+        Example:
+            >>> part, dim = Slice("w", 2, expert=1).within(torch.zeros(4, 3, 5))
+            >>> tuple(part.shape), dim
+            ((3, 5), 1)
+        """
+        if self.expert is None or self.dim is None:
+            return tensor, self.dim
+        return tensor.select(0, self.expert), self.dim - 1
 
 
 @dataclass(frozen=True)
@@ -155,6 +181,25 @@ class UnitGroup:
             ) from None
 
 
+EXPERT_ALIGN_BYTES = 16
+"""Bytes a fused expert tensor's width is a multiple of after shrinking: transformers' default
+experts kernel (``grouped_mm``) refuses rows that are not 16-byte aligned."""
+
+
+def expert_width_step(group: UnitGroup, element_sizes: Mapping[str, int]) -> int:
+    """The multiple of units a group of one expert's channels keeps after shrinking
+    (:data:`EXPERT_ALIGN_BYTES` over the fused tensors' bytes per element); 1 for any other
+    group.
+
+    Example:
+        >>> group = UnitGroup("e[0]", "channel", 16, (Slice("down", 2, expert=0),))
+        >>> expert_width_step(group, {"down": 4}), expert_width_step(group, {"down": 2})
+        (4, 8)
+    """
+    sizes = [element_sizes[p.parameter] for p in group.slices if p.expert is not None]
+    return max(1, EXPERT_ALIGN_BYTES // max(sizes)) if sizes else 1
+
+
 def shapes_of(model: nn.Module) -> dict[str, torch.Size]:
     """Every parameter's shape by qualified name (tied parameters under each name; a pruned
     tensor under its own name, ``"fc.weight"``, not its ``"fc.weight_orig"``).
@@ -213,6 +258,12 @@ def _check_slice(group: UnitGroup, piece: Slice, shapes: Mapping[str, torch.Size
             f"Expected dim {piece.dim} of {piece.parameter!r} (group {group.name!r}) to exist, "
             f"but the tensor has shape {tuple(shape)}."
         )
+    if piece.expert is not None and not (piece.dim > 0 and 0 <= piece.expert < shape[0]):
+        raise ValueError(
+            f"Expected group {group.name!r} to lie in one expert of {piece.parameter!r} (an "
+            f"index below {shape[0]} along dim 0, its units along another dim), but got expert "
+            f"{piece.expert} with units along dim {piece.dim}."
+        )
     end = piece.offset + group.size * piece.width
     if piece.offset < 0 or piece.width < 1 or end > shape[piece.dim]:
         raise ValueError(
@@ -232,8 +283,10 @@ def units_view(tensor: Tensor, piece: Slice, size: int) -> Tensor:
     """
     if piece.dim is None:
         return tensor.unsqueeze(0)
-    section = tensor.narrow(piece.dim, piece.offset, size * piece.width)
-    moved = section.movedim(piece.dim, 0)
+    part, dim = piece.within(tensor)
+    assert dim is not None  # a whole-tensor slice returned above
+    section = part.narrow(dim, piece.offset, size * piece.width)
+    moved = section.movedim(dim, 0)
     # Split the unit dimension into (unit, index within the unit), still a view of `tensor`.
     shape = (size, piece.width, *moved.shape[1:])
     return moved.as_strided(shape, (moved.stride(0) * piece.width, *moved.stride()))
@@ -350,8 +403,9 @@ def _kept_anywhere(mask: Tensor, piece: Slice, size: int) -> Tensor:
     kept = mask if mask.dtype == torch.bool else mask != 0
     if piece.dim is None:
         return kept.any().reshape(1).cpu()
+    kept, along = piece.within(kept)
     for dim in reversed(range(kept.dim())):
-        if dim != piece.dim:
+        if dim != along:
             kept = kept.any(dim=dim)
     return kept.narrow(0, piece.offset, size * piece.width).view(size, piece.width).any(1).cpu()
 

@@ -93,8 +93,8 @@ def find_consumers(model: nn.Module, groups: Iterable[UnitGroup]) -> list[Consum
 
     Raises:
         ValueError: A layer reading units that is neither an ``nn.Linear`` nor a Hugging Face
-            ``Conv1D`` (a convolution), naming it and the group: reconstruction re-solves
-            matrix products only.
+            ``Conv1D`` (a convolution, a routed expert's slice of a fused expert tensor), naming
+            it and the group: reconstruction re-solves matrix products only.
     """
     found: dict[str, list[tuple[UnitGroup, Slice]]] = {}
     layers: dict[str, tuple[str, bool, int]] = {}
@@ -102,6 +102,14 @@ def find_consumers(model: nn.Module, groups: Iterable[UnitGroup]) -> list[Consum
         for piece in group.slices:
             if piece.dim is None:
                 continue
+            if piece.expert is not None:
+                raise ValueError(
+                    f"Expected the layers that read the units of group {group.name!r} to be "
+                    f"nn.Linear or Hugging Face Conv1D layers for reconstruct=True, but they are "
+                    f"routed experts' slices of the fused {piece.parameter!r}: reconstruction "
+                    "re-solves Linear layers only; prune without reconstruct, or exclude the "
+                    "mixture-of-experts layers."
+                )
             module_name, attr = split_name(piece.parameter)
             module = model.get_submodule(module_name)
             if attr != "weight" or piece.dim != _input_dim(module):

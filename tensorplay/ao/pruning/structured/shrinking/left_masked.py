@@ -63,13 +63,14 @@ class LeftMasked:
     Args:
         kept: Per tensor name, its element keep-mask (``True``/nonzero: kept).
         held: The names of the tensors held under a mask.
-        removed: Per ``(tensor name, dim)`` the indices the shrink removes.
+        removed: Per ``(tensor name, dim)`` the indices the shrink removes; per ``(tensor name,
+            dim, expert)`` those it removes from one expert of a fused expert tensor.
         gone: The tensors removed whole (with their block).
     """
 
     kept: Mapping[str, Tensor]
     held: Collection[str]
-    removed: Mapping[tuple[str, int | None], Collection[int]]
+    removed: Mapping[tuple[str, int | None] | tuple[str, int | None, int], Collection[int]]
     gone: Collection[str] = ()
 
     def first_kept(self, group: UnitGroup) -> tuple[int, str] | None:
@@ -82,7 +83,12 @@ class LeftMasked:
             for piece in group.slices:
                 if piece.parameter in self.gone:
                     continue
-                cut = self.removed.get((piece.parameter, piece.dim), ())
+                if piece.expert is not None:
+                    if piece.expert in self.removed.get((piece.parameter, 0), ()):
+                        continue  # its expert goes whole
+                    cut = self.removed.get((piece.parameter, piece.dim, piece.expert), ())
+                else:
+                    cut = self.removed.get((piece.parameter, piece.dim), ())
                 span = range(1) if piece.dim is None else range(*_bounds(piece.span(unit)))
                 if any(index not in cut for index in span):
                     return int(unit), piece.parameter

@@ -2,7 +2,8 @@
 
 :func:`plan_cuts` turns keep flags per unit into the kept indices of every parameter (one
 parameter may lose units along several dimensions: a convolution's filters and its input
-channels) and checks that every module holding a parameter that shrinks can be resized; nothing
+channels; a fused expert tensor, each expert's own channels) and checks that every module holding
+a parameter that shrinks can be resized; nothing
 changes until :func:`apply_cuts`, which gives each parameter a new, smaller ``nn.Parameter`` under
 every name that reaches it (tied weights stay tied) and resizes the modules
 (:mod:`~tensorplay.ao.pruning.structured.shrinking.resize`). :func:`remove_blocks` takes whole
@@ -28,7 +29,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
@@ -50,11 +51,15 @@ class Cut:
         name: The parameter's canonical qualified name.
         pairs: Every ``(module, name)`` holding it.
         kept: Per dimension that loses units, the kept indices (increasing).
+        per_expert: Per dimension whose units are each expert's own (a fused expert tensor's
+            channels), the kept indices of each expert: one row per index along dim 0, every
+            row as long (the experts of one tensor keep one width), increasing.
     """
 
     name: str
     pairs: tuple[Pair, ...]
     kept: dict[int, Tensor]
+    per_expert: dict[int, Tensor] = field(default_factory=dict)
 
 
 def plan_cuts(model: nn.Module, keeps: Sequence[tuple[UnitGroup, Tensor]]) -> list[Cut]:
@@ -62,11 +67,12 @@ def plan_cuts(model: nn.Module, keeps: Sequence[tuple[UnitGroup, Tensor]]) -> li
 
     Raises:
         ValueError: A group of whole-tensor slices (layers are removed with
-            :func:`remove_blocks`), or a module holding a shrinking parameter that cannot be
-            resized, naming it.
+            :func:`remove_blocks`), experts of one fused tensor that would keep different
+            widths, or a module holding a shrinking parameter that cannot be resized, naming it.
     """
     aliases = alias_map(model)
     flags: dict[str, dict[int, Tensor]] = {}
+    experts: dict[str, dict[int, Tensor]] = {}  # per tensor and dim, one row of flags per expert
     for group, keep in keeps:
         dropped = ~keep.to(device="cpu", dtype=torch.bool)
         for piece in group.slices:
@@ -76,19 +82,48 @@ def plan_cuts(model: nn.Module, keeps: Sequence[tuple[UnitGroup, Tensor]]) -> li
                     f"spans all of {piece.parameter!r}: whole blocks are removed, not cut."
                 )
             tied = aliases[piece.parameter]
-            length = tied.parameter.shape[piece.dim]
-            along = flags.setdefault(tied.name, {}).setdefault(
-                piece.dim, torch.ones(length, dtype=torch.bool, device="cpu")
-            )
+            shape = tied.parameter.shape
+            if piece.expert is None:
+                along = flags.setdefault(tied.name, {}).setdefault(
+                    piece.dim, torch.ones(shape[piece.dim], dtype=torch.bool, device="cpu")
+                )
+            else:
+                along = experts.setdefault(tied.name, {}).setdefault(
+                    piece.dim,
+                    torch.ones(shape[0], shape[piece.dim], dtype=torch.bool, device="cpu"),
+                )[piece.expert]
             section = along.narrow(0, piece.offset, group.size * piece.width)
             section.view(group.size, piece.width)[dropped] = False
     cuts = []
-    for name, dims in flags.items():
+    for name in dict.fromkeys([*flags, *experts]):
+        dims = flags.get(name, {})
         kept = {dim: flag.nonzero().flatten() for dim, flag in dims.items() if not flag.all()}
-        if kept:
-            cuts.append(Cut(name, aliases[name].pairs, kept))
+        per_expert = {
+            dim: _per_expert(name, dim, rows)
+            for dim, rows in experts.get(name, {}).items()
+            if not rows.all()
+        }
+        if kept or per_expert:
+            cuts.append(Cut(name, aliases[name].pairs, kept, per_expert))
     _check_resizable(model, cuts)
     return cuts
+
+
+def _per_expert(name: str, dim: int, rows: Tensor) -> Tensor:
+    """The kept indices of each expert (a row of ``rows`` each), one width for all.
+
+    Raises:
+        ValueError: Experts that keep different widths, naming the tensor: one fused tensor
+            holds one width (:mod:`~tensorplay.ao.pruning.structured.shrinking.expert_widths`
+            evens them out first).
+    """
+    counts = rows.sum(dim=1)
+    if not bool((counts == counts[0]).all()):
+        raise ValueError(
+            f"Expected every expert of {name!r} to keep the same number of indices along dim "
+            f"{dim} (one fused tensor holds one width), but they keep {counts.tolist()}."
+        )
+    return rows.nonzero()[:, 1].view(rows.shape[0], int(counts[0]))
 
 
 def _check_resizable(model: nn.Module, cuts: Sequence[Cut]) -> None:
@@ -126,15 +161,34 @@ def apply_cuts(cuts: Sequence[Cut]) -> None:
                 "make the pruning permanent first."
             )
         data = old.detach()
+        # Each expert's own indices first: they count the experts as they were.
+        for dim, indices in sorted(cut.per_expert.items()):
+            data = _gather_per_expert(data, dim, indices.to(data.device))
         for dim, indices in sorted(cut.kept.items()):
             data = data.index_select(dim, indices.to(data.device))
         new = nn.Parameter(data, requires_grad=old.requires_grad)
         for holder, local in cut.pairs:
             holder._parameters[local] = new
             entry = kept_by_module.setdefault(id(holder), (holder, {}))
-            entry[1][local] = cut.kept
+            entry[1][local] = {**cut.per_expert, **cut.kept}
     for module, kept in kept_by_module.values():
         resize(module, kept)
+
+
+def _gather_per_expert(data: Tensor, dim: int, indices: Tensor) -> Tensor:
+    """``data`` keeping, along ``dim``, the indices of row ``e`` of ``indices`` in expert ``e``
+    (index ``e`` along dim 0).
+
+    Example:
+        >>> data = torch.arange(8).view(2, 4)  # 2 experts of 4
+        >>> _gather_per_expert(data, 1, torch.tensor([[0, 3], [1, 2]])).tolist()
+        [[0, 3], [5, 6]]
+    """
+    shape = [1] * data.dim()
+    shape[0], shape[dim] = indices.shape
+    size = list(data.shape)
+    size[dim] = indices.shape[1]
+    return data.gather(dim, indices.view(shape).expand(size))
 
 
 def remove_blocks(blocks: nn.ModuleList, dropped: Sequence[int]) -> None:

@@ -147,14 +147,18 @@ def _is_expert_holder(module: nn.Module) -> bool:
 
 
 def _expert_holder(module: nn.Module, kept: Kept) -> None:
-    """Experts removed along dim 0 of its parameters: ``num_experts`` follows."""
+    """Experts removed along dim 0 of its parameters (``num_experts`` follows), or channels of
+    each expert along another dim of a fused 3-D expert tensor (the family's ``sync`` sets the
+    width)."""
     for name, dims in kept.items():
-        if set(dims) != {0}:
+        parameter = module.get_parameter(name)
+        if set(dims) - {0} and parameter.dim() != 3:
             raise ValueError(
                 f"Expected the experts of {type(module).__name__} to lose whole experts (dim 0 "
-                f"of {name!r}), but dims {sorted(dims)} shrink."
+                f"of {name!r}) or channels of a fused 3-D expert tensor, but dims "
+                f"{sorted(dims)} of a {parameter.dim()}-D tensor shrink."
             )
-        vars(module)["num_experts"] = int(module.get_parameter(name).shape[0])
+        vars(module)["num_experts"] = int(parameter.shape[0])
 
 
 RESIZERS: tuple[tuple[Callable[[nn.Module], bool], Resizer], ...] = (

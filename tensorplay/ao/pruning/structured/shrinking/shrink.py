@@ -35,6 +35,11 @@ Which units are pruned:
   for an overlapping recorded one; a masked channel of a plain model that tracing without
   ``example_inputs`` could not follow), shrinking refuses before changing anything, naming it
   and what to pass (:mod:`~tensorplay.ao.pruning.structured.shrinking.left_masked`).
+* A routed expert's channels are cut from its slices of the fused expert tensors. One fused
+  tensor holds one width for all the experts of a layer: where they keep different numbers, each
+  keeps as many as the widest, some pruned channels staying as zeros (exact: they add nothing;
+  :mod:`~tensorplay.ao.pruning.structured.shrinking.expert_widths`), counted in
+  :attr:`~tensorplay.ao.pruning.structured.shrinking.shrink_report.ShrinkReport.padded_units`.
 * Experts (a masked expert is never routed to:
   :mod:`~tensorplay.ao.pruning.structured.units.routing`) are cut from the fused expert tensors and
   the router; the router's hook goes with them, and the config's ``num_experts``
@@ -106,6 +111,10 @@ from tensorplay.ao.pruning.structured.dependency.unit_groups import (
     check_groups,
     pruned_units,
     shapes_of,
+)
+from tensorplay.ao.pruning.structured.shrinking.expert_widths import (
+    even_expert_widths,
+    fold_expert_rows,
 )
 from tensorplay.ao.pruning.structured.shrinking.hf_config import check_config, update_config
 from tensorplay.ao.pruning.structured.shrinking.left_masked import (
@@ -202,7 +211,13 @@ def shrink(
         update = _apply(model, plan, aliases, chosen, found)
     record_shrink(pair for name in plan.tensors for pair in aliases[name].pairs)
     return ShrinkReport(
-        before, _count(model), plan.widths, plan.partial_units, update, plan.removed_layers
+        before,
+        _count(model),
+        plan.widths,
+        plan.partial_units,
+        update,
+        plan.removed_layers,
+        plan.padded_units,
     )
 
 
@@ -245,6 +260,7 @@ class _Plan:
     widths: tuple[GroupWidth, ...]
     partial_units: int
     removed_layers: tuple[str, ...]
+    padded_units: int = 0
 
     def kept_blocks(self, count: int) -> list[int]:
         return [index for index in range(count) if index not in self.dropped_blocks]
@@ -281,9 +297,14 @@ def _plan(model: nn.Module, groups: Sequence[UnitGroup], found: FoundBlocks | No
             pruned[0] = False  # attention cannot run without heads: one zero unit stays
         keeps.append((group, ~pruned))
         widths.append(GroupWidth(group.name, group.kind, group.size, int((~pruned).sum())))
+    sizes = {name: tied.parameter.element_size() for name, tied in alias_map(model).items()}
+    keeps, padded = even_expert_widths(keeps, sizes)  # one width for a fused tensor's experts
+    widths = fold_expert_rows(widths, keeps)
     cuts = plan_cuts(model, [(group, keep) for group, keep in keeps if not keep.all()])
     removed = tuple(found.block_names()[i] for i in dropped_blocks) if found else ()
-    return _Plan(cuts, dropped_blocks, dropped_names, tensors, tuple(widths), partial, removed)
+    return _Plan(
+        cuts, dropped_blocks, dropped_names, tensors, tuple(widths), partial, removed, padded
+    )
 
 
 def _fits(group: UnitGroup, shapes: Mapping[str, torch.Size]) -> bool:
@@ -311,11 +332,16 @@ def _refuse_left_masked(
     names += untraced_tensors(model, untraced)
     if not names:
         return
-    removed: dict[tuple[str, int | None], set[int]] = {}
+    removed: dict[tuple[str, int | None] | tuple[str, int | None, int], set[int]] = {}
     for cut in plan.cuts:
         for dim, kept in cut.kept.items():
             gone = set(range(aliases[cut.name].parameter.shape[dim])) - set(kept.tolist())
             removed.update({(alias, dim): gone for alias in aliases[cut.name].names})
+        for dim, rows in cut.per_expert.items():  # each expert's own channels
+            length = aliases[cut.name].parameter.shape[dim]
+            for expert, kept in enumerate(rows.tolist()):
+                gone = set(range(length)) - set(kept)
+                removed.update({(alias, dim, expert): gone for alias in aliases[cut.name].names})
     dropped = {name for name in aliases if name.startswith(tuple(plan.dropped_prefixes))}
     held = {
         name for name in names if any(mask_of(*pair) is not None for pair in aliases[name].pairs)

@@ -114,17 +114,18 @@ def _check_recorded(model: nn.Module, recorded: Sequence[UnitGroup]) -> None:
         ) from error
 
 
-_Index = tuple[str, int | None]
+_Index = tuple[str, int | None, int | None]
 
 
 def _indices(model: nn.Module, groups: Sequence[UnitGroup]) -> dict[_Index, set[int]]:
-    """Per (canonical tensor, dimension), the indices the groups' units span (a whole-tensor
-    slice: the dimension ``None``, index 0)."""
+    """Per (canonical tensor, dimension, expert), the indices the groups' units span (a
+    whole-tensor slice: the dimension ``None``, index 0; the expert ``None`` but in one
+    expert's part of a fused expert tensor)."""
     aliases = alias_map(model)
     taken: dict[_Index, set[int]] = {}
     for group in groups:
         for piece in group.slices:
-            key = (aliases[piece.parameter].name, piece.dim)
+            key = (aliases[piece.parameter].name, piece.dim, piece.expert)
             end = piece.offset + group.size * piece.width
             taken.setdefault(key, set()).update(
                 range(piece.offset, end) if piece.dim is not None else (0,)

@@ -75,6 +75,9 @@ class ShrinkReport:
             ``from_pretrained`` rebuilds it), ``"per_layer"`` (widths recorded per layer: load
             with :func:`~tensorplay.ao.pruning.load_shrunk`), ``"none"`` (no config).
         removed_layers: The names (before shrinking) of the layers removed, in model order.
+        padded_units: Pruned channels of routed experts kept, all zero, so that the experts of
+            one fused tensor keep one width, where the experts of a layer kept different
+            numbers (:mod:`~tensorplay.ao.pruning.structured.shrinking.expert_widths`).
     """
 
     parameters_before: int
@@ -83,6 +86,7 @@ class ShrinkReport:
     partial_units: int
     config: ConfigUpdate
     removed_layers: tuple[str, ...] = ()
+    padded_units: int = 0
 
     @property
     def removed(self) -> int:
@@ -103,6 +107,11 @@ class ShrinkReport:
             lines.append(f"layers removed: {', '.join(self.removed_layers)}")
         if self.partial_units:
             lines.append(f"units pruned in some of their slices only, kept: {self.partial_units}")
+        if self.padded_units:
+            lines.append(
+                "pruned expert channels kept as zeros (a layer's experts share one width): "
+                f"{self.padded_units}"
+            )
         if self.config != "none":
             lines.append(_CONFIG_LINES[self.config])
         return "\n".join(lines)

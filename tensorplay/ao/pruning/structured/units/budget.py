@@ -126,16 +126,20 @@ def unit_params(
         >>> shapes = {"a.weight": torch.Size([4, 3]), "b.weight": torch.Size([2, 4])}
         >>> unit_params(group, shapes, {})
         5
+        >>> experts = UnitGroup("e[1]", "channel", 4, (Slice("up", 1, expert=1),
+        ...                                            Slice("down", 2, expert=1)))
+        >>> unit_params(experts, {"up": torch.Size([2, 4, 3]), "down": torch.Size([2, 3, 4])}, {})
+        6
     """
-    seen: set[tuple[str, int | None, int]] = set()
+    seen: set[tuple[str, int | None, int, int | None]] = set()
     count = 0
     for piece in group.slices:
-        key = (aliases.get(piece.parameter, piece.parameter), piece.dim, piece.offset)
+        key = (aliases.get(piece.parameter, piece.parameter), piece.dim, piece.offset, piece.expert)
         if key in seen:
             continue
         seen.add(key)
         shape = shapes[piece.parameter]
-        numel = shape.numel()
+        numel = shape.numel() // (shape[0] if piece.expert is not None else 1)  # one expert's
         count += numel if piece.dim is None else numel // shape[piece.dim] * piece.width
     return count
 
@@ -200,12 +204,16 @@ def plan_layerwise(
     floors: Sequence[int],
     kept_scores: Sequence[Tensor],
     need: int,
+    steps: Sequence[int] | None = None,
 ) -> dict[str, int]:
     """The width every group of each kind keeps (``sizes``, ``params``, ``floors``: per kind,
     the units each group keeps now, one unit's parameters, the fewest it must keep;
     ``kept_scores``: per kind, ``groups x kept`` standardised scores): the widths whose
     removed parameters reach ``need`` by the least excess (within one unit per group of the
-    finest kind where any does), the most kept score among those.
+    finest kind where any does), the most kept score among those. ``steps``: per kind, the
+    multiple a kept width must be (or the whole ``size``): a routed expert's channels keep a
+    16-byte multiple (``expert_width_step`` of
+    :mod:`~tensorplay.ao.pruning.structured.dependency.unit_groups`); 1 by default.
 
     Example:
         >>> plan_layerwise(["channel", "head"], [4, 2], [10, 30], [1, 1],
@@ -220,7 +228,11 @@ def plan_layerwise(
     ]  # fmt: skip
     slack = min(count * size for count, size in zip(groups, params, strict=True))
     found: tuple[float, float, tuple[int, ...]] | None = None
-    ranges = [range(floor, size + 1) for floor, size in zip(floors, sizes, strict=True)]
+    steps = [1] * len(sizes) if steps is None else steps
+    ranges = [
+        [width for width in range(floor, size + 1) if width % step == 0 or width == size]
+        for floor, size, step in zip(floors, sizes, steps, strict=True)
+    ]
     for widths in itertools.product(*ranges):
         removed = sum(
             (size - width) * count * cost
@@ -233,8 +245,8 @@ def plan_layerwise(
         rank = (0.0 if excess < slack else float(excess), -kept, widths)
         if found is None or rank < found:
             found = rank
-    if found is None:
-        return dict(zip(kinds, floors, strict=True))
+    if found is None:  # the least each kind can keep
+        return dict(zip(kinds, [candidates[0] for candidates in ranges], strict=True))
     return dict(zip(kinds, found[2], strict=True))
 
 

@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from tensorplay.ao.pruning.parity.amount import min_kept
+from tensorplay.ao.pruning.structured.dependency.unit_groups import expert_width_step
 from tensorplay.ao.pruning.structured.units.budget import (
     budget_keys,
     check_reachable,
@@ -51,10 +52,16 @@ class BudgetPlanner:
         aliases: Each parameter name to one name of its parameter (tied ones count once).
         min_density: The least fraction of each group kept.
         layerwise: Every group of a kind keeps the same width.
+        element_sizes: Bytes per element of each parameter by name: a routed expert's
+            channels keep a multiple of 16 bytes of its fused tensors
+            (:func:`~tensorplay.ao.pruning.structured.dependency.unit_groups.expert_width_step`,
+            what shrinking keeps); none given: any width.
 
     Raises:
-        ValueError: A group whose units differ in size, or (``layerwise``) groups of one kind
-            of different widths or unit sizes, naming them.
+        ValueError: A group whose units differ in size, (``layerwise``) groups of one kind
+            of different widths or unit sizes, naming them, or routed experts' channels
+            without ``layerwise``: the experts of a layer share one width, so the narrower
+            ones would keep pruned channels and the shrunk model would miss the budget.
     """
 
     def __init__(
@@ -65,10 +72,28 @@ class BudgetPlanner:
         min_density: float,
         *,
         layerwise: bool,
+        element_sizes: Mapping[str, int] | None = None,
     ) -> None:
         self._ranked = space.ranked
+        steps = [
+            max(expert_width_step(group, element_sizes or {}) for group in ranked.groups)
+            if element_sizes is not None
+            else 1
+            for ranked in self._ranked
+        ]
+        experts = [ranked.name for ranked in self._ranked if _budget_kind(ranked) == _EXPERTS]
+        if experts and not layerwise:
+            raise ValueError(
+                f"Expected scope='layerwise' with `target_params` for the channels of routed "
+                f"experts ({experts[0]!r}...), but got scope='global': the experts of a layer "
+                "share one width, so those that keep fewer channels would keep pruned ones and "
+                "the shrunk model would miss the budget."
+            )
         self.params = [_ranked_params(ranked, shapes, aliases) for ranked in self._ranked]
-        self.kinds = [ranked.groups[0].kind for ranked in self._ranked]
+        self.kinds = [_budget_kind(ranked) for ranked in self._ranked]
+        self._steps = dict.fromkeys(self.kinds, 1)
+        for kind, step in zip(self.kinds, steps, strict=True):
+            self._steps[kind] = max(self._steps[kind], step)
         self.floors = [
             max(1, ranked.min_kept, min_kept(ranked.size, min_density)) for ranked in self._ranked
         ]
@@ -93,7 +118,7 @@ class BudgetPlanner:
         )
         if self.layerwise:
             removable = sum(
-                (ranked.size - max(self._kind_floor(ranked.groups[0].kind))) * cost
+                (ranked.size - self._layer_floor(ranked)) * cost
                 for ranked, cost in zip(self._ranked, self.params, strict=True)
             )
         floors = "every group keeps at least one unit and `min_density` of its units"
@@ -101,6 +126,13 @@ class BudgetPlanner:
 
     def _kind_floor(self, kind: str) -> list[int]:
         return [floor for floor, k in zip(self.floors, self.kinds, strict=True) if k == kind]
+
+    def _layer_floor(self, ranked: Ranked) -> int:
+        """The fewest units every group of ``ranked``'s kind keeps with ``scope="layerwise"``
+        (a multiple of its step, or its whole width)."""
+        kind = _budget_kind(ranked)
+        step = self._steps[kind]
+        return min(-(-max(self._kind_floor(kind)) // step) * step, ranked.size)
 
     def prune(self, space: StructuredSpace, need: int) -> int:
         """Prune units of ``space`` until their parameters reach ``need`` more (see the
@@ -133,8 +165,20 @@ class BudgetPlanner:
             [max(self.floors[i] for i in row) for row in rows],
             [torch.stack([keys[i] for i in row]) for row in rows],
             need,
+            [self._steps[kind] for kind in kinds],
         )
         return [width - chosen[kind] for width, kind in zip(widths, self.kinds, strict=True)]
+
+
+_EXPERTS = "expert channel"
+"""The kind a budget counts a routed expert's channels as: their width is the experts', apart
+from a shared expert's channels (Qwen2-MoE), and their scores are standardised among them."""
+
+
+def _budget_kind(ranked: Ranked) -> str:
+    """``ranked``'s kind, :data:`_EXPERTS` for a routed expert's channels."""
+    group = ranked.groups[0]
+    return _EXPERTS if any(piece.expert is not None for piece in group.slices) else group.kind
 
 
 def _ranked_params(

@@ -74,8 +74,12 @@ class ExpertStructure(UnitStructure):
     row_label: ClassVar[str] = "expert group"
     one_shot_scope: ClassVar[str] = "layerwise"
     one_shot_importance: ClassVar[str] = "reap"
-    selects_blocks: ClassVar[bool] = True
-    """The selection chooses MoE layers by their blocks' tensors (no selection warning)."""
+
+    @classmethod
+    def selects_blocks(cls, model: nn.Module) -> bool:
+        """True: the selection chooses MoE layers by their blocks' tensors (no selection
+        warning)."""
+        return True
 
     def __init__(
         self,

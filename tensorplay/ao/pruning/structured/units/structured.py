@@ -13,7 +13,10 @@ The pruner masks every tensor a unit spans (weights, biases, norm entries, the c
 columns), so :func:`~tensorplay.ao.pruning.structured.shrinking.shrink.shrink` removes exactly the
 pruned units afterwards. The selection (``parameters``, ``module_types``, ``include``, ``exclude``,
 ``keep_dense``) chooses the groups: a group takes part when the tensors its units are scored by (the
-weights of its Linear, Conv and ``Conv1D`` layers) are all selected. The importance observes and
+weights of its Linear, Conv and ``Conv1D`` layers) are all selected; a routed expert's channels
+(a mixture-of-experts layer's fused expert tensors, which hold no Linear weights) take part when
+the selection holds some tensor of their layer outside the shared expert (by default its
+attention's weights), as experts do. The importance observes and
 scores those tensors only (:mod:`~tensorplay.ao.pruning.structured.units.unit_space` turns their
 element scores into one per unit). A selected tensor that no group taking part spans stays dense,
 and is named when the structure is built, in a warning and under the report's table
@@ -22,7 +25,7 @@ and is named when the structure is built, in a warning and under the report's ta
 Under FSDP2 (``fully_shard``, ``masking="inplace"``) the units are the same: each rank sums per
 unit what it holds of the slices and one ``all_reduce`` per pruning step gives every rank every
 unit's score (:mod:`~tensorplay.ao.pruning.structured.units.sharded_units`); each rank writes the
-rows it holds of every mask. Experts are refused there (``structure="expert"``: prune them on one
+rows it holds of every mask. Experts and their channels are refused there (prune them on one
 device or under DDP).
 
 Example:
@@ -51,6 +54,8 @@ from tensorplay.ao.pruning.masking.stats import TensorSparsity
 from tensorplay.ao.pruning.parity.aliases import alias_map
 from tensorplay.ao.pruning.parity.base import BasePruningMethod
 from tensorplay.ao.pruning.parity.methods import L1Unstructured, RandomUnstructured
+from tensorplay.ao.pruning.selection.sharding import first_sharded
+from tensorplay.ao.pruning.structured.dependency.blocks import find_blocks
 from tensorplay.ao.pruning.structured.dependency.graph import DependencyGraph
 from tensorplay.ao.pruning.structured.dependency.recorded import record_groups
 from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup, shapes_of
@@ -129,6 +134,12 @@ class UnitStructure:
         self._multiple = multiple_of
         self.uncovered.warn()  # once built: a refusal above comes first
         record_groups(model, groups)  # what shrink() removes, never re-derived
+
+    @classmethod
+    def selects_blocks(cls, model: nn.Module) -> bool:
+        """Whether the selection chooses some of ``model``'s units by their blocks' tensors,
+        not their own (no selection warning then for the tensors it leaves out): not here."""
+        return False
 
     def _selected_groups(
         self, graph: DependencyGraph, model: nn.Module, selected: Sequence[Target]
@@ -234,6 +245,39 @@ class ChannelStructure(UnitStructure):
     name: ClassVar[str] = "channel"
     row_label: ClassVar[str] = "channel group"
 
+    @classmethod
+    def selects_blocks(cls, model: nn.Module) -> bool:
+        """Whether ``model`` has routed experts, whose channels its layers choose."""
+        try:
+            found = find_blocks(model)
+        except ValueError:  # no analysable model: the structure says why when it is built
+            return False
+        if found is None:
+            return False
+        first = found.family.units(found.block_names()[0], found.blocks[0])
+        return bool(first.expert_channels)
+
+    def _selected_groups(
+        self, graph: DependencyGraph, model: nn.Module, selected: Sequence[Target]
+    ) -> list[UnitGroup]:
+        """The channel groups the selection holds (see the module); a routed expert's, only
+        on whole tensors.
+
+        Raises:
+            ValueError: A routed expert's channels in an FSDP2 model, naming the tensor.
+        """
+        groups = _selected_groups(self.name, graph, model, selected)
+        name = first_sharded(model)
+        expert = next((g for g in groups if any(p.expert is not None for p in g.slices)), None)
+        if name is not None and expert is not None:
+            raise ValueError(
+                f"Expected plain tensors for the channels of the routed experts "
+                f"({expert.name!r}), but {name!r} is a DTensor (FSDP2): a fused expert tensor's "
+                "channels are not pruned across shards. Prune them on one device or under DDP "
+                "(shrink, then shard), or leave the mixture-of-experts layers out (`exclude`)."
+            )
+        return groups
+
 
 class HeadStructure(UnitStructure):
     """``structure="head"``: see the module."""
@@ -262,7 +306,12 @@ def _selected_groups(
             "joined to its inputs are never pruned."
         )
     chosen = {name for target in selected for name in target.names}
-    found = [group for group in groups if set(group.scored_parameters()) <= chosen]
+    by_layer = _expert_layers(graph, chosen)
+    found = [
+        group
+        for group in groups
+        if set(group.scored_parameters()) <= chosen or group.name.partition("[")[0] in by_layer
+    ]
     if not found:
         first = groups[0]
         missing = [name for name in first.scored_parameters() if name not in chosen]
@@ -272,6 +321,26 @@ def _selected_groups(
             f"{missing}; widen `parameters`, `include` or `exclude`."
         )
     return found
+
+
+def _expert_layers(graph: DependencyGraph, chosen: set[str]) -> set[str]:
+    """The fused experts modules (``"model.layers.0.mlp.experts"``) whose channels take part
+    by their layer: those of a layer the selection holds a tensor of, outside the shared
+    expert (the fused tensors are no Linear weights, so the default selection holds none)."""
+    found = graph.blocks
+    if found is None:
+        return set()
+    taken: set[str] = set()
+    for name, block in zip(found.block_names(), found.blocks, strict=True):
+        channels = found.family.units(name, block).expert_channels
+        inside = [
+            tensor
+            for tensor in chosen
+            if tensor.startswith(f"{name}.") and ".shared_expert" not in tensor
+        ]
+        if channels and inside:
+            taken.update(group.name.partition("[")[0] for group in channels)
+    return taken
 
 
 def _check_multiple(kind: str, groups: Sequence[UnitGroup], multiple_of: int) -> None:

@@ -91,6 +91,9 @@ class BlockUnits:
         routing: How that block's router routes (with ``expert``).
         head_refusal: Why no head can be removed exactly though ``head`` lays them out (a norm
             spanning all heads), naming the submodule in the way; ``None`` where they can.
+        expert_channels: The FFN channels of each routed expert of a mixture-of-experts block,
+            one ``"channel"`` group per expert (its slices of the fused expert tensors), in
+            expert order; empty elsewhere.
 
     Example:
         >>> from tensorplay.ao.pruning.structured.dependency.unit_groups import Slice
@@ -105,9 +108,11 @@ class BlockUnits:
     expert: UnitGroup | None = None
     routing: Routing | None = None
     head_refusal: str | None = None
+    expert_channels: tuple[UnitGroup, ...] = ()
 
     def groups(self) -> tuple[UnitGroup, ...]:
-        """The block's unit groups, those it has (channel, head, expert).
+        """The block's unit groups, those it has (channel, the experts' channels, head,
+        expert).
 
         Example:
             >>> from tensorplay.ao.pruning.structured.dependency.unit_groups import Slice
@@ -115,7 +120,8 @@ class BlockUnits:
             >>> [group.kind for group in BlockUnits(fc, None, ()).groups()]
             ['channel']
         """
-        return tuple(group for group in (self.channel, self.head, self.expert) if group)
+        found = (self.channel, *self.expert_channels, self.head, self.expert)
+        return tuple(group for group in found if group)
 
 
 class Family(Protocol):
@@ -150,7 +156,8 @@ class Family(Protocol):
         """The block's widths under the family's config keys (``intermediate_size``...)."""
 
     def unit_counts(self, widths: Mapping[str, int]) -> dict[str, int]:
-        """The units per kind (``"channel"``, ``"head"``) that ``widths`` means."""
+        """The units per kind (``"channel"``, ``"head"``) that ``widths`` means; under
+        ``"expert_channel"``, those of each group of :attr:`BlockUnits.expert_channels`."""
 
 
 def join(prefix: str, *names: str) -> str:

@@ -16,8 +16,14 @@ The units:
   :attr:`~tensorplay.ao.pruning.structured.dependency.unit_groups.UnitGroup.min_kept` is the
   router's ``top_k`` (a layer needs that many experts to route a token); the shared expert is never
   an expert unit;
-* ``"channel"``: the shared expert's FFN channels (Qwen2-MoE; the other three have none), its
-  gate ``shared_expert_gate`` stays whole;
+* ``"channel"``: the FFN channels of each routed expert, one group per expert, named
+  ``"<mlp>.experts[e]"`` (:attr:`BlockUnits.expert_channels
+  <tensorplay.ao.pruning.structured.dependency.families.family.BlockUnits>`): channel ``c`` of
+  expert ``e`` is row ``c`` (gate) and row ``inter + c`` (up) of ``gate_up_proj[e]`` with column
+  ``c`` of ``down_proj[e]`` (and the same entries of ``gate_up_proj_bias[e]``); and, on
+  Qwen2-MoE, the shared expert's FFN channels (its gate ``shared_expert_gate`` stays whole). A
+  fused tensor holds one width for all the experts of a layer: the config's
+  ``moe_intermediate_size`` (Qwen2-MoE, Qwen3-MoE) or ``intermediate_size`` (Mixtral, OLMoE);
 * ``"head"``: key/value groups with their query heads as for Llama (Qwen3-MoE's per-head
   ``q_norm``/``k_norm`` stay whole); OLMoE normalises queries and keys over all heads at once,
   which mixes the heads, so it has no head units.
@@ -42,8 +48,14 @@ Example:
     [('model.layers.0.mlp.experts.gate_up_proj', 0, True),
      ('model.layers.0.mlp.experts.down_proj', 0, True),
      ('model.layers.0.mlp.gate.weight', 0, False)]
+    >>> second = units.expert_channels[1]  # expert 1's 8 channels
+    >>> second.name, second.size
+    ('model.layers.0.mlp.experts[1]', 8)
+    >>> [(s.parameter.rpartition(".")[2], s.dim, s.offset, s.expert) for s in second.slices]
+    [('gate_up_proj', 1, 0, 1), ('gate_up_proj', 1, 8, 1), ('down_proj', 2, 0, 1)]
     >>> MOE.widths(block)
-    {'num_attention_heads': 4, 'num_key_value_heads': 2, 'head_dim': 4, 'num_experts': 4}
+    {'num_attention_heads': 4, 'num_key_value_heads': 2, 'head_dim': 4, 'num_experts': 4,
+     'intermediate_size': 8}
 """
 
 from __future__ import annotations
@@ -119,8 +131,8 @@ class MoeFamily:
         )
 
     def units(self, prefix: str, block: nn.Module) -> BlockUnits:
-        """The block's experts, its shared expert's channels and its heads (``None`` where it
-        has none: see the module docstring).
+        """The block's experts, their channels, its shared expert's channels and its heads
+        (``None`` where it has none: see the module docstring).
 
         Raises:
             UnanalysableError: Expert tensors or a router whose expert counts disagree.
@@ -145,6 +157,7 @@ class MoeFamily:
         return BlockUnits(
             channel, head, _SHARED, expert=expert, routing=routing,
             head_refusal=norm_over_heads(name, attention),
+            expert_channels=_expert_channels(mlp, block, expert.size),
         )  # fmt: skip
 
     def layer_refusal(self, block: nn.Module) -> str | None:
@@ -152,17 +165,21 @@ class MoeFamily:
         return None
 
     def sync(self, block: nn.Module) -> None:
-        """Head counts on the attention module, expert counts on the router and experts."""
+        """Head counts on the attention module, expert counts on the router and experts, the
+        experts' width (``intermediate_dim``) on the experts."""
         attention = submodule(block, "self_attn")
         if not _norms_all_heads(attention):
             sync_head_counts("self_attn", attention)
         count = _expert_count(block)
         for path in ("mlp.gate", "mlp.experts"):
             set_present(submodule(block, path), {"num_experts": count})
+        set_present(submodule(block, "mlp.experts"), {"intermediate_dim": _expert_width(block)})
 
     def widths(self, block: nn.Module) -> dict[str, int]:
         """The head counts and ``head_dim``, ``shared_expert_intermediate_size`` (Qwen2-MoE),
-        ``num_experts``."""
+        ``num_experts``, the experts' width under the config's key for it
+        (``moe_intermediate_size``; ``intermediate_size`` where the config has no such key:
+        Mixtral, OLMoE)."""
         widths: dict[str, int] = {}
         attention = submodule(block, "self_attn")
         if not _norms_all_heads(attention):
@@ -176,16 +193,21 @@ class MoeFamily:
         if shared is not None:
             widths["shared_expert_intermediate_size"] = out_in(shared)[0]
         widths["num_experts"] = _expert_count(block)
+        widths[_width_key(attention)] = _expert_width(block)
         return widths
 
     def unit_counts(self, widths: Mapping[str, int]) -> dict[str, int]:
-        """Experts: ``num_experts``; channels: ``shared_expert_intermediate_size``; heads:
-        ``num_key_value_heads`` (those the widths hold)."""
+        """Experts: ``num_experts``; channels: ``shared_expert_intermediate_size``; each
+        expert's channels: the experts' width; heads: ``num_key_value_heads`` (those the widths
+        hold)."""
         keys = {
             "expert": "num_experts",
             "channel": "shared_expert_intermediate_size",
+            "expert_channel": "moe_intermediate_size",
             "head": "num_key_value_heads",
         }
+        if "moe_intermediate_size" not in widths:  # Mixtral's and OLMoE's key for it
+            keys["expert_channel"] = "intermediate_size"
         return {kind: widths[key] for kind, key in keys.items() if key in widths}
 
 
@@ -206,6 +228,59 @@ def _expert_count(block: nn.Module) -> int:
     weight = weight_of(submodule(block, "mlp.gate"))
     assert weight is not None  # matched
     return int(weight.shape[0])
+
+
+def _expert_width(block: nn.Module) -> int:
+    """The experts' FFN width: the last dim of ``down_proj`` ``(num_experts, hidden, inter)``."""
+    weight = weight_of(submodule(block, "mlp.experts"), "down_proj")
+    assert weight is not None  # matched
+    return int(weight.shape[-1])
+
+
+def _width_key(attention: nn.Module) -> str:
+    """The config key of the experts' width: ``moe_intermediate_size`` where the model's config
+    has it (Qwen2-MoE and Qwen3-MoE, whose ``intermediate_size`` is a dense FFN's), else
+    ``intermediate_size`` (Mixtral, OLMoE). The attention module holds the config."""
+    config = getattr(attention, "config", None)
+    return "intermediate_size" if config is not None and not hasattr(
+        config, "moe_intermediate_size"
+    ) else "moe_intermediate_size"  # fmt: skip
+
+
+def _expert_channels(mlp: str, block: nn.Module, count: int) -> tuple[UnitGroup, ...]:
+    """One channel group per routed expert: its rows of the gate and up sections of
+    ``gate_up_proj`` (``chunk(2)``: gate first), its columns of ``down_proj``, its entries of
+    ``gate_up_proj_bias``.
+
+    Raises:
+        UnanalysableError: ``gate_up_proj`` not twice as wide as ``down_proj``.
+    """
+    experts = submodule(block, "mlp.experts")
+    gate_up, down = (weight_of(experts, key) for key in _FUSED)
+    assert gate_up is not None and down is not None  # matched
+    width = int(down.shape[-1])
+    if gate_up.shape[1] != 2 * width or gate_up.shape[2] != down.shape[1]:
+        raise UnanalysableError(
+            f"Expected {mlp}.experts.gate_up_proj to hold the gate and up projections of the "
+            f"{width} channels of {mlp}.experts.down_proj (shape (num_experts, {2 * width}, "
+            f"{down.shape[1]})), but it has shape {tuple(gate_up.shape)}."
+        )
+    name = f"{mlp}.experts"
+    bias = weight_of(experts, "gate_up_proj_bias") is not None
+    groups = []
+    for expert in range(count):
+        slices = [
+            Slice(f"{name}.gate_up_proj", 1, 0, expert=expert),
+            Slice(f"{name}.gate_up_proj", 1, width, expert=expert),
+            Slice(f"{name}.down_proj", 2, expert=expert),
+        ]
+        if bias:
+            slices += [
+                Slice(f"{name}.gate_up_proj_bias", 1, offset, scored=False, expert=expert)
+                for offset in (0, width)
+            ]
+        groups.append(UnitGroup(f"{name}[{expert}]", "channel", width, tuple(slices)))
+    return tuple(groups)
 
 
 def _experts(mlp: str, block: nn.Module) -> tuple[UnitGroup, Routing]:

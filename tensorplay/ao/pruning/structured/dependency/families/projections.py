@@ -126,7 +126,7 @@ def output_slices(name: str, module: nn.Module, width: int) -> tuple[Slice, ...]
 
     Example:
         >>> output_slices("fc", nn.Linear(4, 2), 1)
-        (Slice(parameter='fc.weight', dim=1, offset=0, width=1, scored=True),)
+        (Slice(parameter='fc.weight', dim=1, offset=0, width=1, scored=True, expert=None),)
     """
     return (Slice(join(name, "weight"), 0 if _is_in_out(module) else 1, 0, width),)
 
