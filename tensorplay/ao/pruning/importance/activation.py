@@ -22,13 +22,14 @@ mean over the samples of the L2 norm over the positions (and over the unit's ent
 .. math::
 
     F_u = \sum_{c \in C(u)} \frac{1}{N_c} \sum_{n=1}^{N_c}
-          \sqrt{\sum_{p} \sum_{i \in u} a^{(c)}_{n,p,i}\,{}^2}
+          \sqrt{\sum_{p} \sum_{i \in u} \left(a^{c}_{n,p,i}\right)^{2}}
 
 where :math:`C(u)` are the unit's consumers (one in every Hugging Face family: the down or
-output projection). A sample is an entry along the first dimension of the consumer's input and
-the positions are the dimensions between it and the features: ``(batch, sequence, features)``
-for a transformer, ``(batch, features)`` one position per sample, ``(batch, channels, *spatial)``
-for a convolution (an unbatched input is one sample). A model that flattens its tokens into one
+output projection) and :math:`N_c` the samples consumer :math:`c` saw. A sample is an entry
+along the first dimension of the consumer's input and the positions are the dimensions between
+it and the features: ``(batch, sequence, features)`` for a transformer, ``(batch, features)``
+one position per sample, ``(batch, channels, *spatial)`` for a convolution (an unbatched input
+is one sample). A model that flattens its tokens into one
 dimension before the layer (Qwen2-MoE's shared expert) gives one sample per token there. Every
 position counts, padding included: calibrate on unpadded or packed sequences.
 
