@@ -247,8 +247,8 @@ def test_bfloat16_accumulators_take_two_bytes_per_parameter():
 def test_an_unknown_importance_names_the_choices():
     with pytest.raises(
         ValueError,
-        match=r"`importance` to be one of \('magnitude', 'movement', 'taylor', 'wanda', 'reap', "
-        r"'frequency'\), but got 'l3'",
+        match=r"`importance` to be one of \('magnitude', 'movement', 'taylor', 'wanda', "
+        r"'activation', 'reap', 'frequency'\), but got 'l3'",
     ):
         PrunerConfig(OneShotSchedule(0.5), importance="l3")
 

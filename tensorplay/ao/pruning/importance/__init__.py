@@ -7,6 +7,10 @@
   ``sum_t |w_t * g_t|``, reset after each pruning step;
 * :mod:`~tensorplay.ao.pruning.importance.wanda`: ``"wanda"`` (Sun et al. 2023),
   ``|W| * ||X_j||_2`` from forward hooks, reset after each pruning step;
+* :mod:`~tensorplay.ao.pruning.importance.activation`: ``"activation"`` (Muralidharan et al.
+  2024, Minitron), the mean over the samples of the L2 norm of the activation each channel or
+  head produces, from forward hooks on the layers that read them (``structure="channel"`` or
+  ``"head"`` only), reset after each pruning step;
 * :mod:`~tensorplay.ao.pruning.importance.expert_routing`: ``"reap"`` (Lasby et al. 2025), the
   router-weighted mean norm of an expert's output, and ``"frequency"``, the share of tokens
   routed to it, from forward hooks on the experts (``structure="expert"`` only);

@@ -52,7 +52,7 @@ from torch.utils.hooks import RemovableHandle
 from tensorplay.ao.pruning.calibration.finite import check_read
 from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.edits.spent import ShrinkWatch
-from tensorplay.ao.pruning.importance.score import Importance
+from tensorplay.ao.pruning.importance.score import Importance, UnitLayout
 from tensorplay.ao.pruning.targets.tied import Target
 
 __all__ = ["Frequency", "Reap", "expert_output"]
@@ -94,13 +94,14 @@ class _ExpertObserver(Importance):
         self._sums: dict[str, Tensor] = {}
         self._handles: list[RemovableHandle] = []
 
-    def bind(self, targets: Sequence[Target]) -> None:
+    def bind(self, targets: Sequence[Target], units: Sequence[UnitLayout] = ()) -> None:
         """Hook each experts module holding a target (all checked first).
 
         Raises:
             ValueError: A target that is not the ``gate_up_proj`` or ``down_proj`` of a fused
                 experts module (3-D, experts along dim 0, with an ``act_fn``).
         """
+        del units  # element scores: the structure reduces them per unit
         found: dict[str, tuple[nn.Module, list[tuple[nn.Module, str]]]] = {}
         for target in targets:
             module, local = target.pairs[0]

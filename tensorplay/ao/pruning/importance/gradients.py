@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from tensorplay.ao.pruning.importance.score import Importance
+from tensorplay.ao.pruning.importance.score import Importance, UnitLayout
 from tensorplay.ao.pruning.selection.sharding import local_part
 from tensorplay.ao.pruning.selection.shards import sum_over_ranks
 from tensorplay.ao.pruning.targets.tied import Target
@@ -59,8 +59,9 @@ class GradientScore(Importance):
         """The scores the method ranks, from the accumulated ``total`` (lowest pruned first)."""
         return total
 
-    def bind(self, targets: Sequence[Target]) -> None:
+    def bind(self, targets: Sequence[Target], units: Sequence[UnitLayout] = ()) -> None:
         """Every target starts at zero steps."""
+        del units  # element scores: the structure reduces them per unit
         self._steps = {target.name: self._steps.get(target.name, 0) for target in targets}
 
     def accumulate(self, targets: Sequence[Target]) -> int:

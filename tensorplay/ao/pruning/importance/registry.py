@@ -6,7 +6,7 @@ configuration, the pruner, the callbacks and YAML then accept its name.
 
 Example:
     >>> sorted(IMPORTANCES)
-    ['frequency', 'magnitude', 'movement', 'reap', 'taylor', 'wanda']
+    ['activation', 'frequency', 'magnitude', 'movement', 'reap', 'taylor', 'wanda']
     >>> make_importance("taylor", "bfloat16").dtype
     torch.bfloat16
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from tensorplay.ao.pruning.importance.activation import Activation
 from tensorplay.ao.pruning.importance.expert_routing import Frequency, Reap
 from tensorplay.ao.pruning.importance.magnitude import Magnitude
 from tensorplay.ao.pruning.importance.movement import Movement
@@ -29,6 +30,7 @@ IMPORTANCES: dict[str, type[Importance]] = {
     Movement.name: Movement,
     Taylor.name: Taylor,
     Wanda.name: Wanda,
+    Activation.name: Activation,
     Reap.name: Reap,
     Frequency.name: Frequency,
 }

@@ -4,13 +4,20 @@ The pruner asks its importance four things, always with its targets
 (:class:`~tensorplay.ao.pruning.targets.tied.Target`, each parameter once):
 
 * :meth:`Importance.bind` once, when the pruner is made: check the targets and install what
-  the score observes (Wanda's forward hooks), raising before anything is installed;
+  the score observes (Wanda's forward hooks), raising before anything is installed; with a
+  structure of units (``"channel"``, ``"head"``) it is also given the unit groups
+  (:class:`UnitLayout`: a score that ranks units by what it observes of them needs to know
+  where they are);
 * :meth:`Importance.accumulate` once per optimizer step, from the gradients the optimizer is
   about to use (``Pruner.accumulate``, called by the hooks of ``Pruner.attach`` or by an
   adapter);
 * :meth:`Importance.check_ready` then :meth:`Importance.scores` on a pruning step, the first
   raising before anything changes (no batch observed, no gradient seen);
 * :meth:`Importance.after_pruning` after each pruning step (the score's reset rule).
+
+A unit's score is the root mean square of the element scores over its slices, unless the score
+gives the unit scores itself (:meth:`Importance.unit_scores`: ``"activation"`` does, from the
+activations its units produce, which no element score can express exactly).
 
 Its state (:meth:`Importance.state_dict`) is part of the pruner's, so a resumed run continues
 its accumulation bit for bit.
@@ -30,14 +37,58 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import torch
 from torch import Tensor
 
 from tensorplay.ao.pruning.targets.tied import Target
 
-__all__ = ["Importance"]
+__all__ = ["Importance", "UnitLayout", "UnitSlice"]
+
+
+class UnitSlice(Protocol):
+    """What a score reads of one slice of a unit group: unit ``u`` spans the indices
+    ``offset + u * width`` up to ``offset + (u + 1) * width - 1`` along ``dim`` of the parameter
+    named ``parameter`` (the structure's
+    :class:`~tensorplay.ao.pruning.structured.dependency.unit_groups.Slice`)."""
+
+    @property
+    def parameter(self) -> str:
+        """The parameter's qualified name."""
+
+    @property
+    def dim(self) -> int | None:
+        """The dimension the units index (``None``: the whole tensor, one unit)."""
+
+    @property
+    def offset(self) -> int:
+        """The first index of unit 0 along :attr:`dim`."""
+
+    @property
+    def width(self) -> int:
+        """Indices per unit."""
+
+
+class UnitLayout(Protocol):
+    """What a score reads of a group of units (the structure's
+    :class:`~tensorplay.ao.pruning.structured.dependency.unit_groups.UnitGroup`)."""
+
+    @property
+    def name(self) -> str:
+        """The group's name (the module whose units these are)."""
+
+    @property
+    def kind(self) -> str:
+        """``"channel"``, ``"head"``, ``"layer"`` or ``"expert"``."""
+
+    @property
+    def size(self) -> int:
+        """Its units."""
+
+    @property
+    def slices(self) -> Sequence[UnitSlice]:
+        """Every slice a unit spans."""
 
 
 class Importance:
@@ -62,8 +113,9 @@ class Importance:
     def __init__(self, dtype: torch.dtype = torch.float32) -> None:
         self.dtype = dtype
 
-    def bind(self, targets: Sequence[Target]) -> None:
-        """Check ``targets`` and install what the score observes; raise before installing."""
+    def bind(self, targets: Sequence[Target], units: Sequence[UnitLayout] = ()) -> None:
+        """Check ``targets`` (and the unit groups ``units`` of a structure of units, none for
+        single weights) and install what the score observes; raise before installing."""
 
     def accumulate(self, targets: Sequence[Target]) -> int:
         """Add one optimizer step's gradients of ``targets``; return how many had one."""
@@ -77,6 +129,13 @@ class Importance:
         """Each target's scores, of its shape (placed like it if sharded); the lowest are
         pruned first. Magnitude: the current unpruned values (the method takes ``|.|``)."""
         return [target.parameter().detach() for target in targets]
+
+    def unit_scores(self, group: UnitLayout) -> Tensor | None:
+        """One ``float64`` score per unit of ``group`` (one of the groups :meth:`bind` was
+        given), lowest pruned first; ``None`` (the default): the unit's score is the root mean
+        square of :meth:`scores` over its slices."""
+        del group
+        return None
 
     def after_pruning(self) -> None:
         """Called after each pruning step: reset what the score resets then."""

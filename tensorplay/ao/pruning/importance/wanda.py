@@ -45,7 +45,7 @@ from tensorplay.ao.pruning.calibration.finite import check_read
 from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.edits.spent import ShrinkWatch
 from tensorplay.ao.pruning.importance.input_features import FeatureLayout, feature_layout
-from tensorplay.ao.pruning.importance.score import Importance
+from tensorplay.ao.pruning.importance.score import Importance, UnitLayout
 from tensorplay.ao.pruning.selection import local_part
 from tensorplay.ao.pruning.selection.shards import local_rows, placed_like
 from tensorplay.ao.pruning.targets.tied import Target
@@ -65,7 +65,7 @@ class Wanda(Importance):
         self._batches: dict[str, int] = {}
         self._handles: list[RemovableHandle] = []
 
-    def bind(self, targets: Sequence[Target]) -> None:
+    def bind(self, targets: Sequence[Target], units: Sequence[UnitLayout] = ()) -> None:
         """Find each target's input features and hook its holders (all checked first).
 
         Raises:
@@ -73,6 +73,7 @@ class Wanda(Importance):
                 ``weight`` (a fused 3-D expert tensor: the routed experts' channels of
                 ``structure="channel"`` too), or by holders of different layouts.
         """
+        del units  # element scores: the structure reduces them per unit
         plans: list[tuple[Target, list[nn.Module]]] = []
         layouts: dict[str, FeatureLayout] = {}
         for target in targets:

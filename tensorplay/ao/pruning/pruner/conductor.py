@@ -64,6 +64,7 @@ from tensorplay.ao.pruning.pruner.seeding import cuda_devices, seeded
 from tensorplay.ao.pruning.pruner.selected_targets import resolve_targets
 from tensorplay.ao.pruning.pruner.state import Progress, load_progress, state_dict
 from tensorplay.ao.pruning.structured.units import PruningStructure, make_structure
+from tensorplay.ao.pruning.structured.units.structure import UnitScores
 from tensorplay.ao.pruning.targets.parameters import KeepDense, ModuleType
 from tensorplay.ao.pruning.targets.tied import Target
 
@@ -188,7 +189,7 @@ class Pruner(OptimizerLinks):
         self._mode.check_targets(self._targets)
         self._budget = make_budget(model, config, self._structure, self._mode)
         self._importance = make_importance(config.importance, config.accumulator_dtype)
-        self._importance.bind(self._scored_targets)
+        self._importance.bind(self._scored_targets, self._structure.groups)
         self._optimizers = AttachedOptimizers(optimizers)
         self._progress = Progress(seed=config.seed)
         self._scope = make_scope(config.scope, config.min_density)
@@ -397,7 +398,7 @@ class Pruner(OptimizerLinks):
             return
         final = schedule(_FAR_STEP)
         if final > 0:
-            space = self._structure.space(self._mode, self.method, self._scores)
+            space = self._structure.space(self._mode, self.method, self._scores, self._units)
             self._scope.check_target(space, final)
 
     def _prune_to(self, target: float, step: int) -> int:
@@ -407,13 +408,19 @@ class Pruner(OptimizerLinks):
             return self._structure.prune_own_count(self._mode, self.method, self._scores)
         if target <= 0:  # every count is 0 or less, in every scope: no scores needed
             return 0
-        space = self._structure.space(self._mode, self.method, self._scores)
+        space = self._structure.space(self._mode, self.method, self._scores, self._units)
         if self._budget is not None:
             return self._budget.prune_to(space, target)
         return self._scope.prune_to(space, target, step)
 
     def _scores(self, targets: Sequence[Target]) -> list[Tensor]:
         return target_scores(targets, self.importance_fn, self._importance)
+
+    @property
+    def _units(self) -> UnitScores | None:
+        """The importance's own unit scores (none with an ``importance_fn``: its element
+        scores are reduced per unit)."""
+        return None if self.importance_fn is not None else self._importance.unit_scores
 
     def target_sparsity(self, step: int | None = None) -> float:
         """The schedule's target at ``step`` (default: the last step taken).

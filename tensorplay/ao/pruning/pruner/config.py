@@ -138,11 +138,18 @@ def _check_structure(
 ) -> None:
     # Imported here: the structures reach the masking modes, which read this module.
 
+    ranks = IMPORTANCES[importance].structures
     if isinstance(structure, tuple):
         check_kinds(structure)
         CombinedStructure.check_options(
             method, scope, importance, check_int("multiple_of", multiple_of, 1)
         )
+        outside = [kind for kind in structure if ranks is not None and kind not in ranks]
+        if outside:
+            raise ValueError(
+                f"Expected `structure` to hold only {' or '.join(map(repr, ranks or ()))} with "
+                f"importance={importance!r}, but got {structure!r}: it scores those units only."
+            )
         return
     kind = STRUCTURES.get(structure) if isinstance(structure, str) else None
     if kind is None:
@@ -151,7 +158,6 @@ def _check_structure(
         )
     multiple = check_int("multiple_of", multiple_of, 1)
     kind.check_options(method, scope, importance, multiple)
-    ranks = IMPORTANCES[importance].structures
     if ranks is not None and structure not in ranks:
         raise ValueError(
             f"Expected `structure` to be {' or '.join(map(repr, ranks))} with "
@@ -271,7 +277,10 @@ class PrunerConfig:
             ``"magnitude"`` (the weights; the default), ``"movement"`` (``-sum_t w_t g_t``, Sanh
             et al. 2020), ``"taylor"`` (``sum_t |w_t g_t|``, Molchanov et al. 2019), both
             accumulated once per optimizer step (``Pruner.accumulate``), ``"wanda"``
-            (``|W| * ||X_j||``, Sun et al. 2023, from forward hooks; with ``scope="row"``), or,
+            (``|W| * ||X_j||``, Sun et al. 2023, from forward hooks; with ``scope="row"``),
+            ``"activation"`` (the activations each channel or head produces, Muralidharan et al.
+            2024, from forward hooks; ``structure="channel"`` or ``"head"`` only:
+            :mod:`~tensorplay.ao.pruning.importance.activation`), or,
             with ``structure="expert"`` only, ``"reap"`` and ``"frequency"`` (observed routing:
             :mod:`~tensorplay.ao.pruning.importance.expert_routing`).
         accumulator_dtype: ``"float32"`` (4 bytes per pruned parameter) or ``"bfloat16"`` (2)

@@ -34,7 +34,7 @@ from torch import nn
 from tensorplay.ao.pruning.masking.mode import MaskingMode
 from tensorplay.ao.pruning.masking.stats import TensorSparsity
 from tensorplay.ao.pruning.parity.base import BasePruningMethod
-from tensorplay.ao.pruning.structured.units.structure import Scores
+from tensorplay.ao.pruning.structured.units.structure import Scores, UnitScores
 from tensorplay.ao.pruning.structured.units.structured import (
     ChannelStructure,
     HeadStructure,
@@ -111,6 +111,7 @@ class CombinedStructure:
         scored = {target.name: target for part in self._parts for target in part.scored}
         self.scored = list(scored.values())
         self.notes = tuple(note for part in self._parts for note in part.notes)
+        self.groups = tuple(group for part in self._parts for group in part.groups)
 
     @classmethod
     def check_options(
@@ -121,10 +122,15 @@ class CombinedStructure:
         ChannelStructure.check_options(method, scope, importance, multiple_of)
 
     def space(
-        self, mode: MaskingMode, method: type[BasePruningMethod], scores: Scores
+        self,
+        mode: MaskingMode,
+        method: type[BasePruningMethod],
+        scores: Scores,
+        units: UnitScores | None = None,
     ) -> StructuredSpace:
         """The groups of every kind in one space."""
-        return StructuredSpace.joined([part.space(mode, method, scores) for part in self._parts])
+        spaces = [part.space(mode, method, scores, units) for part in self._parts]
+        return StructuredSpace.joined(spaces)
 
     def prune_own_count(
         self, mode: MaskingMode, method: type[BasePruningMethod], scores: Scores

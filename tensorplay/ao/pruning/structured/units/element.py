@@ -33,8 +33,9 @@ from tensorplay.ao.pruning.masking.mode import MaskingMode
 from tensorplay.ao.pruning.masking.stats import TensorSparsity
 from tensorplay.ao.pruning.parity.base import BasePruningMethod
 from tensorplay.ao.pruning.selection.shards import global_zeros
+from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup
 from tensorplay.ao.pruning.structured.units.row_pruning import prune_rows
-from tensorplay.ao.pruning.structured.units.structure import Scores
+from tensorplay.ao.pruning.structured.units.structure import Scores, UnitScores
 from tensorplay.ao.pruning.targets.tied import Target
 
 __all__ = ["ElementSpace", "ElementStructure"]
@@ -82,6 +83,7 @@ class ElementStructure:
         self.targets = list(selected)
         self.scored = self.targets
         self.notes: tuple[str, ...] = ()  # every selected tensor is pruned
+        self.groups: tuple[UnitGroup, ...] = ()
 
     @classmethod
     def check_options(
@@ -99,9 +101,14 @@ class ElementStructure:
             )
 
     def space(
-        self, mode: MaskingMode, method: type[BasePruningMethod], scores: Scores
+        self,
+        mode: MaskingMode,
+        method: type[BasePruningMethod],
+        scores: Scores,
+        units: UnitScores | None = None,
     ) -> ElementSpace:
-        """The targets as :class:`ElementSpace`."""
+        """The targets as :class:`ElementSpace` (single weights: no unit scores)."""
+        del units
         return ElementSpace(self.targets, mode, method, scores)
 
     def prune_own_count(

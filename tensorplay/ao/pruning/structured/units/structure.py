@@ -27,13 +27,19 @@ from torch import Tensor, nn
 from tensorplay.ao.pruning.masking.mode import MaskingMode
 from tensorplay.ao.pruning.masking.stats import TensorSparsity
 from tensorplay.ao.pruning.parity.base import BasePruningMethod
+from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup
 from tensorplay.ao.pruning.structured.units.space import UnitSpace
 from tensorplay.ao.pruning.targets.tied import Target
 
-__all__ = ["PruningStructure", "Scores"]
+__all__ = ["PruningStructure", "Scores", "UnitScores"]
 
 Scores = Callable[[Sequence[Target]], list[Tensor]]
 """``targets -> one element score tensor each`` (the pruner's importance or ``importance_fn``)."""
+
+UnitScores = Callable[[UnitGroup], Tensor | None]
+"""``group -> one float64 score per unit``, or ``None`` where the unit's score is the root mean
+square of its element scores
+(:meth:`~tensorplay.ao.pruning.importance.score.Importance.unit_scores`)."""
 
 
 @runtime_checkable
@@ -49,6 +55,8 @@ class PruningStructure(Protocol):
         row_label: What one of :meth:`rows` is, heading the report's first column.
         notes: Lines the report shows under its table: the selected tensors the structure
             leaves dense (:mod:`~tensorplay.ao.pruning.structured.units.coverage`).
+        groups: The unit groups it ranks, given to the importance when it is bound (none for
+            single weights).
     """
 
     name: ClassVar[str]
@@ -57,6 +65,7 @@ class PruningStructure(Protocol):
     targets: list[Target]
     scored: list[Target]
     notes: tuple[str, ...]
+    groups: tuple[UnitGroup, ...]
 
     def __init__(
         self,
@@ -85,9 +94,14 @@ class PruningStructure(Protocol):
         """
 
     def space(
-        self, mode: MaskingMode, method: type[BasePruningMethod], scores: Scores
+        self,
+        mode: MaskingMode,
+        method: type[BasePruningMethod],
+        scores: Scores,
+        units: UnitScores | None = None,
     ) -> UnitSpace:
-        """The units of one pruning step, as a scope ranks them."""
+        """The units of one pruning step, as a scope ranks them (``units``: the scores of the
+        groups' units where the importance gives them itself)."""
 
     def prune_own_count(
         self, mode: MaskingMode, method: type[BasePruningMethod], scores: Scores

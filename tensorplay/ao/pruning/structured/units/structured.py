@@ -61,7 +61,7 @@ from tensorplay.ao.pruning.structured.dependency.recorded import record_groups
 from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup, shapes_of
 from tensorplay.ao.pruning.structured.units.coverage import uncovered
 from tensorplay.ao.pruning.structured.units.sharded_units import ShardedUnits, mesh_of
-from tensorplay.ao.pruning.structured.units.structure import Scores
+from tensorplay.ao.pruning.structured.units.structure import Scores, UnitScores
 from tensorplay.ao.pruning.structured.units.unit_space import (
     Ranked,
     StructuredSpace,
@@ -119,6 +119,7 @@ class UnitStructure:
         _check_multiple(self.name, groups, multiple_of)
         self.uncovered = uncovered(self.name, graph, groups, selected)
         self.notes = self.uncovered.notes()
+        self.groups = tuple(groups)
         if self.ranks_together:
             container = graph.blocks.name if graph.blocks is not None else self.name
             self._ranked = [Ranked(container, tuple(groups))]
@@ -172,7 +173,7 @@ class UnitStructure:
             )
         if importance == "movement":
             raise ValueError(
-                f"Expected `importance` to be 'magnitude', 'taylor' or 'wanda' with "
+                f"Expected `importance` to be 'magnitude', 'taylor', 'wanda' or 'activation' with "
                 f"structure={cls.name!r}, but got 'movement': its scores are signed, and a "
                 "unit's score is the root mean square of its weights' scores."
             )
@@ -183,7 +184,11 @@ class UnitStructure:
             )
 
     def space(
-        self, mode: MaskingMode, method: type[BasePruningMethod], scores: Scores
+        self,
+        mode: MaskingMode,
+        method: type[BasePruningMethod],
+        scores: Scores,
+        units: UnitScores | None = None,
     ) -> StructuredSpace:
         """The units of a pruning step
         (:class:`~tensorplay.ao.pruning.structured.units.unit_space.StructuredSpace`)."""
@@ -196,6 +201,7 @@ class UnitStructure:
             scores,
             self.scored,
             self._multiple,
+            units,
         )
 
     def prune_own_count(

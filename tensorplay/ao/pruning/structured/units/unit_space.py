@@ -9,7 +9,9 @@ as they rank single weights:
 * **Pruned units** are read from the masks
   (:func:`~tensorplay.ao.pruning.structured.dependency.unit_groups.pruned_units`): a unit is pruned
   when every slice it spans is masked.
-* **Scores**: one per unit, the root mean square of the element scores over the unit's scored
+* **Scores**: one per unit, given by the importance where it scores units itself
+  (:meth:`~tensorplay.ao.pruning.importance.score.Importance.unit_scores`: ``"activation"``),
+  else the root mean square of the element scores over the unit's scored
   slices (:func:`~tensorplay.ao.pruning.structured.dependency.unit_groups.unit_scores`); for
   magnitude the unit's L2 norm over the square root of its size, so groups of different sizes
   compete fairly. Entries a mask already prunes (another unit's slices) score 0
@@ -82,7 +84,7 @@ from tensorplay.ao.pruning.structured.dependency.unit_groups import (
     unit_scores,
 )
 from tensorplay.ao.pruning.structured.units.sharded_units import ShardedUnits, mesh_of
-from tensorplay.ao.pruning.structured.units.structure import Scores
+from tensorplay.ao.pruning.structured.units.structure import Scores, UnitScores
 from tensorplay.ao.pruning.targets.tied import Target
 
 __all__ = ["Ranked", "StructuredSpace", "effective_scores", "held_masks", "pruned_of"]
@@ -196,6 +198,8 @@ class StructuredSpace:
         scores: ``targets -> element scores``, called once, on first use, with ``scored``.
         scored: The targets whose element scores the unit scores read.
         multiple_of: Kept widths are multiples of it (1: any width).
+        units: ``group -> its unit scores`` where the importance gives them itself (``None``
+            from it, or no ``units``: the root mean square of the element scores).
     """
 
     def __init__(
@@ -208,6 +212,7 @@ class StructuredSpace:
         scores: Scores,
         scored: Sequence[Target] | None = None,
         multiple_of: int = 1,
+        units: UnitScores | None = None,
     ) -> None:
         self._ranked = list(ranked)
         self._targets = targets
@@ -218,12 +223,13 @@ class StructuredSpace:
         self._scored = list(dict.fromkeys(targets.values())) if scored is None else list(scored)
         self._element_scores: dict[str, Tensor] | None = None
         self._multiple = multiple_of
+        self._units = units
         self.names = [ranked.name for ranked in self._ranked]
         group = mesh_of(list(dict.fromkeys(targets.values())))
         self._sharded = None
         if group is not None:  # FSDP2: one all_reduce of per-unit sums (sharded_units)
-            units = [ranked.groups for ranked in self._ranked]
-            self._sharded = ShardedUnits(units, targets, shapes, mode, scores, self._scored, group)
+            found = [ranked.groups for ranked in self._ranked]
+            self._sharded = ShardedUnits(found, targets, shapes, mode, scores, self._scored, group)
         self._selection = Sharding(None, group)  # the same units on every rank (random: rank 0's)
         self.collapse_share = 0.1  # a group keeps a unit: warn when it is nearly gone
         self.has_floors = True
@@ -241,7 +247,9 @@ class StructuredSpace:
         scored = list(dict.fromkeys(target for space in spaces for target in space._scored))
         ranked = [group for space in spaces for group in space._ranked]
         mode, method, score = first._mode, first._method, first._score
-        return cls(ranked, targets, shapes, mode, method, score, scored, first._multiple)
+        return cls(
+            ranked, targets, shapes, mode, method, score, scored, first._multiple, first._units
+        )
 
     @property
     def ranked(self) -> list[Ranked]:
@@ -275,6 +283,10 @@ class StructuredSpace:
         )
 
     def _unit_scores(self, index: int) -> Tensor:
+        groups = self._ranked[index].groups
+        given = [None if self._units is None else self._units(group) for group in groups]
+        if all(found is not None for found in given):
+            return torch.cat([found.to(torch.float64) for found in given if found is not None])
         if self._sharded is not None:
             return self._sharded.scores(index)
         if self._element_scores is None:
@@ -285,7 +297,12 @@ class StructuredSpace:
                 for name in target.names
             }
         scores = self._element_scores
-        return torch.cat([unit_scores(group, scores) for group in self._ranked[index].groups])
+        return torch.cat(
+            [
+                unit_scores(group, scores) if found is None else found.to(torch.float64)
+                for group, found in zip(groups, given, strict=True)
+            ]
+        )
 
     def prune(
         self, count: int, groups: Sequence[int] | None = None, caps: Sequence[int] | None = None
