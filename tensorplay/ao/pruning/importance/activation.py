@@ -74,11 +74,11 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
-import torch.distributed as dist
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 from tensorplay.ao.pruning.calibration.finite import check_read
+from tensorplay.ao.pruning.calibration.ranks import summed_over_ranks
 from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.edits.spent import ShrinkWatch
 from tensorplay.ao.pruning.importance.score import Importance, UnitLayout, UnitSlice
@@ -269,7 +269,7 @@ class Activation(Importance):
         keys = sorted(self._sums)
         parts = [self._sums[key].flatten() for key in keys]
         parts += [self._samples[key] for key in keys]
-        flat = _summed_over_ranks(torch.cat([torch.zeros(0, dtype=torch.float64), *parts]))
+        flat = summed_over_ranks(torch.cat([torch.zeros(0, dtype=torch.float64), *parts]))
         sums, samples, offset = {}, {}, 0
         for key in keys:
             count = self._sums[key].numel()
@@ -385,14 +385,3 @@ class Activation(Importance):
         for handle in self._handles:
             handle.remove()
         self._handles = []
-
-
-def _summed_over_ranks(values: Tensor) -> Tensor:
-    """``values`` summed over the default process group's ranks (itself in one process)."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
-        return values
-    reduced = values.clone()
-    if dist.get_backend() == "nccl":  # NCCL reduces CUDA tensors only
-        reduced = reduced.to(torch.device("cuda", torch.cuda.current_device()))
-    dist.all_reduce(reduced)
-    return reduced.to(values.device)

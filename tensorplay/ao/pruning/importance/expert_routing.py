@@ -45,11 +45,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import torch
-import torch.distributed as dist
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 from tensorplay.ao.pruning.calibration.finite import check_read
+from tensorplay.ao.pruning.calibration.ranks import summed_over_ranks
 from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.edits.spent import ShrinkWatch
 from tensorplay.ao.pruning.importance.score import Importance, UnitLayout
@@ -164,7 +164,7 @@ class _ExpertObserver(Importance):
         RuntimeError: An experts module that saw no token (on any rank), naming them.
         """
         names = list(self._modules)
-        seen = _summed_over_ranks(torch.tensor([self._tokens[name] for name in names]))
+        seen = summed_over_ranks(torch.tensor([self._tokens[name] for name in names]))
         unseen = [name for name, count in zip(names, seen.tolist(), strict=True) if not count]
         if unseen:
             raise RuntimeError(
@@ -184,7 +184,7 @@ class _ExpertObserver(Importance):
         counts = self._counts.get(name, zeros)
         sums = self._sums.get(name, zeros)
         tokens = torch.tensor([float(self._tokens.get(name, 0))], dtype=torch.float64)
-        flat = _summed_over_ranks(torch.cat([counts, sums, tokens]))
+        flat = summed_over_ranks(torch.cat([counts, sums, tokens]))
         return flat[:experts], flat[experts : 2 * experts], int(flat[-1])
 
     def scores(self, targets: Sequence[Target]) -> list[Tensor]:
@@ -278,12 +278,3 @@ def _routing_inputs(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[T
     values = [*args, *(kwargs[name] for name in names[len(args) :])]
     tokens = values[0]
     return tokens.reshape(-1, tokens.shape[-1]), values[1], values[2]
-
-
-def _summed_over_ranks(values: Tensor) -> Tensor:
-    """``values`` summed over the default process group's ranks (itself in one process)."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
-        return values
-    reduced = values.clone()
-    dist.all_reduce(reduced)
-    return reduced

@@ -37,11 +37,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import torch
-import torch.distributed as dist
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 from tensorplay.ao.pruning.calibration.finite import check_read
+from tensorplay.ao.pruning.calibration.ranks import summed_over_ranks
 from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.edits.spent import ShrinkWatch
 from tensorplay.ao.pruning.importance.input_features import FeatureLayout, feature_layout
@@ -136,7 +136,7 @@ class Wanda(Importance):
         RuntimeError: A target whose layer saw no batch (on any rank), naming them.
         """
         counts = [self._batches.get(target.name, 0) for target in targets]
-        counts = _summed_over_ranks(torch.tensor(counts, dtype=torch.int64)).tolist()
+        counts = summed_over_ranks(torch.tensor(counts, dtype=torch.int64)).tolist()
         unseen = [target.name for target, count in zip(targets, counts, strict=True) if not count]
         if unseen:
             raise RuntimeError(
@@ -148,7 +148,7 @@ class Wanda(Importance):
     def scores(self, targets: Sequence[Target]) -> list[Tensor]:
         """``|W| * sqrt(sum of squares)``, the sums all-reduced over the ranks first."""
         sums = [self._sum_of(target) for target in targets]
-        flat = _summed_over_ranks(torch.cat([s.to(torch.float32).reshape(-1) for s in sums]))
+        flat = summed_over_ranks(torch.cat([s.to(torch.float32).reshape(-1) for s in sums]))
         norms = torch.split(flat, [s.numel() for s in sums])
         result = []
         for target, norm, total in zip(targets, norms, sums, strict=True):
@@ -210,12 +210,3 @@ class Wanda(Importance):
         for handle in self._handles:
             handle.remove()
         self._handles = []
-
-
-def _summed_over_ranks(values: Tensor) -> Tensor:
-    """``values`` summed over the default process group's ranks (itself in one process)."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
-        return values
-    reduced = values.clone()
-    dist.all_reduce(reduced)
-    return reduced
