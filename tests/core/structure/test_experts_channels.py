@@ -245,6 +245,11 @@ REFUSALS = [
         id="wanda",
     ),
     pytest.param(
+        {"importance": "activation"},
+        r"importance='activation'.*'model.layers.0.mlp.experts\[0\]' \(channel\) is read by none",
+        id="activation",
+    ),
+    pytest.param(
         {"importance": "magnitude", "reconstruct": True},
         r"reconstruct=True, but they are routed experts' slices .*gate_up_proj",
         id="reconstruct",
