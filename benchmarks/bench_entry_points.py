@@ -1,16 +1,18 @@
-"""The time of three entry points a user calls, through the public API alone, to compare commits.
+"""The time of four entry points a user calls, through the public API alone, to compare commits.
 
 Run::
 
     python benchmarks/bench_entry_points.py --out benchmarks/results
 
-Three measurements, each the median of ``--repeats`` calls after one warm-up:
+Four measurements, each the median of ``--repeats`` calls after one warm-up:
 
 * ``global_unstructured``: :func:`tensorplay.ao.pruning.global_unstructured` at 50% over the
   weights of an MLP of ``--params`` parameters (fresh masks each call), the exact selection;
 * ``one-shot channels, reconstructed``: :func:`tensorplay.ao.pruning.prune_one_shot` of a tiny
   Llama (random weights, 4 layers) to half its FFN channels, layer-wise, with reconstruction on
   8 calibration batches;
+* ``dense teacher copy``: :func:`tensorplay.ao.pruning.dense_copy` of that Llama with half of
+  its Linear weights masked (the reparametrized form), what a distillation's teacher is made of;
 * ``callback step``: one optimizer step of a Lightning ``Trainer`` fitting a small MLP with
   :class:`tensorplay.callbacks.GradualPruning` (a cubic schedule pruning every 5 steps), the
   fit's time divided by its steps.
@@ -97,6 +99,30 @@ def one_shot_reconstructed() -> Callable[[], None]:
     return call
 
 
+def teacher_copy() -> Callable[[], None]:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from tensorplay.ao.pruning import L1Unstructured, dense_copy, global_unstructured
+
+    config = LlamaConfig(
+        vocab_size=256,
+        hidden_size=128,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    pairs = [(m, "weight") for m in model.modules() if isinstance(m, nn.Linear)]
+    global_unstructured(pairs, pruning_method=L1Unstructured, amount=0.5)
+
+    def call() -> None:
+        dense_copy(model)
+
+    return call
+
+
 def callback_step(steps: int) -> Callable[[], float]:
     import lightning.pytorch as pl
 
@@ -160,6 +186,7 @@ def main() -> None:
             "case": "one-shot channels, reconstructed",
             "tensorplay": timed(one_shot_reconstructed(), args.repeats),
         },
+        {"case": "dense teacher copy", "tensorplay": timed(teacher_copy(), args.repeats)},
     ]
     step = callback_step(args.steps)
     step()  # warm-up
