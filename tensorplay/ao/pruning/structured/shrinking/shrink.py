@@ -99,10 +99,9 @@ from torch import Tensor, nn
 
 from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.edits.spent import record_shrink
-from tensorplay.ao.pruning.masking.lean_masks import apply_masks, lean_mask, remove_mask
-from tensorplay.ao.pruning.masking.readers import mask_of, masked_values
+from tensorplay.ao.pruning.masking.held_tensors import drop_masks, kept_elements
+from tensorplay.ao.pruning.masking.readers import mask_of
 from tensorplay.ao.pruning.parity.aliases import TiedParameter, alias_map, parameter_groups
-from tensorplay.ao.pruning.parity.reparametrization import pruned_parts
 from tensorplay.ao.pruning.selection.sharding import first_sharded
 from tensorplay.ao.pruning.structured.dependency.blocks import FoundBlocks, find_blocks
 from tensorplay.ao.pruning.structured.dependency.recorded import forget_groups, recorded_groups
@@ -406,35 +405,12 @@ def _kept_elements(model: nn.Module, names: Sequence[str]) -> dict[str, Tensor]:
     """Per tensor, ``True`` where an element is kept: its mask where it has one, else where
     its value is not zero."""
     aliases = alias_map(model)
-    kept = {}
-    with torch.no_grad():
-        for name in names:
-            tied = aliases[name]
-            found = next(
-                (v for module, local in tied.pairs if (v := masked_values(module, local))), None
-            )
-            kept[name] = (found[1] != 0) if found is not None else (tied.parameter != 0)
-    return kept
+    return {name: kept_elements(aliases[name]) for name in names}
 
 
 def _make_permanent(aliases: Mapping[str, TiedParameter], names: Sequence[str]) -> None:
     """Drop the masks of ``names`` in either mode (every holder), keeping the masked values."""
-    for tied in {id(aliases[name].parameter): aliases[name] for name in names}.values():
-        masked = False
-        for module, local in tied.pairs:
-            parts = pruned_parts(module, local)
-            if parts is not None:
-                parts.hook.remove(module)
-                del module._forward_pre_hooks[parts.key]
-                masked = True
-            elif (mask := lean_mask(module, local)) is not None:
-                apply_masks([module._parameters[local]], [mask])  # type: ignore[list-item]
-                remove_mask([(module, local)])
-                masked = True
-        if masked:
-            module, local = tied.pairs[0]
-            with torch.no_grad():
-                module._parameters[local].add_(0.0)  # type: ignore[union-attr]  # -0.0 -> +0.0
+    drop_masks({id(aliases[name].parameter): aliases[name] for name in names}.values())
 
 
 def _count(model: nn.Module) -> int:
