@@ -135,7 +135,7 @@ def _check_resizable(model: nn.Module, cuts: Sequence[Cut]) -> None:
                     f"Expected every module whose parameters shrink to be one shrink can resize "
                     f"(Linear, Conv1d/2d/3d, ConvTranspose1d/2d/3d with one group, BatchNorm, "
                     f"InstanceNorm, GroupNorm of one channel per group, Hugging Face Conv1D, "
-                    f"mixture-of-experts routers and experts), "
+                    f"mixture-of-experts routers and experts, Embedding, LayerNorm, RMSNorm), "
                     f"but {names.get(id(module), '?')!r} holding {cut.name!r} is of type "
                     f"{type(module).__name__}."
                 )
