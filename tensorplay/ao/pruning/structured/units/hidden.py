@@ -24,7 +24,8 @@ normalise over the full width. The permanent forms of a model with hidden channe
 
 **Scores** (``importance=``): ``"magnitude"`` and ``"taylor"`` (the root mean square of the
 unit's weight scores: embedding and LM head columns, readers' columns, writers' rows) and
-``"activation"`` (Minitron's: the mean absolute value of the channel at the output of every
+``"activation"`` (the default of :func:`~tensorplay.ao.pruning.prune_one_shot` here; Minitron's:
+the mean absolute value of the channel at the output of every
 norm over the stream, summed over the norms). ``"wanda"`` and ``"movement"`` are refused, as
 are a tuple of kinds with ``"hidden"``, ``reconstruct=True`` and FSDP2.
 
@@ -82,6 +83,7 @@ class HiddenStructure(UnitStructure):
 
     name: ClassVar[str] = HIDDEN
     row_label: ClassVar[str] = "hidden group"
+    one_shot_importance: ClassVar[str] = "activation"
 
     def __init__(
         self,
