@@ -44,6 +44,7 @@ REFUSED = {
     "phi3": r"'phi3'",
     "olmo2": r"'olmo2'",
     "gpt_neox": r"'gpt_neox'",
+    "gpt_neox-sequential": r"'gpt_neox'",
     "bert": r"post-norm",
     "roberta": r"post-norm",
     "vit": r"patch convolution",
