@@ -130,6 +130,12 @@ def _check_resizable(model: nn.Module, cuts: Sequence[Cut]) -> None:
     names = {id(module): name for name, module in model.named_modules(remove_duplicate=False)}
     for cut in cuts:
         for module, _ in cut.pairs:
+            if isinstance(module, nn.Embedding) and 0 in cut.kept:
+                raise ValueError(
+                    f"Expected an Embedding to lose columns (the residual stream's channels), but "
+                    f"the rows (the vocabulary) of {names.get(id(module), '?')!r} holding "
+                    f"{cut.name!r} shrink: a vocabulary is not a structure shrink removes."
+                )
             if resizer_for(module) is None:
                 raise ValueError(
                     f"Expected every module whose parameters shrink to be one shrink can resize "
