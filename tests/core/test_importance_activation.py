@@ -286,7 +286,8 @@ def test_other_structures_are_refused_naming_them_and_the_model_is_unchanged(
     check = unchanged(model)
     with pytest.raises(
         ValueError,
-        match=rf"'channel' or 'head' with importance='activation', but got '{structure}': it "
+        match=rf"'channel' or 'head' or 'hidden' with importance='activation', but got "
+        rf"'{structure}': it "
         "scores those units only",
     ):
         Pruner(model, OneShotSchedule(0.5), structure=structure, importance="activation")

@@ -22,6 +22,7 @@ from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
 from tensorplay.ao.pruning.structured.dependency.families.layer_config import shared_config
 from tensorplay.ao.pruning.structured.dependency.graph import KINDS
 from tests.core.structure.masking import mask_units
+from tests.core.structure.test_hidden import REFUSED as HIDDEN_REFUSED
 from tests.core.structure.test_shrink import inputs_for, uniform_keeps
 from tests.family_models import FAMILY_MODELS
 from tests.model_state import unchanged
@@ -42,6 +43,9 @@ HEADS_PER_LAYER = {"gpt2", "bert", "roberta", "gpt_neox", "gpt_neox-sequential"}
 """Families whose config derives the head width from ``hidden_size // num_attention_heads``:
 fewer heads, even as many in every layer, load with ``load_shrunk``."""
 TABLE = Path(__file__).parents[3] / "docs" / "_generated" / "families.md"
+COLUMNS = (*KINDS, "hidden")
+"""The table's kinds: the graph's, and the residual stream's width (tests/core/structure/
+test_hidden.py checks it family by family)."""
 
 COVERED_ELSEWHERE = {"mistral", "qwen2", "qwen3", "bert", "roberta", "vit"}
 """Architectures whose shrinking tests/core/structure/test_shrink.py runs in the quick tier: in
@@ -212,8 +216,13 @@ def _cell(graph: DependencyGraph, model: nn.Module, kind: str) -> str:
     if why is not None:
         return f"refused: {why}"
     shrunk = copy.deepcopy(model)
-    mask_units(shrunk, uniform_keeps(DependencyGraph(shrunk), (kind,)), "zeros")
-    loads = "plain" if shrink(shrunk).config == "uniform" else "`load_shrunk`"
+    if kind == "hidden":  # every other channel of the stream
+        keeps = [(g, torch.arange(g.size) % 2 == 1) for g in DependencyGraph(shrunk).groups(kind)]
+    else:
+        keeps = uniform_keeps(DependencyGraph(shrunk), (kind,))
+    mask_units(shrunk, keeps, "zeros")
+    groups = [group for group, _ in keeps] if kind == "hidden" else None  # not shrunk by default
+    loads = "plain" if shrink(shrunk, groups=groups).config == "uniform" else "`load_shrunk`"
     return f"exact ({loads})"
 
 
@@ -223,7 +232,7 @@ def family_cells() -> dict[str, list[str]]:
     for name, entry in FAMILY_MODELS.items():
         model = entry.build()
         graph = DependencyGraph(model)
-        cells[name] = [f"`{graph.family}`", *(_cell(graph, model, kind) for kind in KINDS)]
+        cells[name] = [f"`{graph.family}`", *(_cell(graph, model, kind) for kind in COLUMNS)]
     return cells
 
 
@@ -241,8 +250,8 @@ def family_table(cells: dict[str, list[str]] | None = None) -> str:
         "needs `load_shrunk`, as any copy whose widths differ per layer does."
     )
     header = [
-        f"| architecture | family | {' | '.join(KINDS)} |",
-        "|---|---|" + "---|" * len(KINDS),
+        f"| architecture | family | {' | '.join(COLUMNS)} |",
+        "|---|---|" + "---|" * len(COLUMNS),
     ]
     return "\n".join([*header, *rows, "", caption, ""])
 
@@ -252,10 +261,10 @@ def test_the_docs_table_of_families_is_what_the_models_give() -> None:
     refused = {
         (name, kind)
         for name, row in cells.items()
-        for kind, cell in zip(KINDS, row[1:], strict=True)
+        for kind, cell in zip(COLUMNS, row[1:], strict=True)
         if cell.startswith("refused") or cell == "none"
     }
-    assert refused == set(REFUSED)
+    assert refused == set(REFUSED) | {(name, "hidden") for name in HIDDEN_REFUSED}
     committed = TABLE.read_text() if TABLE.exists() else ""
     assert committed == family_table(cells), (
         f"{TABLE} differs from what the family models give; regenerate it with "

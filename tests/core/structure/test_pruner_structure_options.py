@@ -244,7 +244,8 @@ BAD_OPTIONS = [
     pytest.param(
         {"structure": "block"},
         ValueError,
-        r"`structure` to be 'element', 'channel', 'head', 'layer' or 'expert', but got 'block'",
+        r"`structure` to be 'element', 'channel', 'head', 'layer', 'expert' or 'hidden', but got "
+        r"'block'",
         id="unknown",
     ),
     pytest.param(

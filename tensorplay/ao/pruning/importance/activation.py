@@ -129,12 +129,19 @@ class _Read:
         section = x.narrow(2, self.offset, span).reshape(len(x), -1, self.size, self.width)
         return section.square().sum(dim=(1, 3)).sqrt()
 
+    def absolute(self, outputs: Tensor) -> Tensor:
+        """Per token of one forward's ``outputs`` (a norm's, features last), each unit's
+        absolute value summed over its entries: ``(tokens, size)``, float32."""
+        x = outputs.detach().to(torch.float32)
+        x = x.reshape(-1, x.shape[-1]).narrow(1, self.offset, self.size * self.width)
+        return x.abs().reshape(len(x), self.size, self.width).sum(dim=2)
+
 
 class Activation(Importance):
     """Minitron's activation score of channels and heads (the module docstring)."""
 
     name: ClassVar[str] = "activation"
-    structures: ClassVar[tuple[str, ...] | None] = ("channel", "head")
+    structures: ClassVar[tuple[str, ...] | None] = ("channel", "head", "hidden")
 
     def __init__(self, dtype: torch.dtype = torch.float32) -> None:
         super().__init__(dtype)
@@ -166,6 +173,7 @@ class Activation(Importance):
             for name, pair in zip(target.names, target.pairs, strict=True)
         }
         plans: dict[str, tuple[nn.Module, list[_Read], list[tuple[nn.Module, str]]]] = {}
+        norm_plans: dict[str, tuple[nn.Module, list[_Read], list[tuple[nn.Module, str]]]] = {}
         consumers: dict[str, list[str]] = {}
         for group in units:
             key = unit_key(group)
@@ -177,6 +185,9 @@ class Activation(Importance):
                 )
             found = consumers.setdefault(key, [])
             for piece in group.slices:
+                if group.kind == "hidden":
+                    self._plan_norm(group, piece, found, holders, norm_plans)
+                    continue
                 read = self._read_of(group, piece, len(found), holders)
                 if read is None:
                     continue
@@ -186,6 +197,11 @@ class Activation(Importance):
                 plan[1].append(read)
                 plan[2].extend(target.pairs)
                 found.append(module_name)
+            if not found and group.kind == "hidden":
+                raise ValueError(
+                    f"Expected the hidden group {group.name!r} to have norms over the residual "
+                    "stream for importance='activation' (it reads their outputs), but got none."
+                )
             if not found:
                 raise ValueError(
                     f"Expected every unit group of importance='activation' to be read by a "
@@ -198,6 +214,37 @@ class Activation(Importance):
         for module_name, (module, reads, pairs) in plans.items():
             observe = self._observer(module_name, reads, ShrinkWatch(pairs))
             self._handles.append(changes.hook(module.register_forward_hook, observe))
+        for module_name, (module, reads, pairs) in norm_plans.items():
+            observe = self._observer(module_name, reads, ShrinkWatch(pairs), at_output=True)
+            self._handles.append(changes.hook(module.register_forward_hook, observe))
+
+    @staticmethod
+    def _plan_norm(
+        group: UnitLayout,
+        piece: UnitSlice,
+        found: list[str],
+        holders: Mapping[str, tuple[Target, tuple[nn.Module, str]]],
+        plans: dict[str, tuple[nn.Module, list[_Read], list[tuple[nn.Module, str]]]],
+    ) -> None:
+        """A hidden channel's read at the output of a norm over the stream: the slice of a
+        norm's 1-D ``weight`` (Minitron's embedding-channel score reads the norms' outputs)."""
+        held = holders.get(piece.parameter)
+        if held is None or piece.dim != 0:
+            return
+        target, (module, local) = held
+        if local != "weight" or target.parameter().dim() != 1:
+            return
+        if is_dtensor(target.parameter()):
+            raise ValueError(
+                f"Expected plain tensors with importance='activation', but {target.name!r} is a "
+                "DTensor (FSDP2): prune on one device or under DDP, or use another importance."
+            )
+        module_name = piece.parameter.rpartition(".")[0]
+        read = _Read(unit_key(group), len(found), piece.offset, piece.width, group.size, False, 0)
+        plan = plans.setdefault(module_name, (module, [], []))
+        plan[1].append(read)
+        plan[2].extend(target.pairs)
+        found.append(module_name)
 
     @staticmethod
     def _read_of(
@@ -244,15 +291,23 @@ class Activation(Importance):
             unit_key(group), index, piece.offset, piece.width, group.size, convolution, spatial
         )
 
-    def _observer(self, module_name: str, reads: Sequence[_Read], shrunk: ShrinkWatch) -> Any:
+    def _observer(
+        self,
+        module_name: str,
+        reads: Sequence[_Read],
+        shrunk: ShrinkWatch,
+        *,
+        at_output: bool = False,
+    ) -> Any:
         def observe(module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
             if shrunk.spanned() is not None:
                 return  # the pruner is spent: the shrunk layer's inputs feed no score
+            seen = output if at_output else args[0]
             with torch.no_grad():
                 # A NaN or an infinity in the input would make every unit's score NaN.
-                check_read(args[0], module_name, self._batches[module_name])
+                check_read(seen, module_name, self._batches[module_name])
                 for read in reads:
-                    norms = read.norms(args[0])
+                    norms = read.absolute(seen) if at_output else read.norms(seen)
                     sums = self._sums[read.key][read.index]
                     sums += norms.sum(dim=0).to(device="cpu", dtype=torch.float64)
                     self._samples[read.key][read.index] += len(norms)

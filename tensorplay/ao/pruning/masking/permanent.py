@@ -40,6 +40,7 @@ from tensorplay.ao.pruning.parity.aliases import parameter_groups, tensor_name
 from tensorplay.ao.pruning.parity.reparametrization import pruned_tensor_names
 
 __all__ = [
+    "check_permanent_hooks",
     "dense_order",
     "masked_tensor",
     "permanent_state_dict",
@@ -89,6 +90,8 @@ def permanent_state_dict(model: nn.Module) -> dict[str, Tensor]:
         >>> sorted(model.state_dict())[:2]  # the model is still under pruning
         ['lm_head.weight_mask', 'lm_head.weight_orig']
     """
+    for prefix, module in model.named_modules():
+        check_permanent_hooks(module, prefix)
     state = model.state_dict()
     modules = dict(model.named_modules(remove_duplicate=False))
     masked: dict[tuple[int, int], Tensor] = {}  # one tensor per (orig, mask): ties stay tied
@@ -118,6 +121,28 @@ def permanent_state_dict(model: nn.Module) -> dict[str, Tensor]:
     out = share_storage(out)
     _warn_on_split_ties(model, out)
     return out
+
+
+def check_permanent_hooks(module: nn.Module, name: str) -> None:
+    """Refuse the permanent form of ``module`` where a forward hook of tensorplay's keeps it
+    computing what a copy without the hook would not (the hook's ``permanent_refusal(module)``
+    says why: a norm over a residual stream whose hidden channels are masked).
+
+    Raises:
+        ValueError: Naming the module and why.
+
+    Example:
+        >>> from torch import nn
+        >>> check_permanent_hooks(nn.Linear(2, 2), "fc")  # no such hook: nothing to refuse
+    """
+    for hook in module._forward_hooks.values():
+        refusal = getattr(hook, "permanent_refusal", None)
+        why = refusal(module) if callable(refusal) else None
+        if why is not None:
+            raise ValueError(
+                f"Expected a model whose permanent form computes what it does, but {name!r} "
+                f"({type(module).__name__}) {why}"
+            )
 
 
 def masked_tensor(orig: Tensor, mask: Tensor) -> Tensor:

@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 Scope = Literal["global", "layerwise", "row"]
-Structure = Literal["element", "channel", "head", "layer", "expert"]
+Structure = Literal["element", "channel", "head", "layer", "expert", "hidden"]
 Rewind = Literal["none", "init", "step"]
 Masking = Literal["reparametrize", "inplace"]
 AccumulatorDtype = Literal["float32", "bfloat16"]

@@ -55,7 +55,11 @@ from tensorplay.ao.pruning.masking.lean_masks import (
     lean_mask,
     revived_counts,
 )
-from tensorplay.ao.pruning.masking.permanent import dense_order, masked_tensor
+from tensorplay.ao.pruning.masking.permanent import (
+    check_permanent_hooks,
+    dense_order,
+    masked_tensor,
+)
 from tensorplay.ao.pruning.masking.readers import masked_values
 from tensorplay.ao.pruning.parity.reparametrization import pruned_tensor_names
 from tensorplay.ao.pruning.pruner.conductor import Pruner
@@ -122,6 +126,7 @@ class _SavePermanent:
         first = names[0] + _ORIG if names[0] + _ORIG in module._parameters else names[0]
         if state_dict.get(prefix + first) is module._parameters[first]:
             return  # keep_vars=True: the caller asked for the live tensors
+        check_permanent_hooks(module, prefix.removesuffix("."))
         for name in names:
             _check_lean_zeros(module, name, prefix)
         tail: list[tuple[str, Any]] = []

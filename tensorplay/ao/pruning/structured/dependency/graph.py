@@ -80,6 +80,11 @@ from tensorplay.ao.pruning.structured.dependency.families.family import (
     tensor_names,
     weight_of,
 )
+from tensorplay.ao.pruning.structured.dependency.hidden_width import (
+    HIDDEN,
+    HiddenWidth,
+    hidden_width,
+)
 from tensorplay.ao.pruning.structured.dependency.tracing import ChannelTrace, trace_channels
 from tensorplay.ao.pruning.structured.dependency.unit_groups import (
     Slice,
@@ -144,6 +149,7 @@ class DependencyGraph:
         self._groups: dict[str, list[UnitGroup]] = {}
         self._trace: tuple[nn.Module, Tensor | tuple[Any, ...] | None] | None = None
         self._traced: ChannelTrace | None = None
+        self._hidden: HiddenWidth | str = _hidden_or_why(model)
         if self.blocks is not None:
             self._groups = self._family_groups(self.blocks)
             check_groups([g for groups in self._groups.values() for g in groups], shapes_of(model))
@@ -184,6 +190,8 @@ class DependencyGraph:
         """
         if isinstance(kind, tuple):
             return [group for each in kind for group in self.groups(each)]
+        if kind == HIDDEN:
+            return [self.hidden().group]
         why = self.refusal(kind)
         if why is not None:
             others = " or ".join(repr(k) for k in self.kinds)
@@ -231,9 +239,33 @@ class DependencyGraph:
         """
         if isinstance(kind, tuple):
             return [group for each in kind for group in self.groups(each)]
+        if kind == HIDDEN:
+            return self._hidden if isinstance(self._hidden, str) else None
         if kind not in KINDS:
             raise ValueError(f"Expected `kind` to be one of {KINDS}, but got {kind!r}.")
         return self._refused.get(kind)
+
+    def hidden(self) -> HiddenWidth:
+        """The residual stream's channels as one group, with the norms over the stream
+        (:mod:`~tensorplay.ao.pruning.structured.dependency.hidden_width`). Not among
+        :attr:`kinds`: the whole model's width is asked for by name (``structure="hidden"``).
+
+        Raises:
+            ValueError: A model whose hidden width is not found exactly, saying why.
+
+        Example:
+            >>> import transformers
+            >>> config = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=16,
+            ...                                   bos_token_id=0, eos_token_id=0)
+            >>> graph = DependencyGraph(transformers.GPT2LMHeadModel(config))
+            >>> graph.hidden().group.size, graph.refusal("hidden") is None
+            (16, True)
+        """
+        if isinstance(self._hidden, str):
+            raise ValueError(
+                f"Expected a model with hidden units for structure='hidden', but {self._hidden}."
+            )
+        return self._hidden
 
     def counts(self) -> dict[str, int]:
         """The number of units of each kind this model has (see the class example)."""
@@ -303,6 +335,13 @@ class DependencyGraph:
                 )
                 del groups[kind]
         return groups
+
+
+def _hidden_or_why(model: nn.Module) -> HiddenWidth | str:
+    try:
+        return hidden_width(model)
+    except ValueError as error:
+        return str(error)
 
 
 def _layer_scored(name: str, block: nn.Module) -> set[str]:

@@ -58,7 +58,8 @@ from torch import nn
 
 from tensorplay.ao.pruning.structured.dependency.blocks import FoundBlocks, find_blocks
 from tensorplay.ao.pruning.structured.dependency.families import UnanalysableError
-from tensorplay.ao.pruning.structured.dependency.families.family import set_present
+from tensorplay.ao.pruning.structured.dependency.families.family import child, set_present
+from tensorplay.ao.pruning.structured.dependency.hidden_width import hidden_width
 from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup, shapes_of
 from tensorplay.ao.pruning.structured.shrinking.removal import apply_cuts, plan_cuts
 from tensorplay.ao.pruning.structured.shrinking.shrink_report import ConfigUpdate
@@ -94,9 +95,14 @@ def check_config(found: FoundBlocks) -> None:
         )
 
 
-def update_config(found: FoundBlocks, kept_layers: Sequence[int]) -> ConfigUpdate:
+def update_config(
+    found: FoundBlocks, kept_layers: Sequence[int], hidden: int | None = None
+) -> ConfigUpdate:
     """Describe the shrunk blocks of ``found`` in its owner's config (see the module
-    docstring); ``kept_layers`` are the indices, before shrinking, of the blocks that stayed.
+    docstring); ``kept_layers`` are the indices, before shrinking, of the blocks that stayed;
+    ``hidden`` the residual stream's width where hidden channels were removed (written as
+    ``hidden_size``, with the attention's ``head_dim``, which the family would otherwise derive
+    from it).
 
     Returns:
         ``"uniform"`` or ``"per_layer"``.
@@ -107,7 +113,7 @@ def update_config(found: FoundBlocks, kept_layers: Sequence[int]) -> ConfigUpdat
         if isinstance(values, list) and len(values) == config.num_hidden_layers:
             setattr(config, key, [values[index] for index in kept_layers])
     config.num_hidden_layers = len(found.blocks)
-    widths = [found.family.widths(block) for block in found.blocks]
+    widths = [{**found.family.widths(block), **_stream(block, hidden)} for block in found.blocks]
     if all(layer == widths[0] for layer in widths) and _rebuilds(found.owner, widths[0]):
         for key, value in widths[0].items():
             setattr(config, key, value)
@@ -117,6 +123,17 @@ def update_config(found: FoundBlocks, kept_layers: Sequence[int]) -> ConfigUpdat
         return "uniform"
     setattr(config, WIDTHS_KEY, widths)
     return "per_layer"
+
+
+def _stream(block: nn.Module, hidden: int | None) -> dict[str, int]:
+    """``hidden_size`` (and ``head_dim``, read from the attention) where the stream shrank."""
+    if hidden is None:
+        return {}
+    widths = {"hidden_size": hidden}
+    head_dim = getattr(child(block, "self_attn"), "head_dim", None)
+    if isinstance(head_dim, int):
+        widths["head_dim"] = head_dim
+    return widths
 
 
 def _rebuilds(owner: nn.Module, widths: Mapping[str, int]) -> bool:
@@ -151,6 +168,15 @@ def rebuild_widths(model: nn.Module, widths: Sequence[Mapping[str, int]]) -> Non
             f"{'none' if found is None else len(found.blocks)}."
         )
     keeps: list[tuple[UnitGroup, torch.Tensor]] = []
+    hidden = widths[0].get("hidden_size") if widths else None
+    if hidden is not None:  # the stream's width first: per-layer widths do not depend on it
+        group = hidden_width(model).group
+        if not 1 <= hidden <= group.size:
+            raise ValueError(
+                f"Expected {WIDTHS_KEY} to give the residual stream between 1 and {group.size} "
+                f"channels, but it gives {hidden}."
+            )
+        keeps.append((group, torch.arange(group.size, device="cpu") < hidden))
     for name, block, recorded in zip(found.block_names(), found.blocks, widths, strict=True):
         units = found.family.units(name, block)
         counts = found.family.unit_counts(recorded)
@@ -172,6 +198,7 @@ def rebuild_widths(model: nn.Module, widths: Sequence[Mapping[str, int]]) -> Non
         found.family.sync(block)
         rebuilt = found.family.widths(block)
         # The keys recorded: a record written before a family reported a width does not hold it.
+        rebuilt.update(_stream(block, hidden))
         if any(rebuilt.get(key) != value for key, value in recorded.items()):
             raise ValueError(
                 f"Expected block {index} to be rebuilt to {dict(recorded)}, but it has {rebuilt}."

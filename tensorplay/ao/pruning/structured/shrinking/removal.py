@@ -130,12 +130,18 @@ def _check_resizable(model: nn.Module, cuts: Sequence[Cut]) -> None:
     names = {id(module): name for name, module in model.named_modules(remove_duplicate=False)}
     for cut in cuts:
         for module, _ in cut.pairs:
+            if isinstance(module, nn.Embedding) and 0 in cut.kept:
+                raise ValueError(
+                    f"Expected an Embedding to lose columns (the residual stream's channels), but "
+                    f"the rows (the vocabulary) of {names.get(id(module), '?')!r} holding "
+                    f"{cut.name!r} shrink: a vocabulary is not a structure shrink removes."
+                )
             if resizer_for(module) is None:
                 raise ValueError(
                     f"Expected every module whose parameters shrink to be one shrink can resize "
                     f"(Linear, Conv1d/2d/3d, ConvTranspose1d/2d/3d with one group, BatchNorm, "
                     f"InstanceNorm, GroupNorm of one channel per group, Hugging Face Conv1D, "
-                    f"mixture-of-experts routers and experts), "
+                    f"mixture-of-experts routers and experts, Embedding, LayerNorm, RMSNorm), "
                     f"but {names.get(id(module), '?')!r} holding {cut.name!r} is of type "
                     f"{type(module).__name__}."
                 )

@@ -152,13 +152,62 @@ def _expert_holder(module: nn.Module, kept: Kept) -> None:
     width)."""
     for name, dims in kept.items():
         parameter = module.get_parameter(name)
-        if set(dims) - {0} and parameter.dim() != 3:
+        if (
+            set(dims) - {0}
+            and parameter.dim() != 3
+            and not (name == "weight" and set(dims) <= {0, 1})
+        ):
             raise ValueError(
                 f"Expected the experts of {type(module).__name__} to lose whole experts (dim 0 "
-                f"of {name!r}) or channels of a fused 3-D expert tensor, but dims "
-                f"{sorted(dims)} of a {parameter.dim()}-D tensor shrink."
+                f"of {name!r}), channels of a fused 3-D expert tensor or hidden channels of a "
+                f"router, but dims {sorted(dims)} of a {parameter.dim()}-D tensor shrink."
             )
         vars(module)["num_experts"] = int(parameter.shape[0])
+    _hidden_dim(module)
+
+
+def _hidden_dim(module: nn.Module) -> None:
+    """A router's or fused experts' ``hidden_dim`` (the residual stream's width, which their
+    forward reshapes by) from the tensor that holds it: the router's ``weight``
+    ``(experts, hidden)``, the experts' ``down_proj`` ``(experts, hidden, inter)``."""
+    if not isinstance(vars(module).get("hidden_dim"), int):
+        return
+    for name, dim in (("weight", 1), ("down_proj", 1)):
+        parameter = module._parameters.get(name)
+        if parameter is not None and parameter.dim() > dim:
+            vars(module)["hidden_dim"] = int(parameter.shape[dim])
+            return
+
+
+def _embedding(module: nn.Module, kept: Kept) -> None:
+    """``nn.Embedding`` whose columns (the residual stream's channels) shrank."""
+    assert isinstance(module, nn.Embedding)
+    module.embedding_dim = int(module.weight.shape[1])
+
+
+def _layer_norm(module: nn.Module, kept: Kept) -> None:
+    """``nn.LayerNorm`` over one dimension whose entries shrank."""
+    assert isinstance(module, nn.LayerNorm)
+    module.normalized_shape = (int(module.weight.shape[0]),)
+
+
+def _is_rms_norm(module: nn.Module) -> bool:
+    """A Hugging Face RMSNorm: a ``*RMSNorm`` class with a 1-D ``weight`` (and no size
+    attribute other than ``hidden_size`` where it keeps one)."""
+    weight = getattr(module, "weight", None)
+    return (
+        type(module).__name__.endswith("RMSNorm")
+        and isinstance(weight, Tensor)
+        and weight.dim() == 1
+    )
+
+
+def _rms_norm(module: nn.Module, kept: Kept) -> None:
+    width = int(module.get_parameter("weight").shape[0])
+    if isinstance(vars(module).get("hidden_size"), int):
+        vars(module)["hidden_size"] = width
+    if isinstance(module, nn.RMSNorm):
+        module.normalized_shape = (width,)
 
 
 RESIZERS: tuple[tuple[Callable[[nn.Module], bool], Resizer], ...] = (
@@ -171,6 +220,12 @@ RESIZERS: tuple[tuple[Callable[[nn.Module], bool], Resizer], ...] = (
     (lambda module: isinstance(module, _InstanceNorm) and module.affine, _instance_norm),
     (_is_group_norm_per_channel, _group_norm_per_channel),
     (_is_expert_holder, _expert_holder),
+    (lambda module: isinstance(module, nn.Embedding), _embedding),
+    (
+        lambda module: isinstance(module, nn.LayerNorm) and len(module.normalized_shape) == 1,
+        _layer_norm,
+    ),
+    (_is_rms_norm, _rms_norm),
 )
 """Each module type that can shrink: a test and the function that resizes it."""
 
@@ -179,7 +234,7 @@ def resizer_for(module: nn.Module) -> Resizer | None:
     """The resizer of ``module``'s type, or ``None`` if it cannot shrink.
 
     Example:
-        >>> resizer_for(nn.Linear(2, 2)) is not None, resizer_for(nn.Embedding(2, 2))
+        >>> resizer_for(nn.Linear(2, 2)) is not None, resizer_for(nn.GRU(2, 2))
         (True, None)
     """
     for matches, resizer in RESIZERS:

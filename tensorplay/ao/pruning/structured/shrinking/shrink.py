@@ -40,6 +40,10 @@ Which units are pruned:
   keeps as many as the widest, some pruned channels staying as zeros (exact: they add nothing;
   :mod:`~tensorplay.ao.pruning.structured.shrinking.expert_widths`), counted in
   :attr:`~tensorplay.ao.pruning.structured.shrinking.shrink_report.ShrinkReport.padded_units`.
+* Hidden channels (``structure="hidden"``: one channel of the residual stream in every tensor
+  that reads or writes it) are cut from all of them; the norms' hooks that normalised the kept
+  channels go with them (:mod:`~tensorplay.ao.pruning.structured.units.stream_norms`), and the
+  config's ``hidden_size`` follows, with ``head_dim`` written out where the family derives it.
 * Experts (a masked expert is never routed to:
   :mod:`~tensorplay.ao.pruning.structured.units.routing`) are cut from the fused expert tensors and
   the router; the router's hook goes with them, and the config's ``num_experts``
@@ -136,6 +140,7 @@ from tensorplay.ao.pruning.structured.shrinking.shrink_report import (
     ShrinkReport,
 )
 from tensorplay.ao.pruning.structured.units.routing import remove_routing
+from tensorplay.ao.pruning.structured.units.stream_norms import remove_stream_norms
 
 __all__ = ["shrink"]
 
@@ -235,12 +240,17 @@ def _apply(
             for name in group.parameters():
                 for module, _ in aliases[name].pairs:
                     remove_routing(module)
+        if group.kind == "hidden":  # its masked channels are gone: the norms read them all
+            for name in group.parameters():
+                for module, _ in aliases[name].pairs:
+                    remove_stream_norms(module)
+    hidden = next((width.after for width in plan.widths if width.kind == "hidden"), None)
     config: ConfigUpdate = "none"
     if found is not None:
         layers_before = len(found.blocks)
         remove_blocks(found.blocks, plan.dropped_blocks)
         if found.config is not None:
-            config = update_config(found, plan.kept_blocks(layers_before))
+            config = update_config(found, plan.kept_blocks(layers_before), hidden)
         for block in found.blocks:  # after the config: a layer reads what the config lacks
             found.family.sync(block)
     changed = aliases if plan.dropped_blocks else plan.tensors  # blocks renumbered: every name

@@ -13,7 +13,10 @@
   (:mod:`~tensorplay.ao.pruning.structured.units.budget`);
 * :mod:`~tensorplay.ao.pruning.structured.units.experts`: ``"expert"``, one expert of a
   mixture-of-experts layer, never routed to once masked
-  (:mod:`~tensorplay.ao.pruning.structured.units.routing`).
+  (:mod:`~tensorplay.ao.pruning.structured.units.routing`);
+* :mod:`~tensorplay.ao.pruning.structured.units.hidden`: ``"hidden"``, one channel of the
+  residual stream, its norms normalising the kept channels while masked
+  (:mod:`~tensorplay.ao.pruning.structured.units.stream_norms`).
 
 :data:`STRUCTURES` is the one table a ``structure=`` string is looked up in: the configuration
 checks names and options against it and :func:`make_structure` builds the pruner's. A new
@@ -21,7 +24,7 @@ structure is one module and one line here.
 
 Example:
     >>> sorted(STRUCTURES)
-    ['channel', 'element', 'expert', 'head', 'layer']
+    ['channel', 'element', 'expert', 'head', 'hidden', 'layer']
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from torch import nn
 from tensorplay.ao.pruning.structured.units.combined import CombinedStructure
 from tensorplay.ao.pruning.structured.units.element import ElementSpace, ElementStructure
 from tensorplay.ao.pruning.structured.units.experts import ExpertStructure
+from tensorplay.ao.pruning.structured.units.hidden import HiddenStructure
 from tensorplay.ao.pruning.structured.units.structure import PruningStructure
 from tensorplay.ao.pruning.structured.units.structured import (
     ChannelStructure,
@@ -57,6 +61,7 @@ STRUCTURES: dict[str, type[PruningStructure]] = {
     HeadStructure.name: HeadStructure,
     LayerStructure.name: LayerStructure,
     ExpertStructure.name: ExpertStructure,
+    HiddenStructure.name: HiddenStructure,
 }
 """Each ``structure=`` value and its class; a new structure is one more entry."""
 
@@ -66,7 +71,7 @@ def structure_choices() -> str:
 
     Example:
         >>> structure_choices()
-        "'element', 'channel', 'head', 'layer' or 'expert'"
+        "'element', 'channel', 'head', 'layer', 'expert' or 'hidden'"
     """
     names = [repr(name) for name in STRUCTURES]
     return f"{', '.join(names[:-1])} or {names[-1]}"
