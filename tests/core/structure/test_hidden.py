@@ -157,6 +157,26 @@ def test_a_permanent_save_before_shrinking_is_refused() -> None:
     assert "transformer.wte.weight" in permanent_state_dict(model)
 
 
+def test_a_wrapped_model_records_its_hidden_group_once() -> None:
+    class Wrapper(nn.Module):  # as a LightningModule holds a Hugging Face model
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = FAMILY_MODELS["llama"].build()
+
+        def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+            return self.net(tokens).logits
+
+    model = Wrapper()
+    pruner = Pruner(model, OneShotSchedule(0.5), structure="hidden")
+    pruner.step()
+    with torch.no_grad():
+        masked = model(_tokens())
+    report = shrink(model)
+    assert [(row.name, row.after) for row in report.groups if row.kind == "hidden"] == [("net", 16)]
+    with torch.no_grad():
+        torch.testing.assert_close(model(_tokens()), masked, **TOLERANCE)
+
+
 def test_tied_and_untied_heads_are_one_slice_each() -> None:
     def ends(group: object) -> list[tuple[str, int | None]]:
         outer = ("wte.weight", "embed_tokens.weight", "head.weight")

@@ -170,7 +170,9 @@ def _unprefixed(group: UnitGroup, start: str) -> UnitGroup:
         dataclasses.replace(piece, parameter=piece.parameter.removeprefix(start))
         for piece in group.slices
     )
-    return dataclasses.replace(group, name=group.name.removeprefix(start), slices=slices)
+    # A group named for the model itself (its hidden size) is named "" within it.
+    name = "" if group.name == start.removesuffix(".") else group.name.removeprefix(start)
+    return dataclasses.replace(group, name=name, slices=slices)
 
 
 def _prefixed(group: UnitGroup, prefix: str) -> UnitGroup:
