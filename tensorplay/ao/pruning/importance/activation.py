@@ -78,7 +78,7 @@ from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 from tensorplay.ao.pruning.calibration.finite import check_read
-from tensorplay.ao.pruning.calibration.ranks import summed_over_ranks
+from tensorplay.ao.pruning.calibration.rank_sums import summed_over_ranks
 from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.edits.spent import ShrinkWatch
 from tensorplay.ao.pruning.importance.score import Importance, UnitLayout, UnitSlice
