@@ -118,9 +118,7 @@ ONE_OF = "exactly one of `sparsity` and budgets"
         pytest.param({"target_params": 1000}, "at least 11328, the smallest size", id="too-small"),
         pytest.param({"target_params": 0.8, "structure": "element"}, "or a tuple", id="elements"),
         pytest.param({"target_params": 0.8, "structure": ("layer", "head")}, "holds", id="overlap"),
-        pytest.param(
-            {"sparsity": 0.5, "structure": BOTH}, "a budget .* with", id="no-budget"
-        ),
+        pytest.param({"sparsity": 0.5, "structure": BOTH}, "a budget .* with", id="no-budget"),
     ],
 )
 def test_refusals_name_the_culprit_and_leave_the_model_unchanged(
