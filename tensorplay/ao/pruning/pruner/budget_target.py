@@ -127,6 +127,18 @@ class BudgetTarget:
         measures: Every measure reported, parameters first (each with its ``total``).
         budgets: Per measure, its budget times its scale (``None``: not a budget).
         planner: The units, priced in every measure.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from tensorplay.ao.pruning.pruner.conductor import Pruner
+        >>> from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
+        >>> mlp = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+        >>> pruner = Pruner(mlp, OneShotSchedule(), structure="channel", target_params=0.5,
+        ...                 example_inputs=torch.randn(2, 4))
+        >>> line = pruner.budget_report()["target_params"]  # the pruner's BudgetTarget reports
+        >>> line.before, line.budget  # 58 parameters, half kept
+        (58, 29)
     """
 
     def __init__(

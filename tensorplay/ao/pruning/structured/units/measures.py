@@ -78,6 +78,12 @@ class Measure:
         unit: What it counts (``"parameters"``, ``"bytes"``).
         scale: Counts are kept multiplied by it (integers).
         total: The model's measure when it was read, times :attr:`scale`.
+
+    Example:
+        >>> from tensorplay.ao.pruning.structured.dependency.unit_groups import Slice
+        >>> row = UnitGroup("fc", "channel", 2, (Slice("weight", 0),))
+        >>> ParamsMeasure(nn.Linear(3, 2)).price(row)  # one row of 3 weights
+        3
     """
 
     option: ClassVar[str]

@@ -73,11 +73,21 @@ class MemoryBudget:
 
     @property
     def element_size(self) -> int:
-        """Bytes per element of :attr:`dtype`."""
+        """Bytes per element of :attr:`dtype`.
+
+        Example:
+            >>> MemoryBudget(1, context_length=8, dtype="float32").element_size
+            4
+        """
         return int(getattr(torch, self.dtype).itemsize)
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields by name, plain data (what a YAML or JSON file holds)."""
+        """The fields by name, plain data (what a YAML or JSON file holds).
+
+        Example:
+            >>> MemoryBudget(1, context_length=8).to_dict()["dtype"]
+            'bfloat16'
+        """
         return asdict(self)
 
 
