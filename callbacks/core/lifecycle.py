@@ -69,6 +69,7 @@ from tensorplay.ao.pruning.structured.shrinking.gathered import gather_shrunk, w
 from tensorplay.ao.pruning.structured.shrinking.reshape import ShrunkShapes
 from tensorplay.ao.pruning.structured.shrinking.shrink import shrink
 from tensorplay.ao.pruning.structured.shrinking.shrink_report import ShrinkReport
+from tensorplay.ao.pruning.structured.units.memory_setting import MemoryBudget
 from tensorplay.ao.pruning.structured.units.routing import routed_around
 from tensorplay.ao.pruning.targets.parameters import method_name
 
@@ -328,6 +329,8 @@ def plain_arguments(config: PrunerConfig, options: AdapterOptions) -> dict[str, 
         if name in plain:
             continue
         value = getattr(config, name)
+        if isinstance(value, MemoryBudget):
+            value = value.to_dict()  # PrunerConfig builds it back from the mapping
         if isinstance(value, Sequence) and not isinstance(value, str):
             value = [item if isinstance(item, str) else import_path(item) for item in value]
             if None in value:

@@ -30,6 +30,7 @@ from tensorplay.ao.pruning.pruner.config import (
     Structure,
 )
 from tensorplay.ao.pruning.pruner.schedules import Schedule
+from tensorplay.ao.pruning.structured.units.memory_setting import MemoryBudget
 from tensorplay.ao.pruning.targets.parameters import KeepDense
 
 from ..core.example_inputs import as_example_inputs
@@ -103,7 +104,8 @@ class GradualPruning(SessionOptions, Callback):
             once per optimizer step, after Lightning unscaled the gradients), ``accumulator_dtype``,
             ``structure`` (``"channel"``, ``"head"``, ``"layer"`` or ``"expert"`` of a Hugging
             Face model, a channel of a plain one: units found from its modules, masked in every
-            slice), ``multiple_of`` and ``target_params`` (a parameter budget in place of the
+            slice), ``multiple_of``, ``target_params``, ``target_active_params`` and
+            ``target_memory`` (budgets in place of the
             schedule's final sparsity: :doc:`/structured`).
         seed: The pruner's; by default rank zero's ``torch.initial_seed()`` (set by
             ``seed_everything``), the same on every rank.
@@ -200,6 +202,8 @@ class GradualPruning(SessionOptions, Callback):
         structure: Structure = "element",
         multiple_of: int = 1,
         target_params: int | float | None = None,
+        target_active_params: int | float | None = None,
+        target_memory: MemoryBudget | None = None,
         shrink_at_end: bool = False,
         shrunk_dir: str | None = None,
         distill_weight: float = 0.0,

@@ -50,6 +50,7 @@ from tensorplay.ao.pruning.parity.methods import (
     random_unstructured,
     remove,
 )
+from tensorplay.ao.pruning.pruner.budget_target import BudgetReport
 from tensorplay.ao.pruning.pruner.conductor import Pruner
 from tensorplay.ao.pruning.pruner.one_shot import calibrate, prune_one_shot
 from tensorplay.ao.pruning.pruner.schedules import (
@@ -68,6 +69,7 @@ from tensorplay.ao.pruning.structured.shrinking.gathered import gather_shrunk, s
 from tensorplay.ao.pruning.structured.shrinking.hf_config import load_shrunk
 from tensorplay.ao.pruning.structured.shrinking.shrink import shrink
 from tensorplay.ao.pruning.structured.shrinking.shrink_report import ShrinkReport
+from tensorplay.ao.pruning.structured.units.memory_setting import MemoryBudget
 from tensorplay.ao.pruning.targets.parameters import (
     resolve_method,
     resolve_parameters,
@@ -109,6 +111,8 @@ __all__ = [
     "SpentPrunerError",
     "prune_one_shot",
     "calibrate",
+    "MemoryBudget",
+    "BudgetReport",
     "select_parameters",
     "resolve_parameters",
     "resolve_method",

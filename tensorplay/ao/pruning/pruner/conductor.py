@@ -45,7 +45,7 @@ from tensorplay.ao.pruning.masking.stats import SparsityReport, TensorSparsity
 from tensorplay.ao.pruning.pair import Pair
 from tensorplay.ao.pruning.parity.base import BasePruningMethod
 from tensorplay.ao.pruning.pruner.attached_optimizers import AttachedOptimizers
-from tensorplay.ao.pruning.pruner.budget_target import make_budget
+from tensorplay.ao.pruning.pruner.budget_target import BudgetReport, make_budget
 from tensorplay.ao.pruning.pruner.config import (
     AccumulatorDtype,
     Masking,
@@ -64,6 +64,7 @@ from tensorplay.ao.pruning.pruner.seeding import cuda_devices, seeded
 from tensorplay.ao.pruning.pruner.selected_targets import resolve_targets
 from tensorplay.ao.pruning.pruner.state import Progress, load_progress, state_dict
 from tensorplay.ao.pruning.structured.units import PruningStructure, make_structure
+from tensorplay.ao.pruning.structured.units.memory_setting import MemoryBudget
 from tensorplay.ao.pruning.structured.units.structure import UnitScores
 from tensorplay.ao.pruning.targets.parameters import KeepDense, ModuleType
 from tensorplay.ao.pruning.targets.tied import Target
@@ -159,11 +160,14 @@ class Pruner(OptimizerLinks):
         multiple_of: int = 1,
         example_inputs: Tensor | tuple[Any, ...] | None = None,
         target_params: int | float | None = None,
+        target_active_params: int | float | None = None,
+        target_memory: MemoryBudget | None = None,
     ) -> None:
         config = PrunerConfig(  # in the order of its fields
             *(schedule, parameters, module_types, names, include, exclude, keep_dense),
             *(method, scope, min_density, rewind, rewind_step, seed, masking),
             *(importance, accumulator_dtype, structure, multiple_of, target_params),
+            *(target_active_params, target_memory),
         )
         if importance_fn is not None and not callable(importance_fn):
             raise TypeError(
@@ -459,11 +463,11 @@ class Pruner(OptimizerLinks):
 
     def report(self) -> SparsityReport:
         """Per-target (with a structure of units: per-group) and global sparsity against the
-        current target (none with ``target_params``: the budget counts parameters, not
-        units); the first column says which (``tensor``, ``channel group``, ``head
-        group``, ``layer group``), and a group's numbers count its units. Under the table, a
-        line names the selected tensors that the structure leaves dense, if any
-        (:mod:`~tensorplay.ao.pruning.structured.units.coverage`).
+        current target (none with a budget, which counts parameters or bytes, not units:
+        :meth:`budget_report` says where the model stands); the first column says which
+        (``tensor``, ``channel group``, ``head group``, ``layer group``), and a group's numbers
+        count its units. Under the table, a line names the selected tensors that the structure
+        leaves dense, if any (:mod:`~tensorplay.ao.pruning.structured.units.coverage`).
 
         Example:
             >>> import torch
@@ -487,6 +491,38 @@ class Pruner(OptimizerLinks):
         rows = tuple(self._rows("report()"))
         target = None if self._budget is not None else self.target_sparsity()  # parameters
         return SparsityReport(rows, target, self._structure.row_label, self._structure.notes)
+
+    def budget_report(self) -> BudgetReport:
+        """The model :func:`~tensorplay.ao.pruning.shrink` would leave from the units pruned
+        now, against the budgets (``target_params``, ``target_active_params``,
+        ``target_memory``): its parameters always, its active parameters and memory where
+        budgeted, each before pruning, as budgeted and after
+        (:class:`~tensorplay.ao.pruning.pruner.budget_target.BudgetReport`). Read it before
+        shrinking (the pruner is spent after).
+
+        Raises:
+            ValueError: A pruner without a budget.
+
+        Example:
+            >>> import torch
+            >>> from torch import nn
+            >>> from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
+            >>> mlp = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+            >>> pruner = Pruner(mlp, OneShotSchedule(), structure="channel", target_params=40,
+            ...                 example_inputs=torch.randn(2, 4))
+            >>> _ = pruner.step()
+            >>> print(pruner.budget_report())  # a channel is 7 parameters: 3 went
+            measure     before  budget  after
+            parameters      58      40     37
+        """
+        if self._budget is None:
+            raise ValueError(
+                "Expected a pruner with a budget (`target_params`, `target_active_params` or "
+                "`target_memory`) for budget_report(), but it prunes to the schedule's "
+                "sparsity: read report()."
+            )
+        pruned = [row.pruned for row in self._rows("budget_report()")]
+        return self._budget.report(pruned)
 
     def _rows(self, method: str) -> list[TensorSparsity]:
         """Per group of units, its size and pruned units as the weights hold them (once

@@ -31,6 +31,7 @@ from tensorplay.ao.pruning.pruner.scopes import SCOPES, scope_choices
 from tensorplay.ao.pruning.structured.units import STRUCTURES, structure_choices
 from tensorplay.ao.pruning.structured.units.budget import check_target_params
 from tensorplay.ao.pruning.structured.units.combined import CombinedStructure, check_kinds
+from tensorplay.ao.pruning.structured.units.memory_setting import MemoryBudget, check_target_memory
 from tensorplay.ao.pruning.targets.parameters import (
     KeepDense,
     ModuleType,
@@ -40,6 +41,7 @@ from tensorplay.ao.pruning.targets.parameters import (
 
 __all__ = [
     "AccumulatorDtype",
+    "BUDGETS",
     "Masking",
     "PrunerConfig",
     "Rewind",
@@ -172,37 +174,50 @@ def _structure_of(structure: object) -> object:
     return structure
 
 
-def _check_target_params(
-    target_params: object, schedule: Schedule, structure: object, multiple_of: int
+BUDGETS = ("target_params", "target_active_params", "target_memory")
+"""The budgets, each usable alone or with the others."""
+
+
+def _check_budgets(
+    budgets: dict[str, object], schedule: Schedule, structure: object, multiple_of: int
 ) -> None:
-    """``target_params``: a positive int or a float in (0, 1], with units that shrink and a
-    schedule without a target of its own; a tuple of kinds needs it."""
-    if (target_params is None) != schedule.has_target():
-        given = "both" if target_params is not None else "neither"
+    """The budgets (``target_params``, ``target_active_params``: a positive int or a float in
+    (0, 1]; ``target_memory`` a checked :class:`MemoryBudget`), with units that shrink and a
+    schedule without a target of its own; a tuple of kinds needs one."""
+    given = {name: value for name, value in budgets.items() if value is not None}
+    if bool(given) == schedule.has_target():
+        which = "both" if given else "neither"
         raise ValueError(
-            "Expected exactly one of the schedule's final sparsity and `target_params`, but got "
-            f"{given} ({schedule!r}, target_params={target_params!r}): leave the schedule's "
-            "target out to prune to a parameter budget."
+            "Expected exactly one of the schedule's final sparsity and budgets (`target_params`, "
+            f"`target_active_params`, `target_memory`), but got {which} ({schedule!r}, "
+            f"{_named(given)}): leave the schedule's target out to prune to a budget."
         )
-    if target_params is None:
+    if not given:
         if isinstance(structure, tuple):
             raise ValueError(
-                f"Expected `target_params` with structure={structure!r}, but got None: units "
-                "of several kinds are ranked by score per parameter removed, against a budget."
+                f"Expected a budget (`target_params`, `target_active_params` or `target_memory`) "
+                f"with structure={structure!r}, but got none: units of several kinds are "
+                "ranked by score per share of a budget removed."
             )
         return
-    check_target_params(target_params)
-    if not isinstance(structure, tuple) and structure not in ("channel", "head", "layer"):
+    for name in ("target_params", "target_active_params"):
+        if name in given:
+            check_target_params(given[name], name)
+    option = next(iter(given))
+    if not isinstance(structure, tuple) and structure not in ("channel", "head", "layer", "expert"):
         raise ValueError(
-            "Expected `structure` to be 'channel', 'head', 'layer' or a tuple of them with "
-            f"`target_params`, but got {structure!r}: a budget counts the parameters "
-            "shrink() removes."
+            f"Expected `structure` to be 'channel', 'head', 'layer', 'expert' or a tuple of kinds "
+            f"with `{option}`, but got {structure!r}: a budget counts what shrink() removes."
         )
     if multiple_of != 1:
         raise ValueError(
-            f"Expected `multiple_of` to be 1 with `target_params`, but got {multiple_of}: "
+            f"Expected `multiple_of` to be 1 with `{option}`, but got {multiple_of}: "
             "budgets with rounded widths are not supported yet."
         )
+
+
+def _named(given: dict[str, object]) -> str:
+    return ", ".join(f"{name}={value!r}" for name, value in given.items()) or "no budget"
 
 
 def _check_seed(seed: object) -> None:
@@ -314,8 +329,17 @@ class PrunerConfig:
             pruner is built. The schedule then has no target of its own (``CubicSchedule(
             end_step=...)``, ``OneShotSchedule()``) and gives the way there: at step ``t`` the
             parameters pruned are ``schedule(t) * (total - budget)``. Needs ``"channel"``,
-            ``"head"``, ``"layer"`` or a tuple of them (a YAML list; a tuple needs it) and
-            ``multiple_of=1``.
+            ``"head"``, ``"layer"``, ``"expert"`` or a tuple of kinds (a YAML list; a tuple
+            needs a budget) and ``multiple_of=1``.
+        target_active_params: A budget of the parameters one token uses, alone or with the
+            other budgets (every budget given is met): a mixture-of-experts model's parameters
+            outside the routed experts plus ``top_k`` experts per layer (a dense model's: all
+            of them); an int or a float in (0, 1] as ``target_params``
+            (:mod:`~tensorplay.ao.pruning.structured.units.measures`).
+        target_memory: A budget of bytes at inference, the weights and the key/value cache at
+            a batch size, context length and dtype: a
+            :class:`~tensorplay.ao.pruning.structured.units.memory_setting.MemoryBudget` (or a
+            mapping of its fields, as YAML gives it), alone or with the other budgets.
 
     Raises:
         TypeError: A value of the wrong type (``schedule``, ``min_density``, ``rewind_step``,
@@ -354,9 +378,12 @@ class PrunerConfig:
     structure: Structure | tuple[Structure, ...] = "element"
     multiple_of: int = 1
     target_params: int | float | None = None
+    target_active_params: int | float | None = None
+    target_memory: MemoryBudget | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "structure", _structure_of(self.structure))
+        object.__setattr__(self, "target_memory", check_target_memory(self.target_memory))
         _check_schedule(self.schedule)
         _check_parameters(self.parameters)
         check_selection_args(
@@ -378,7 +405,8 @@ class PrunerConfig:
         _check_structure(
             self.structure, self.multiple_of, self.method_class, self.scope, self.importance
         )
-        _check_target_params(self.target_params, self.schedule, self.structure, self.multiple_of)
+        budgets = {name: getattr(self, name) for name in BUDGETS}
+        _check_budgets(budgets, self.schedule, self.structure, self.multiple_of)
 
     def as_kwargs(self) -> dict[str, Any]:
         """The fields by name: the keyword arguments of

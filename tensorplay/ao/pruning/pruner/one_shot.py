@@ -70,6 +70,7 @@ from tensorplay.ao.pruning.structured.reconstruction import (
 )
 from tensorplay.ao.pruning.structured.reconstruction import reconstruct as reconstruct_consumers
 from tensorplay.ao.pruning.structured.units import STRUCTURES
+from tensorplay.ao.pruning.structured.units.memory_setting import MemoryBudget
 
 __all__ = ["calibrate", "one_shot_schedule", "prune_one_shot"]
 
@@ -155,20 +156,33 @@ def _calibrate_one(
         raise error.at_batch(index) from None
 
 
-def one_shot_schedule(sparsity: float | None, target_params: int | float | None) -> OneShotSchedule:
-    """The schedule of one step: to ``sparsity``, or the whole way to ``target_params``.
+def one_shot_schedule(
+    sparsity: float | None,
+    target_params: int | float | None,
+    target_active_params: int | float | None = None,
+    target_memory: MemoryBudget | None = None,
+) -> OneShotSchedule:
+    """The schedule of one step: to ``sparsity``, or the whole way to the budgets.
 
     Raises:
-        ValueError: Both or neither given.
+        ValueError: Both a sparsity and a budget, or neither.
 
     Example:
         >>> one_shot_schedule(0.5, None), one_shot_schedule(None, 0.8)
         (OneShotSchedule(sparsity=0.5, step=0), OneShotSchedule(sparsity=None, step=0))
     """
-    if (sparsity is None) == (target_params is None):
+    budgets = {
+        "target_params": target_params,
+        "target_active_params": target_active_params,
+        "target_memory": target_memory,
+    }
+    given = {name: value for name, value in budgets.items() if value is not None}
+    if (sparsity is None) == (not given):
+        named = "".join(f" and {name}={value!r}" for name, value in given.items())
         raise ValueError(
-            "Expected exactly one of `sparsity` and `target_params`, but got "
-            f"sparsity={sparsity!r} and target_params={target_params!r}."
+            "Expected exactly one of `sparsity` and budgets (`target_params`, "
+            "`target_active_params`, `target_memory`), but got "
+            f"sparsity={sparsity!r}{named or ' and no budget'}."
         )
     return OneShotSchedule(sparsity)  # without one: the whole way to the budget
 
@@ -179,6 +193,8 @@ def prune_one_shot(
     sparsity: float | None = None,
     *,
     target_params: int | float | None = None,
+    target_active_params: int | float | None = None,
+    target_memory: MemoryBudget | None = None,
     importance: str | None = None,
     scope: Scope | None = None,
     structure: Structure | tuple[Structure, ...] = "element",
@@ -197,11 +213,20 @@ def prune_one_shot(
         target_params: The parameters the model keeps after
             :func:`~tensorplay.ao.pruning.structured.shrinking.shrink.shrink`: an int (every
             parameter of the model, embeddings included, tied ones once) or a float in (0, 1] (that
-            fraction of its parameters now); exactly one of ``sparsity`` and ``target_params``.
+            fraction of its parameters now); exactly one of ``sparsity`` and the budgets.
             Units are ranked by standardised score per parameter removed
             (:mod:`~tensorplay.ao.pruning.structured.units.budget`); the shrunk model lands at most
             at the budget and within one unit's parameters of it (one unit per layer with
             ``scope="layerwise"``, whose widths are equal per kind).
+        target_active_params: The parameters one token uses after shrinking (a
+            mixture-of-experts model's parameters outside its routed experts plus ``top_k``
+            experts per layer), an int or a fraction as ``target_params``.
+        target_memory: The bytes of the weights and the key/value cache after shrinking, at a
+            batch size, context length and dtype
+            (:class:`~tensorplay.ao.pruning.structured.units.memory_setting.MemoryBudget`).
+            The budgets go alone or together: units go until every budget given is met, and
+            :meth:`~tensorplay.ao.pruning.pruner.Pruner.budget_report` says where the model
+            landed against each.
         importance: The score (:mod:`~tensorplay.ao.pruning.importance`); by default Wanda,
             and REAP (``"reap"``) for ``structure="expert"``.
         scope: ``"row"`` (Wanda's choice: each output row on its own), ``"layerwise"`` or
@@ -244,7 +269,7 @@ def prune_one_shot(
             changes.
         RuntimeError: No batch reached a target (nothing is pruned; the hooks are removed).
     """
-    schedule = one_shot_schedule(sparsity, target_params)
+    schedule = one_shot_schedule(sparsity, target_params, target_active_params, target_memory)
     damping = _check_reconstruct(reconstruct, reconstruct_damping, structure)
     kind = STRUCTURES.get(structure) if isinstance(structure, str) else STRUCTURES["channel"]
     chosen: Any = scope or (kind.one_shot_scope if kind is not None else "row")
@@ -261,6 +286,8 @@ def prune_one_shot(
             scope=chosen,
             structure=structure,
             target_params=target_params,
+            target_active_params=target_active_params,
+            target_memory=target_memory,
             **options,
         )
         try:

@@ -45,7 +45,9 @@ __all__ = [
     "check_target_params",
     "model_params",
     "plan_global",
+    "plan_global_all",
     "plan_layerwise",
+    "plan_layerwise_all",
     "resolve_budget",
     "unit_params",
 ]
@@ -61,9 +63,9 @@ def model_params(model: nn.Module) -> int:
     return sum(param.numel() for param in model.parameters())
 
 
-def check_target_params(target_params: object) -> int | float:
-    """``target_params`` checked as a budget needs no model to check it: an int (parameters
-    kept) or a float in (0, 1] (a fraction of the model's parameters).
+def check_target_params(target_params: object, option: str = "target_params") -> int | float:
+    """``target_params`` (or the budget ``option``) checked as a budget needs no model to check
+    it: an int (parameters kept) or a float in (0, 1] (a fraction of the model's parameters).
 
     Raises:
         TypeError: Neither an int nor a float.
@@ -72,24 +74,30 @@ def check_target_params(target_params: object) -> int | float:
     Example:
         >>> check_target_params(0.8), check_target_params(1000)
         (0.8, 1000)
+        >>> check_target_params(-3, "target_active_params")
+        Traceback (most recent call last):
+        ...
+        ValueError: Expected `target_active_params` to be a positive int, but got -3.
     """
     if isinstance(target_params, bool) or not isinstance(target_params, (int, float)):
         raise TypeError(
-            "Expected `target_params` to be an int (parameters) or a float in (0, 1], but got "
+            f"Expected `{option}` to be an int (parameters) or a float in (0, 1], but got "
             f"{target_params!r}."
         )
     if isinstance(target_params, int) and target_params < 1:
-        raise ValueError(f"Expected `target_params` to be a positive int, but got {target_params}.")
+        raise ValueError(f"Expected `{option}` to be a positive int, but got {target_params}.")
     if isinstance(target_params, float) and not 0.0 < target_params <= 1.0:
         raise ValueError(
-            f"Expected `target_params` as a float to be in (0, 1], but got {target_params}."
+            f"Expected `{option}` as a float to be in (0, 1], but got {target_params}."
         )
     return target_params
 
 
-def resolve_budget(target_params: int | float, total: int) -> int:
-    """The budget in parameters: an int as given, a float in (0, 1] as that fraction of
-    ``total`` (rounded down).
+def resolve_budget(
+    target_params: int | float, total: int, option: str = "target_params", what: str = "parameters"
+) -> int:
+    """The budget in parameters (or the ``what`` of the budget ``option``): an int as given, a
+    float in (0, 1] as that fraction of ``total`` (rounded down).
 
     Raises:
         TypeError, ValueError: As :func:`check_target_params`; also an int above ``total``
@@ -103,13 +111,13 @@ def resolve_budget(target_params: int | float, total: int) -> int:
         ...
         ValueError: Expected `target_params` (the parameters the model keeps) to be at most the model's 29472 parameters, but got 30000: nothing would be pruned.
     """  # noqa: E501
-    value = check_target_params(target_params)
+    value = check_target_params(target_params) if option == "target_params" else target_params
     if isinstance(value, float):
         return int(value * total)
     if value > total:
         raise ValueError(
-            "Expected `target_params` (the parameters the model keeps) to be at most the "
-            f"model's {total} parameters, but got {value}: nothing would be pruned."
+            f"Expected `{option}` (the {what} the model keeps) to be at most the "
+            f"model's {total} {what}, but got {value}: nothing would be pruned."
         )
     return value
 
@@ -182,18 +190,44 @@ def plan_global(
         >>> plan_global([torch.tensor([0.0, 1.0])], [4], [2], need=5)
         [2]
     """
-    if need <= 0:
+    return plan_global_all(keys, [(size,) for size in params], limits, (need,))
+
+
+def plan_global_all(
+    keys: Sequence[Tensor],
+    costs: Sequence[Sequence[int]],
+    limits: Sequence[int],
+    needs: Sequence[int],
+) -> list[int]:
+    """As :func:`plan_global` for several budgets at once: ``costs[i][b]`` is what one unit of
+    group ``i`` frees of budget ``b`` (at least 0), and units go, lowest key first, until every
+    budget ``b`` has freed ``needs[b]``; the last unit taken is the first no longer needed
+    by any budget.
+
+    Example:
+        >>> keys = [torch.tensor([0.0, 1.0]), torch.tensor([0.5])]
+        >>> plan_global_all(keys, [(4, 0), (1, 6)], [2, 1], needs=(3, 5))  # 0.0 (4, 0), 0.5 (1, 6)
+        [1, 1]
+    """
+    if all(need <= 0 for need in needs):
         return [0] * len(keys)
-    eligible, costs, owners = [], [], []
-    for index, (key, size, limit) in enumerate(zip(keys, params, limits, strict=True)):
+    eligible, owners = [], []
+    for index, (key, limit) in enumerate(zip(keys, limits, strict=True)):
         lowest = torch.sort(key, stable=True).values[:limit]
         eligible.append(lowest)
-        costs.append(torch.full((lowest.numel(),), size, dtype=torch.int64))
         owners.append(torch.full((lowest.numel(),), index, dtype=torch.int64))
     order = torch.sort(torch.cat(eligible), stable=True).indices
-    taken = torch.cumsum(torch.cat(costs)[order], dim=0)
-    reach = int(torch.searchsorted(taken, torch.tensor([need]))[0]) + 1
-    chosen = torch.cat(owners)[order][: min(reach, order.numel())]
+    owner = torch.cat(owners)[order]
+    table = torch.tensor([list(cost) for cost in costs], dtype=torch.int64).reshape(
+        len(keys), len(needs)
+    )
+    taken = torch.cumsum(table[owner], dim=0)
+    reach = 0
+    for column, need in enumerate(needs):
+        if need > 0:
+            found = torch.searchsorted(taken[:, column].contiguous(), torch.tensor([need]))
+            reach = max(reach, int(found[0]) + 1)
+    chosen = owner[: min(reach, order.numel())]
     return torch.bincount(chosen, minlength=len(keys)).tolist()
 
 
@@ -220,29 +254,68 @@ def plan_layerwise(
         ...                [torch.ones(2, 4), torch.zeros(2, 2)], need=60)
         {'channel': 4, 'head': 1}
     """
+    costs = [(cost,) for cost in params]
+    return plan_layerwise_all(kinds, sizes, costs, floors, kept_scores, (need,), steps)
+
+
+def plan_layerwise_all(
+    kinds: Sequence[str],
+    sizes: Sequence[int],
+    costs: Sequence[Sequence[int]],
+    floors: Sequence[int],
+    kept_scores: Sequence[Tensor],
+    needs: Sequence[int],
+    steps: Sequence[int] | None = None,
+) -> dict[str, int]:
+    """As :func:`plan_layerwise` for several budgets at once (``costs``: per kind, one unit's
+    cost in each budget; ``needs``: what each budget asks freed): the widths that free every
+    ``needs[b]``; among them those within one unit per group of the finest kind of some budget
+    (else the least excess, relative to that unit), the most kept score among those.
+
+    Example:
+        >>> plan_layerwise_all(["channel", "head"], [4, 2], [(10, 0), (30, 5)], [1, 1],
+        ...                    [torch.ones(2, 4), torch.zeros(2, 2)], needs=(80, 10))
+        {'channel': 3, 'head': 1}
+    """
     groups = [int(scores.shape[0]) for scores in kept_scores]
     best = [
         torch.cat([torch.zeros(1, dtype=torch.float64), scores.sort(dim=1, descending=True)
                    .values.sum(dim=0).to(torch.float64).cumsum(0)])
         for scores in kept_scores
     ]  # fmt: skip
-    slack = min(count * size for count, size in zip(groups, params, strict=True))
+    budgets = range(len(needs))
+    slacks = [
+        min((count * cost[b] for count, cost in zip(groups, costs, strict=True) if cost[b] > 0),
+            default=0)
+        for b in budgets
+    ]  # fmt: skip
     found: tuple[float, float, tuple[int, ...]] | None = None
     steps = [1] * len(sizes) if steps is None else steps
     ranges = [
         [width for width in range(floor, size + 1) if width % step == 0 or width == size]
         for floor, size, step in zip(floors, sizes, steps, strict=True)
     ]
+    asked = [b for b in budgets if needs[b] > 0]
     for widths in itertools.product(*ranges):
-        removed = sum(
-            (size - width) * count * cost
-            for size, width, count, cost in zip(sizes, widths, groups, params, strict=True)
-        )
-        if removed < need:
+        removed = [
+            sum(
+                (size - width) * count * cost[b]
+                for size, width, count, cost in zip(sizes, widths, groups, costs, strict=True)
+            )
+            for b in budgets
+        ]
+        if any(removed[b] < needs[b] for b in budgets):
             continue
-        excess = removed - need
+        excess = [removed[b] - needs[b] for b in asked]
+        if len(needs) == 1:  # one budget: its excess itself
+            tight = excess[0] < slacks[0]
+            over = float(excess[0])
+        else:
+            tight = any(e < slacks[b] for e, b in zip(excess, asked, strict=True))
+            over = min((e / max(slacks[b], 1) for e, b in zip(excess, asked, strict=True)),
+                       default=0.0)  # fmt: skip
         kept = sum(float(total[width]) for total, width in zip(best, widths, strict=True))
-        rank = (0.0 if excess < slack else float(excess), -kept, widths)
+        rank = (0.0 if tight else over, -kept, widths)
         if found is None or rank < found:
             found = rank
     if found is None:  # the least each kind can keep
@@ -250,8 +323,16 @@ def plan_layerwise(
     return dict(zip(kinds, found[2], strict=True))
 
 
-def check_reachable(budget: int, total: int, removable: int, cost_floor: str) -> None:
-    """Refuse a budget below the smallest size the floors allow, before anything changes.
+def check_reachable(
+    budget: int,
+    total: int,
+    removable: int,
+    cost_floor: str,
+    option: str = "target_params",
+    scale: int = 1,
+) -> None:
+    """Refuse a budget below the smallest size the floors allow, before anything changes
+    (``budget``, ``total``, ``removable``: counts of the budget ``option`` times ``scale``).
 
     Raises:
         ValueError: Naming the budget and the smallest reachable size.
@@ -264,7 +345,8 @@ def check_reachable(budget: int, total: int, removable: int, cost_floor: str) ->
         ValueError: Expected `target_params` to be at least 800, the smallest size ...
     """
     if budget < total - removable:
+        least = -(-(total - removable) // scale)
         raise ValueError(
-            f"Expected `target_params` to be at least {total - removable}, the smallest size "
-            f"reachable ({cost_floor}), but got {budget}."
+            f"Expected `{option}` to be at least {least}, the smallest size "
+            f"reachable ({cost_floor}), but got {budget // scale}."
         )

@@ -1,12 +1,16 @@
-"""A parameter budget applied to the units of a pruning step.
+"""Budgets applied to the units of a pruning step.
 
 :class:`BudgetPlanner` reads a
 :class:`~tensorplay.ao.pruning.structured.units.unit_space.StructuredSpace` (its groups, their
-pruned units and unit scores), prices each unit in parameters
-(:func:`~tensorplay.ao.pruning.structured.units.budget.unit_params`) and prunes, group by group
-through the space's own selection, the counts that
-:func:`~tensorplay.ao.pruning.structured.units.budget.plan_global` or
-:func:`~tensorplay.ao.pruning.structured.units.budget.plan_layerwise` give. Floors are those of the
+pruned units and unit scores), prices each unit in every measure a budget bounds (parameters,
+active parameters, bytes: :mod:`~tensorplay.ao.pruning.structured.units.measures`) and prunes,
+group by group through the space's own selection, the counts that
+:func:`~tensorplay.ao.pruning.structured.units.budget.plan_global_all` or
+:func:`~tensorplay.ao.pruning.structured.units.budget.plan_layerwise_all` give: lowest key
+first until every budget is met. A unit's key is its standardised score divided by the share
+of the budgets' gaps it closes, the largest over the budgets (``price / (total - budget)``);
+with one budget that is the score per unit of that budget removed (per parameter for
+``target_params``). Floors are those of the
 scopes: every group keeps at least one unit (a mixture-of-experts layer its ``top_k``) and
 ``min_density`` of its units.
 
@@ -24,7 +28,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import Tensor
@@ -34,10 +38,11 @@ from tensorplay.ao.pruning.structured.dependency.unit_groups import expert_width
 from tensorplay.ao.pruning.structured.units.budget import (
     budget_keys,
     check_reachable,
-    plan_global,
-    plan_layerwise,
+    plan_global_all,
+    plan_layerwise_all,
     unit_params,
 )
+from tensorplay.ao.pruning.structured.units.measures import Measure
 from tensorplay.ao.pruning.structured.units.unit_space import Ranked, StructuredSpace
 
 __all__ = ["BudgetPlanner"]
@@ -56,6 +61,9 @@ class BudgetPlanner:
             channels keep a multiple of 16 bytes of its fused tensors
             (:func:`~tensorplay.ao.pruning.structured.dependency.unit_groups.expert_width_step`,
             what shrinking keeps); none given: any width.
+        measures: What each unit is priced in, one column per measure (none given: its
+            parameters alone).
+        option: The budget the messages name.
 
     Raises:
         ValueError: A group whose units differ in size, (``layerwise``) groups of one kind
@@ -73,8 +81,11 @@ class BudgetPlanner:
         *,
         layerwise: bool,
         element_sizes: Mapping[str, int] | None = None,
+        measures: Sequence[Measure] = (),
+        option: str = "target_params",
     ) -> None:
         self._ranked = space.ranked
+        self.option = option
         steps = [
             max(expert_width_step(group, element_sizes or {}) for group in ranked.groups)
             if element_sizes is not None
@@ -84,12 +95,16 @@ class BudgetPlanner:
         experts = [ranked.name for ranked in self._ranked if _budget_kind(ranked) == _EXPERTS]
         if experts and not layerwise:
             raise ValueError(
-                f"Expected scope='layerwise' with `target_params` for the channels of routed "
+                f"Expected scope='layerwise' with `{option}` for the channels of routed "
                 f"experts ({experts[0]!r}...), but got scope='global': the experts of a layer "
                 "share one width, so those that keep fewer channels would keep pruned ones and "
                 "the shrunk model would miss the budget."
             )
         self.params = [_ranked_params(ranked, shapes, aliases) for ranked in self._ranked]
+        self.costs = [
+            tuple(_ranked_cost(ranked, measure) for measure in measures) or (cost,)
+            for ranked, cost in zip(self._ranked, self.params, strict=True)
+        ]
         self.kinds = [_budget_kind(ranked) for ranked in self._ranked]
         self._steps = dict.fromkeys(self.kinds, 1)
         for kind, step in zip(self.kinds, steps, strict=True):
@@ -99,30 +114,41 @@ class BudgetPlanner:
         ]
         self.layerwise = layerwise and all(len(ranked.groups) == 1 for ranked in self._ranked)
         if self.layerwise:
-            _check_uniform(self._ranked, self.params, self.kinds)
+            _check_uniform(self._ranked, self.costs, self.kinds, option)
 
-    def removed(self, space: StructuredSpace) -> int:
-        """The parameters the pruned units of ``space`` hold."""
-        return sum(p * c for p, c in zip(space.pruned(), self.params, strict=True))
+    def removed(self, pruned: Sequence[int]) -> list[int]:
+        """What ``pruned`` units per group (``space.pruned()``) free, per measure."""
+        return [
+            sum(count * cost[column] for count, cost in zip(pruned, self.costs, strict=True))
+            for column in range(len(self.costs[0]) if self.costs else 0)
+        ]
 
-    def check(self, budget: int, total: int) -> None:
+    def check(
+        self,
+        budget: int,
+        total: int,
+        column: int = 0,
+        option: str = "target_params",
+        scale: int = 1,
+    ) -> None:
         """Refuse a ``budget`` below the smallest size the floors allow (``total``: the
-        model's parameters now, nothing pruned).
+        model's measure ``column`` now, nothing pruned; ``option``, ``scale``: its budget and
+        the factor its counts carry).
 
         Raises:
             ValueError: Naming the smallest reachable size.
         """
         removable = sum(
-            (ranked.size - floor) * cost
-            for ranked, floor, cost in zip(self._ranked, self.floors, self.params, strict=True)
+            (ranked.size - floor) * cost[column]
+            for ranked, floor, cost in zip(self._ranked, self.floors, self.costs, strict=True)
         )
         if self.layerwise:
             removable = sum(
-                (ranked.size - self._layer_floor(ranked)) * cost
-                for ranked, cost in zip(self._ranked, self.params, strict=True)
+                (ranked.size - self._layer_floor(ranked)) * cost[column]
+                for ranked, cost in zip(self._ranked, self.costs, strict=True)
             )
         floors = "every group keeps at least one unit and `min_density` of its units"
-        check_reachable(budget, total, removable, floors)
+        check_reachable(budget, total, removable, floors, option, scale)
 
     def _kind_floor(self, kind: str) -> list[int]:
         return [floor for floor, k in zip(self.floors, self.kinds, strict=True) if k == kind]
@@ -134,10 +160,11 @@ class BudgetPlanner:
         step = self._steps[kind]
         return min(-(-max(self._kind_floor(kind)) // step) * step, ranked.size)
 
-    def prune(self, space: StructuredSpace, need: int) -> int:
-        """Prune units of ``space`` until their parameters reach ``need`` more (see the
-        module); the units newly pruned."""
-        if need <= 0:
+    def prune(self, space: StructuredSpace, needs: Sequence[int], gaps: Sequence[int]) -> int:
+        """Prune units of ``space`` until each measure ``b`` has freed ``needs[b]`` more (see
+        the module; ``gaps[b]``: what the whole way frees, for the key); the units newly
+        pruned."""
+        if all(need <= 0 for need in needs):
             return 0
         states = [space.units(index) for index in range(len(self._ranked))]
         kept = [~pruned for pruned, _ in states]
@@ -145,26 +172,32 @@ class BudgetPlanner:
         widths = [int(keep.sum()) for keep in kept]
         keys = budget_keys(scores, self.kinds, [1] * len(scores))
         if self.layerwise:
-            counts = self._layerwise_counts(keys, widths, need)
+            counts = self._layerwise_counts(keys, widths, needs)
         else:
-            priced = [key / cost for key, cost in zip(keys, self.params, strict=True)]
-            limits = [max(0, w - f) for w, f in zip(widths, self.floors, strict=True)]
-            counts = plan_global(priced, self.params, limits, need)
+            weights = _weights(self.costs, gaps)
+            priced = [key / weight for key, weight in zip(keys, weights, strict=True)]
+            limits = [
+                max(0, w - f) if weight > 0 else 0
+                for w, f, weight in zip(widths, self.floors, weights, strict=True)
+            ]
+            counts = plan_global_all(priced, self.costs, limits, needs)
         for index, count in enumerate(counts):
             if count > 0:
                 space.prune(count, groups=[index])
         return sum(counts)
 
-    def _layerwise_counts(self, keys: list[Tensor], widths: list[int], need: int) -> list[int]:
+    def _layerwise_counts(
+        self, keys: list[Tensor], widths: list[int], needs: Sequence[int]
+    ) -> list[int]:
         kinds = list(dict.fromkeys(self.kinds))
         rows = [[i for i, kind in enumerate(self.kinds) if kind == k] for k in kinds]
-        chosen = plan_layerwise(
+        chosen = plan_layerwise_all(
             kinds,
             [widths[row[0]] for row in rows],
-            [self.params[row[0]] for row in rows],
+            [self.costs[row[0]] for row in rows],
             [max(self.floors[i] for i in row) for row in rows],
             [torch.stack([keys[i] for i in row]) for row in rows],
-            need,
+            needs,
             [self._steps[kind] for kind in kinds],
         )
         return [width - chosen[kind] for width, kind in zip(widths, self.kinds, strict=True)]
@@ -195,15 +228,38 @@ def _ranked_params(
     return sizes.pop()
 
 
-def _check_uniform(ranked: list[Ranked], params: list[int], kinds: list[str]) -> None:
+def _ranked_cost(ranked: Ranked, measure: Measure) -> int:
+    """One unit's price in ``measure``, refusing groups whose units differ in it."""
+    prices = {measure.price(group) for group in ranked.groups}
+    if len(prices) != 1:
+        raise ValueError(
+            f"Expected the units of {ranked.name!r} to free equal {measure.label} for "
+            f"`{measure.option}`, but got {sorted(prices)} (times {measure.scale}): a budget "
+            "prices every unit of a group alike."
+        )
+    return prices.pop()
+
+
+def _weights(costs: Sequence[Sequence[int]], gaps: Sequence[int]) -> list[float]:
+    """Per group, the share of the budgets' gaps one unit closes, the largest over the
+    budgets with a gap (with one budget, its cost itself: the same order)."""
+    open_ = [b for b, gap in enumerate(gaps) if gap > 0]
+    if len(gaps) == 1:
+        return [float(cost[0]) for cost in costs]
+    return [max((cost[b] / gaps[b] for b in open_), default=0.0) for cost in costs]
+
+
+def _check_uniform(
+    ranked: list[Ranked], costs: list[tuple[int, ...]], kinds: list[str], option: str
+) -> None:
     """Refuse, per layer, groups of one kind that differ in width or unit size."""
-    first: dict[str, tuple[str, int, int]] = {}
-    for group, cost, kind in zip(ranked, params, kinds, strict=True):
+    first: dict[str, tuple[str, int, tuple[int, ...]]] = {}
+    for group, cost, kind in zip(ranked, costs, kinds, strict=True):
         name, size, price = first.setdefault(kind, (group.name, group.size, cost))
         if (size, price) != (group.size, cost):
             raise ValueError(
                 f"Expected every {kind} group to have one width and unit size with "
-                f"scope='layerwise' and `target_params`, but {group.name!r} has {group.size} "
-                f"units of {cost} parameters and {name!r} {size} of {price}: use "
+                f"scope='layerwise' and `{option}`, but {group.name!r} has {group.size} "
+                f"units of {cost[0]} parameters and {name!r} {size} of {price[0]}: use "
                 "scope='global'."
             )
