@@ -204,10 +204,13 @@ def _check_budgets(
         if name in given:
             check_target_params(given[name], name)
     option = next(iter(given))
-    if not isinstance(structure, tuple) and structure not in ("channel", "head", "layer", "expert"):
+    if not isinstance(structure, tuple) and structure not in (
+        "channel", "head", "layer", "expert", "hidden"
+    ):  # fmt: skip
         raise ValueError(
-            f"Expected `structure` to be 'channel', 'head', 'layer', 'expert' or a tuple of kinds "
-            f"with `{option}`, but got {structure!r}: a budget counts what shrink() removes."
+            f"Expected `structure` to be 'channel', 'head', 'layer', 'expert', 'hidden' or a "
+            f"tuple of kinds with `{option}`, but got {structure!r}: a budget counts what "
+            "shrink() removes."
         )
     if multiple_of != 1:
         raise ValueError(

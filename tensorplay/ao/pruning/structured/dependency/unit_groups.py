@@ -186,17 +186,30 @@ EXPERT_ALIGN_BYTES = 16
 experts kernel (``grouped_mm``) refuses rows that are not 16-byte aligned."""
 
 
-def expert_width_step(group: UnitGroup, element_sizes: Mapping[str, int]) -> int:
-    """The multiple of units a group of one expert's channels keeps after shrinking
-    (:data:`EXPERT_ALIGN_BYTES` over the fused tensors' bytes per element); 1 for any other
-    group.
+def expert_width_step(
+    group: UnitGroup,
+    element_sizes: Mapping[str, int],
+    shapes: Mapping[str, torch.Size] | None = None,
+) -> int:
+    """The multiple of units a group keeps after shrinking where its units lie in fused expert
+    tensors (:data:`EXPERT_ALIGN_BYTES` over their bytes per element): one expert's channels
+    and, given ``shapes``, any group with a slice across the rows of a 3-D fused tensor (the
+    hidden size, in every expert); 1 for any other group (whole experts included).
 
     Example:
         >>> group = UnitGroup("e[0]", "channel", 16, (Slice("down", 2, expert=0),))
         >>> expert_width_step(group, {"down": 4}), expert_width_step(group, {"down": 2})
         (4, 8)
+        >>> hidden = UnitGroup("", "hidden", 16, (Slice("gate_up", 2),))
+        >>> expert_width_step(hidden, {"gate_up": 2}, {"gate_up": torch.Size([4, 8, 16])})
+        8
     """
-    sizes = [element_sizes[p.parameter] for p in group.slices if p.expert is not None]
+    sizes = [
+        element_sizes[p.parameter]
+        for p in group.slices
+        if p.expert is not None
+        or (shapes is not None and len(shapes[p.parameter]) == 3 and p.dim not in (None, 0))
+    ]
     return max(1, EXPERT_ALIGN_BYTES // max(sizes)) if sizes else 1
 
 

@@ -87,7 +87,7 @@ class BudgetPlanner:
         self._ranked = space.ranked
         self.option = option
         steps = [
-            max(expert_width_step(group, element_sizes or {}) for group in ranked.groups)
+            max(expert_width_step(group, element_sizes or {}, shapes) for group in ranked.groups)
             if element_sizes is not None
             else 1
             for ranked in self._ranked
@@ -112,7 +112,14 @@ class BudgetPlanner:
         self.floors = [
             max(1, ranked.min_kept, min_kept(ranked.size, min_density)) for ranked in self._ranked
         ]
-        self.layerwise = layerwise and all(len(ranked.groups) == 1 for ranked in self._ranked)
+        # One group per kind ranks alike in either scope; one whose widths come in steps (the
+        # hidden size of fused experts) is planned as layer-wise, the planner that keeps steps.
+        stepped = len(set(self.kinds)) == len(self.kinds) and any(
+            step > 1 for step in self._steps.values()
+        )
+        self.layerwise = (layerwise or stepped) and all(
+            len(ranked.groups) == 1 for ranked in self._ranked
+        )
         if self.layerwise:
             _check_uniform(self._ranked, self.costs, self.kinds, option)
 

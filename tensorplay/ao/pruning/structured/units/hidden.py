@@ -50,6 +50,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -60,7 +61,7 @@ from tensorplay.ao.pruning.parity.base import BasePruningMethod
 from tensorplay.ao.pruning.selection.sharding import first_sharded
 from tensorplay.ao.pruning.structured.dependency.graph import DependencyGraph
 from tensorplay.ao.pruning.structured.dependency.hidden_width import HIDDEN, NormKind
-from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup
+from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup, expert_width_step
 from tensorplay.ao.pruning.structured.units.stream_norms import install_stream_norms
 from tensorplay.ao.pruning.structured.units.structured import UnitStructure
 from tensorplay.ao.pruning.targets.tied import Target
@@ -107,6 +108,10 @@ class HiddenStructure(UnitStructure):
             tied = aliases[name]
             found.setdefault(id(tied.parameter), Target(tied.names, tied.pairs))
         self.scored = list(found.values())
+        # transformers' experts kernel needs 16-byte rows: the fused tensors' hidden width too.
+        sizes = {name: tied.parameter.element_size() for name, tied in aliases.items()}
+        step = max(expert_width_step(g, sizes, self._shapes) for g in self.groups)
+        self._multiple = math.lcm(self._multiple, step)
         install_stream_norms(self._norms)
 
     @classmethod
