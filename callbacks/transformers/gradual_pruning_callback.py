@@ -298,6 +298,7 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         **kwargs: Any,
     ) -> None:
         """Build the pruner and give every target its mask, before any checkpoint is loaded."""
+        _check_hidden_saves(args, self.config.structure)
         if args.restore_callback_states_from_checkpoint and self._arguments() is None:
             raise ValueError(
                 "Expected arguments that are plain data with "
@@ -332,6 +333,7 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         step ``global_step`` (0 unless resumed): a schedule may prune before training."""
         if model is None:
             raise ValueError("Expected the Trainer to pass its model to the callbacks.")
+        _check_hidden_saves(args, self.config.structure)
         # Again for a callback the Trainer rebuilt from a checkpoint, or one added after it was
         # made: neither saw `on_init_end`.
         self._on_sharded = trainer_shards_with_fsdp2(args, self.config)
@@ -778,6 +780,24 @@ class _AddToOutputLoss(LeftOutOfCopies):
 # The teacher the callback took, saved in each checkpoint's folder; its id in trainer_state.json.
 TEACHER_FILE = "tensorplay_teacher.pt"
 TEACHER_ENTRY = "distill_teacher"
+
+
+def _check_hidden_saves(args: TrainingArguments, structure: object) -> None:
+    """Refuse checkpoints of a run pruning the hidden size, before anything changes: a copy
+    saved while hidden channels are masked would load into a model whose norms read the full
+    width (every permanent save refuses it), so the Trainer would stop at its first save."""
+    kinds = structure if isinstance(structure, tuple) else (structure,)
+    strategy = getattr(args.save_strategy, "value", args.save_strategy)
+    if "hidden" in kinds and strategy != "no":
+        raise ValueError(
+            "Expected TrainingArguments(save_strategy='no') with "
+            f"GradualPruningCallback(structure={structure!r}), but got "
+            f"save_strategy={strategy!r}: a checkpoint written while hidden channels are "
+            "masked would load into a model whose norms read the full width. Set "
+            "save_strategy='no' and shrink_at_end=True (trainer.save_model then writes the "
+            "shrunk model), or prune the hidden size once (prune_one_shot(..., "
+            "structure='hidden')), shrink, and train the shrunk model."
+        )
 
 
 def _checkpoint_folder(args: TrainingArguments, step: int) -> str:

@@ -298,9 +298,13 @@ def test_a_parameter_budget_is_met_within_one_step(name: str) -> None:
     masked = _logits(model)
     shrink(model)
     width = DependencyGraph(model).hidden().group.size
-    # Fused expert tensors keep 16-byte rows (4 float32 channels): the width comes in steps.
-    step = 4 if name == "qwen3_moe" else 1
+    # Widths come in steps: transformers requires hidden_size to be a multiple of the query
+    # heads where the config states head_dim (4 heads here), and fused expert tensors keep
+    # 16-byte rows (4 float32 channels); GPT-2's width is recorded per layer, any width.
+    step = {"llama": 4, "qwen3_moe": 4, "gpt2": 1}[name]
     assert width % step == 0
+    if name != "gpt2":  # the config states the width: plain from_pretrained rebuilds it
+        assert model.config.hidden_size == width
     after = _params(model)
     assert after <= budget < after + step * _removed_by_hand(model, 1)
     torch.testing.assert_close(_logits(model), masked, **TOLERANCE)

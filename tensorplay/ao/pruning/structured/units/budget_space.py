@@ -28,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -87,9 +88,14 @@ class BudgetPlanner:
         self._ranked = space.ranked
         self.option = option
         steps = [
-            max(expert_width_step(group, element_sizes or {}, shapes) for group in ranked.groups)
-            if element_sizes is not None
-            else 1
+            math.lcm(
+                space.multiple,
+                max(
+                    expert_width_step(group, element_sizes or {}, shapes) for group in ranked.groups
+                )
+                if element_sizes is not None
+                else 1,
+            )
             for ranked in self._ranked
         ]
         experts = [ranked.name for ranked in self._ranked if _budget_kind(ranked) == _EXPERTS]

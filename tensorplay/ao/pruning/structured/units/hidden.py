@@ -59,6 +59,7 @@ from torch import nn
 from tensorplay.ao.pruning.parity.aliases import alias_map
 from tensorplay.ao.pruning.parity.base import BasePruningMethod
 from tensorplay.ao.pruning.selection.sharding import first_sharded
+from tensorplay.ao.pruning.structured.dependency.blocks import hf_config_of
 from tensorplay.ao.pruning.structured.dependency.graph import DependencyGraph
 from tensorplay.ao.pruning.structured.dependency.hidden_width import HIDDEN, NormKind
 from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup, expert_width_step
@@ -108,10 +109,11 @@ class HiddenStructure(UnitStructure):
             tied = aliases[name]
             found.setdefault(id(tied.parameter), Target(tied.names, tied.pairs))
         self.scored = list(found.values())
-        # transformers' experts kernel needs 16-byte rows: the fused tensors' hidden width too.
+        # transformers' experts kernel needs 16-byte rows: the fused tensors' hidden width too;
+        # and a config states hidden_size only as a multiple of the query heads.
         sizes = {name: tied.parameter.element_size() for name, tied in aliases.items()}
         step = max(expert_width_step(g, sizes, self._shapes) for g in self.groups)
-        self._multiple = math.lcm(self._multiple, step)
+        self._multiple = math.lcm(self._multiple, step, _heads_step(model))
         install_stream_norms(self._norms)
 
     @classmethod
@@ -171,3 +173,26 @@ class HiddenStructure(UnitStructure):
                 f"structure='hidden', but got {importance!r}: a hidden channel spans embeddings "
                 "and norms, which its per-input-row scores do not cover."
             )
+
+
+def _heads_step(model: nn.Module) -> int:
+    """The number of query heads where the model's config states ``head_dim`` apart from
+    ``hidden_size`` (transformers then requires ``hidden_size`` to be a multiple of the heads,
+    and the shrunk width loads with plain ``from_pretrained``); else 1 (GPT-2 derives its head
+    width from ``n_embd``: its shrunk width is recorded per layer anyway)."""
+    for module in model.modules():
+        config = hf_config_of(module)
+        if config is None:
+            continue
+        heads = getattr(config, "num_attention_heads", None)
+        width = getattr(config, "hidden_size", None)
+        if (
+            isinstance(heads, int)
+            and isinstance(width, int)
+            and isinstance(config.to_dict().get("head_dim"), int)
+            and heads > 0
+            and width % heads == 0
+        ):
+            return heads
+        return 1
+    return 1

@@ -252,6 +252,12 @@ class StructuredSpace:
         )
 
     @property
+    def multiple(self) -> int:
+        """Every group's kept width is a multiple of it (``multiple_of``, or the structure's
+        own step)."""
+        return self._multiple
+
+    @property
     def ranked(self) -> list[Ranked]:
         """The groups the scopes rank, in order."""
         return list(self._ranked)
