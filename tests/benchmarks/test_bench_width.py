@@ -28,7 +28,7 @@ def test_width_benchmark_prunes_each_kind_to_its_budget_or_records_the_refusal(
     for row in rows:
         if "refused" in row:
             # Only a budget below what the kind can reach is refused, and the library says so.
-            assert "smallest size reachable" in row["refused"]
+            assert "smallest size reachable" in row["refused"]  # the library says so
             continue
         assert row["params"] <= row["kept"] * total  # at most the budget
         assert row["oneshot"] > 1 and row["recovered"] > 1
