@@ -24,7 +24,8 @@ A second table ranks the hidden size's channels by each score ("random": a seede
 The last columns time a forward of 8 windows of 64 bytes on one thread (prefill), each shrunk
 model in turns with the dense one: the median ratio over rounds.
 
-Results go to ``benchmarks/results/width.json`` and ``.md`` (``--out``).
+Results go to ``benchmarks/results/width.json`` and ``.md`` (``--out``); ``--plot`` draws
+``width.png`` (perplexity against parameters kept, per axis) from them.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from byte_text import val_batches
 from distill import CACHE, LR, RECOVERY_STEPS, split
 from gpt_bytes import perplexity
 from harness import in_turns, machine, median_ratios, write_results
+from plotting import add_plot_option, plot_saved
 
 from tensorplay.ao.pruning import dense_copy, prune_one_shot, shrink
 from tensorplay.ao.pruning.structured.units import STRUCTURES
@@ -241,6 +243,30 @@ def tables(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plot(results: dict[str, Any], folder: Path) -> list[Path]:
+    """``width.png``: perplexity per byte against the parameters kept, one-shot and recovered,
+    one line per axis (each point a budget it met), the dense model as a dashed line."""
+    from plotting import new_figure, save
+
+    figure = new_figure(9.0, 3.8)
+    total = results["params"]
+    for index, key in enumerate(("oneshot", "recovered")):
+        axes = figure.add_subplot(1, 2, index + 1)
+        for kind, (label, _) in KINDS.items():
+            rows = [r for r in results["rows"] if r["kind"] == kind and "refused" not in r]
+            if rows:
+                kept = [100 * r["params"] / total for r in rows]
+                axes.plot(kept, [r[key] for r in rows], marker="o", label=label)
+        axes.axhline(results["dense"], color="tab:gray", linestyle="--", label="dense")
+        axes.set_xlabel("parameters kept (%)")
+        axes.set_ylabel("perplexity per byte")
+        axes.set_title("one-shot" if key == "oneshot" else "recovered (distilled)")
+        axes.invert_xaxis()
+        if index == 0:
+            axes.legend(fontsize="small")
+    return [save(figure, folder / "width.png")]
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny", action="store_true", help="a few steps and windows: seconds")
@@ -250,7 +276,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--recovery-steps", type=int, default=RECOVERY_STEPS)
     parser.add_argument("--cache", type=Path, default=CACHE, help="the dense model's folder")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    add_plot_option(parser)
     args = parser.parse_args(argv)
+    if args.plot is not None:
+        plot_saved(plot, args.out / "width.json", args.plot)
+        return {}
     args.kept = KEPT
     if args.tiny:
         args.steps, args.calibration, args.val_windows, args.recovery_steps = 8, 16, 16, 2

@@ -47,6 +47,7 @@ SCRIPTS = {
     "bench_callback_overhead": "callback_overhead.json",
     "bench_large_model": "large_model.json",
     "bench_structured_speed": "structured_speed.json",
+    "bench_width": "width.json",
 }
 
 __all__ = [

@@ -137,6 +137,17 @@ def _structured_speed() -> dict[str, Any]:
     }
 
 
+def _width() -> dict[str, Any]:
+    rows = [
+        {"kind": "hidden", "kept": 0.75, "params": 740, "oneshot": 9.0, "recovered": 5.1},
+        {"kind": "channel", "kept": 0.75, "params": 750, "oneshot": 6.0, "recovered": 4.9},
+        {"kind": "head", "kept": 0.75, "refused": "at least 950 kept"},  # not drawn
+        {"kind": "layer", "kept": 0.75, "params": 590, "oneshot": 10.0, "recovered": 5.8},
+        {"kind": "channel", "kept": 0.5, "params": 500, "oneshot": 29.0, "recovered": 6.2},
+    ]
+    return {"dense": 4.9, "params": 1000, "rows": rows}
+
+
 # (script, results file, its results, {figure: (width, height) in pixels at plotting.DPI})
 CASES = [
     (
@@ -175,6 +186,7 @@ CASES = [
         _structured_speed(),
         {"structured_speed.png": (1350, 600)},
     ),
+    ("bench_width", "width.json", _width(), {"width.png": (1350, 570)}),
 ]
 
 

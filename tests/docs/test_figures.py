@@ -43,6 +43,7 @@ def test_the_pages_show_the_benchmark_and_main_job_figures() -> None:
         "gradual_layers.png",
         "large_model.png",
         "structured_speed.png",
+        "width.png",
     }
     assert {p.name for p in figures} == expected
     assert figures <= shown, f"figures no page shows: {sorted(p.name for p in figures - shown)}"
