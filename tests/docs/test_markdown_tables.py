@@ -70,6 +70,7 @@ def test_the_pages_show_every_result_they_include_as_a_table() -> None:
         "benchmarks/results/structured_speed.md",
         "benchmarks/results/trainer_checkpoint_size.md",
         "benchmarks/results/training_overhead.md",
+        "benchmarks/results/width.md",
         "docs/results/distillation.md",
         "docs/results/distillation_channel.md",
         "docs/results/distillation_trainer.md",
