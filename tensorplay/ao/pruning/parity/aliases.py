@@ -23,8 +23,9 @@ import gc
 import itertools
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch import nn
@@ -35,6 +36,7 @@ from tensorplay.ao.pruning.pair import Pair
 from tensorplay.ao.pruning.parity.reparametrization import is_pruned_tensor
 
 __all__ = [
+    "ParameterTable",
     "TiedParameter",
     "alias_map",
     "parameter_groups",
@@ -139,6 +141,51 @@ def alias_map(model: nn.Module) -> dict[str, TiedParameter]:
         ('0.weight', '1.weight')
     """
     return {name: group for group in parameter_groups(model) for name in group.names}
+
+
+@dataclass(frozen=True)
+class ParameterTable:
+    """A model's parameters read once: each name's :class:`TiedParameter`, and what planning
+    code asks of them (canonical names, shapes, bytes per element, the count), so that a pass
+    over the model's modules is made once, not once per question.
+
+    Args:
+        aliases: Every qualified name mapped to its parameter (:func:`alias_map`).
+
+    Example:
+        >>> from torch import nn
+        >>> table = ParameterTable.of(nn.Linear(3, 2))
+        >>> table.count, table.shapes["weight"], table.element_sizes["bias"]
+        (8, torch.Size([2, 3]), 4)
+    """
+
+    aliases: Mapping[str, TiedParameter]
+
+    @classmethod
+    def of(cls, model: nn.Module) -> ParameterTable:
+        """Read ``model``'s parameters."""
+        return cls(alias_map(model))
+
+    @cached_property
+    def canonical(self) -> dict[str, str]:
+        """Each name's canonical (first) name."""
+        return {name: tied.names[0] for name, tied in self.aliases.items()}
+
+    @cached_property
+    def shapes(self) -> dict[str, torch.Size]:
+        """Each name's shape (a pruned tensor's, under its own name)."""
+        return {name: tied.parameter.shape for name, tied in self.aliases.items()}
+
+    @cached_property
+    def element_sizes(self) -> dict[str, int]:
+        """Each name's bytes per element."""
+        return {name: tied.parameter.element_size() for name, tied in self.aliases.items()}
+
+    @cached_property
+    def count(self) -> int:
+        """Every parameter's elements, tied ones once."""
+        unique = {id(tied.parameter): tied.parameter for tied in self.aliases.values()}
+        return sum(parameter.numel() for parameter in unique.values())
 
 
 # -- holders of a parameter, without a model (the functional API) ------------------------------

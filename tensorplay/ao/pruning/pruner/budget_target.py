@@ -31,10 +31,9 @@ from fractions import Fraction
 from torch import nn
 
 from tensorplay.ao.pruning.masking.mode import MaskingMode
-from tensorplay.ao.pruning.parity.aliases import alias_map
+from tensorplay.ao.pruning.parity.aliases import ParameterTable
 from tensorplay.ao.pruning.parity.methods import L1Unstructured
 from tensorplay.ao.pruning.pruner.config import PrunerConfig
-from tensorplay.ao.pruning.structured.dependency.unit_groups import shapes_of
 from tensorplay.ao.pruning.structured.units.budget import resolve_budget
 from tensorplay.ao.pruning.structured.units.budget_space import BudgetPlanner
 from tensorplay.ao.pruning.structured.units.measures import Measure, measures_of
@@ -212,8 +211,9 @@ def make_budget(
     if all(value is None for value in given.values()):
         return None
     space = _structured(structure.space(mode, L1Unstructured, lambda targets: []))
+    table = ParameterTable.of(model)
     measures = measures_of(
-        model, config.target_memory, active=config.target_active_params is not None
+        model, config.target_memory, active=config.target_active_params is not None, table=table
     )
     budgets: list[int | None] = []
     for option, measure in measures.items():
@@ -221,16 +221,14 @@ def make_budget(
         real = measure.total // measure.scale
         resolved = None if value is None else resolve_budget(value, real, option, measure.unit)
         budgets.append(None if resolved is None else resolved * measure.scale)
-    aliases = {name: tied.names[0] for name, tied in alias_map(model).items()}
-    sizes = {name: tied.parameter.element_size() for name, tied in alias_map(model).items()}
     first = next(option for option, value in given.items() if value is not None)
     planner = BudgetPlanner(
         space,
-        shapes_of(model),
-        aliases,
+        table.shapes,
+        table.canonical,
         config.min_density,
         layerwise=config.scope == "layerwise",
-        element_sizes=sizes,
+        element_sizes=table.element_sizes,
         measures=list(measures.values()),
         option=first,
     )

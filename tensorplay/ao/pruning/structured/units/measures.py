@@ -50,10 +50,9 @@ from typing import ClassVar
 
 from torch import nn
 
-from tensorplay.ao.pruning.parity.aliases import alias_map
+from tensorplay.ao.pruning.parity.aliases import ParameterTable
 from tensorplay.ao.pruning.structured.dependency.blocks import find_blocks, hf_config_of
-from tensorplay.ao.pruning.structured.dependency.unit_groups import Slice, UnitGroup, shapes_of
-from tensorplay.ao.pruning.structured.units.budget import model_params
+from tensorplay.ao.pruning.structured.dependency.unit_groups import Slice, UnitGroup
 from tensorplay.ao.pruning.structured.units.memory_setting import MemoryBudget
 
 __all__ = [
@@ -92,9 +91,10 @@ class Measure:
     scale: int = 1
     total: int
 
-    def __init__(self, model: nn.Module) -> None:
-        self._shapes = shapes_of(model)
-        self._aliases = {name: tied.names[0] for name, tied in alias_map(model).items()}
+    def __init__(self, model: nn.Module, table: ParameterTable | None = None) -> None:
+        self._table = ParameterTable.of(model) if table is None else table
+        self._shapes = self._table.shapes
+        self._aliases = self._table.canonical
 
     def price(self, group: UnitGroup) -> int:
         """What one unit of ``group`` frees, times :attr:`scale`."""
@@ -129,9 +129,9 @@ class ParamsMeasure(Measure):
     option = "target_params"
     label = "parameters"
 
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__(model)
-        self.total = model_params(model)
+    def __init__(self, model: nn.Module, table: ParameterTable | None = None) -> None:
+        super().__init__(model, table)
+        self.total = self._table.count
 
 
 class ActiveMeasure(Measure):
@@ -150,11 +150,11 @@ class ActiveMeasure(Measure):
     label = "active parameters"
     unit = "active parameters"
 
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__(model)
-        self._routed = routed_experts(model)  # tensor -> (top_k, experts)
+    def __init__(self, model: nn.Module, table: ParameterTable | None = None) -> None:
+        super().__init__(model, table)
+        self._routed = routed_experts(model, self._table)  # tensor -> (top_k, experts)
         self.scale = math.lcm(1, *(experts for _, experts in self._routed.values()))
-        whole = model_params(model) * self.scale
+        whole = self._table.count * self.scale
         routed = sum(
             self._shapes[name].numel() * (self.scale - self.scale // experts * top_k)
             for name, (top_k, experts) in self._routed.items()
@@ -188,13 +188,15 @@ class MemoryMeasure(Measure):
     label = "memory (bytes)"
     unit = "bytes"
 
-    def __init__(self, model: nn.Module, setting: MemoryBudget) -> None:
-        super().__init__(model)
-        self._kv = set(kv_projections(model))
+    def __init__(
+        self, model: nn.Module, setting: MemoryBudget, table: ParameterTable | None = None
+    ) -> None:
+        super().__init__(model, table)
+        self._kv = set(kv_projections(model, self._table))
         self._element = setting.element_size
         self._cached = setting.context_length * setting.batch_size * self._element
         rows = sum(self._shapes[name][0] for name in self._kv)
-        self.total = model_params(model) * self._element + rows * self._cached
+        self.total = self._table.count * self._element + rows * self._cached
 
     def _slice_price(self, piece: Slice, canonical: str) -> int:
         price = self._numel(piece) * self._element
@@ -204,7 +206,9 @@ class MemoryMeasure(Measure):
         return price
 
 
-def routed_experts(model: nn.Module) -> dict[str, tuple[int, int]]:
+def routed_experts(
+    model: nn.Module, table: ParameterTable | None = None
+) -> dict[str, tuple[int, int]]:
     """Each routed expert tensor of ``model`` (its canonical name) with its layer's ``top_k``
     and number of experts: the fused tensors of the mixture-of-experts layers the dependency
     analysis knows (:mod:`~tensorplay.ao.pruning.structured.dependency.families.moe`), ``top_k``
@@ -219,7 +223,7 @@ def routed_experts(model: nn.Module) -> dict[str, tuple[int, int]]:
         >>> routed_experts(nn.Linear(2, 2))
         {}
     """
-    aliases = {name: tied.names[0] for name, tied in alias_map(model).items()}
+    aliases = (ParameterTable.of(model) if table is None else table).canonical
     found: dict[str, tuple[int, int]] = {}
     blocks = find_blocks(model)
     layers = 0
@@ -260,7 +264,7 @@ def _moe_modules(model: nn.Module) -> list[str]:
     return named or ([type(model).__name__] if per_token else [])
 
 
-def kv_projections(model: nn.Module) -> list[str]:
+def kv_projections(model: nn.Module, table: ParameterTable | None = None) -> list[str]:
     """The key and value projection weights of every attention module of ``model`` (canonical
     names): ``<attention>.k_proj.weight`` and ``<attention>.v_proj.weight``, whose output
     widths are what one position of the key/value cache holds (under grouped-query attention,
@@ -275,7 +279,7 @@ def kv_projections(model: nn.Module) -> list[str]:
         >>> kv_projections(nn.Sequential(nn.Linear(2, 2)))
         []
     """
-    aliases = {name: tied.names[0] for name, tied in alias_map(model).items()}
+    aliases = (ParameterTable.of(model) if table is None else table).canonical
     found: list[str] = []
     outer: list[str] = []
     for name, module in model.named_modules():
@@ -298,7 +302,11 @@ def kv_projections(model: nn.Module) -> list[str]:
 
 
 def measures_of(
-    model: nn.Module, memory: MemoryBudget | None, *, active: bool
+    model: nn.Module,
+    memory: MemoryBudget | None,
+    *,
+    active: bool,
+    table: ParameterTable | None = None,
 ) -> dict[str, Measure]:
     """The measures a report shows, by option: parameters always, active parameters with
     ``active``, memory with a ``memory`` setting.
@@ -310,9 +318,10 @@ def measures_of(
         >>> list(measures_of(nn.Linear(2, 2), None, active=True))
         ['target_params', 'target_active_params']
     """
-    found: dict[str, Measure] = {"target_params": ParamsMeasure(model)}
+    table = ParameterTable.of(model) if table is None else table
+    found: dict[str, Measure] = {"target_params": ParamsMeasure(model, table)}
     if active:
-        found["target_active_params"] = ActiveMeasure(model)
+        found["target_active_params"] = ActiveMeasure(model, table)
     if memory is not None:
-        found["target_memory"] = MemoryMeasure(model, memory)
+        found["target_memory"] = MemoryMeasure(model, memory, table)
     return found
