@@ -246,7 +246,8 @@ REFUSALS = [
     ),
     pytest.param(
         {"importance": "activation"},
-        r"importance='activation'.*'model.layers.0.mlp.experts\[0\]' \(channel\) is read by none",
+        r"importance='activation'.*'model.layers.0.mlp.experts\[0\]' \(channel\) is read by "
+        r"none \(a routed expert's slice of a fused tensor\): rank it by 'magnitude'",
         id="activation",
     ),
     pytest.param(

@@ -206,7 +206,13 @@ class Activation(Importance):
                 raise ValueError(
                     f"Expected every unit group of importance='activation' to be read by a "
                     f"Linear, Hugging Face Conv1D, Conv1d or Conv2d (its activation is that "
-                    f"layer's input), but group {group.name!r} ({group.kind}) is read by none."
+                    f"layer's input), but group {group.name!r} ({group.kind}) is read by none"
+                    + (
+                        " (a routed expert's slice of a fused tensor): rank it by 'magnitude' "
+                        "or 'taylor'."
+                        if any(getattr(piece, "expert", None) is not None for piece in group.slices)
+                        else "."
+                    )
                 )
         self._sizes = {unit_key(group): group.size for group in units}
         self._consumers = consumers
