@@ -203,7 +203,9 @@ class PeakMemory:
             self._sampling = False
             assert self._thread is not None
             self._thread.join()
-        self.peak = max(self.peak, self.after)
+        # The kernel raises VmHWM lazily (at unmaps, faults): a block that frees pages touched
+        # just after the reset can leave it below the resident memory read then.
+        self.peak = max(self.peak, self.before, self.after)
 
 
 class WorkerError(RuntimeError):

@@ -123,7 +123,7 @@ def test_structured_overhead_benchmark_compares_with_element_masks_and_dense(
 
 
 @pytest.mark.slow
-def test_the_entry_points_benchmark_times_its_three_calls(tmp_path: Path) -> None:
+def test_the_entry_points_benchmark_times_its_four_calls(tmp_path: Path) -> None:
     out = run_script(
         "bench_entry_points.py", "--params", "1M", "--repeats", "1", "--steps", "20",
         "--out", str(tmp_path),
@@ -132,6 +132,7 @@ def test_the_entry_points_benchmark_times_its_three_calls(tmp_path: Path) -> Non
     assert [row["case"] for row in rows] == [
         "global_unstructured",
         "one-shot channels, reconstructed",
+        "dense teacher copy",
         "callback step",
     ]
     assert all(row["tensorplay"]["seconds"] > 0 for row in rows)
