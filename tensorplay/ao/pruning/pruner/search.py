@@ -59,7 +59,7 @@ import functools
 import math
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -78,7 +78,7 @@ from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup
 from tensorplay.ao.pruning.structured.shrinking.shrink import shrink
 from tensorplay.ao.pruning.structured.units.budget import model_params, resolve_budget
 from tensorplay.ao.pruning.structured.units.kept_grid import kept_count, kept_extents, unit_price
-from tensorplay.ao.pruning.structured.units.measures import measures_of
+from tensorplay.ao.pruning.structured.units.measures import measures_of, routed_experts
 from tensorplay.ao.pruning.structured.units.memory_setting import MemoryBudget
 
 __all__ = ["SEARCH_ORDER", "SearchResult", "check_search", "search_mix"]
@@ -201,6 +201,7 @@ def search_mix(
     setting = memory if isinstance(memory, MemoryBudget) else None
     total = model_params(model)
     limits, planned = _limits(model, budgets, setting)
+    active = "active_params" in limits or bool(routed_experts(model))
     remove = total - min(planned, total)
     graph = DependencyGraph(model)
     rows: list[dict[str, Any]] = []
@@ -211,7 +212,7 @@ def search_mix(
             found = _trial(
                 functools.partial(
                     _candidate, one_shot, model, batches, allocation, graph, total, remove,
-                    limits, setting, importance, loss, options,
+                    limits, active, setting, importance, loss, options,
                 )
             )  # fmt: skip
         except (ValueError, RuntimeError) as error:  # a kind that cannot take its share
@@ -294,6 +295,7 @@ def _candidate(
     total: int,
     remove: int,
     limits: Mapping[str, int],
+    active: bool,
     setting: MemoryBudget | None,
     importance: str | Mapping[str, str] | None,
     loss: Callable[[nn.Module, Any], Tensor],
@@ -307,10 +309,10 @@ def _candidate(
     units = {kind: pruner.pruned_count() for kind, pruner in pruners.items()}
     shrink(model)
     found: dict[str, Any] = {"units": units, "params": model_params(model)}
-    measures = measures_of(model, setting, active="active_params" in limits)
-    if "active_params" in limits:
-        active = measures["target_active_params"]
-        found["active_params"] = active.total // active.scale
+    measures = measures_of(model, setting, active=active)
+    if active:
+        measure = measures["target_active_params"]
+        found["active_params"] = measure.total // measure.scale
     if setting is not None:
         found["memory"] = measures["target_memory"].total
     found["score"] = _score(model, batches, loss)
@@ -331,6 +333,7 @@ def _realize(
     """Prune each kind of ``allocation`` its share of ``remove`` parameters, in
     :data:`SEARCH_ORDER` (see the module)."""
     pruners: dict[str, Pruner] = {}
+    experts = set(routed_experts(model))
     share = Fraction(0)
     last = [kind for kind in SEARCH_ORDER if allocation.get(kind)][-1]
     for kind in SEARCH_ORDER:
@@ -340,23 +343,25 @@ def _realize(
         goal = total - math.floor(share * remove)
         dropped = _dropped_blocks(model)
         groups = _live_groups(graph, kind, dropped)
-        count = _units_for(model, groups, kept_count(model) - goal, at_least=kind == last)
-        units = sum(group.size for group in groups)
-        if count == 0:
+        need = kept_count(model, experts) - goal
+        per_group, size = _units_for(model, kind, groups, need, experts, at_least=kind == last)
+        if per_group == 0:
             continue
-        if count >= units:
+        if per_group >= size:
             raise ValueError(
-                f"Expected {kind!r} to reach its share ({float(allocation[kind])}) with fewer "
-                f"units than its {units}, but it needs {count}."
+                f"Expected {kind!r} to reach its share ({float(allocation[kind])}) keeping "
+                f"some of the {size} units of each of its {len(groups)} groups, but it needs "
+                f"{per_group} of each."
             )
+        count = per_group * (1 if kind == "layer" else len(groups))
         exclude = [*(options.get("exclude") or ())]
         if kind != "hidden":  # the hidden group leaves those blocks out itself
             exclude += [rf"^{re.escape(block)}\." for block in dropped]
         chosen = importance.get(kind) if isinstance(importance, Mapping) else importance
         pruner = one_shot(
-            model, batches, count / units,
+            model, batches, per_group / size,
             **{**options, "exclude": exclude or None},
-            structure=kind, importance=chosen, make_permanent=False,
+            structure=kind, importance=chosen, scope="layerwise", make_permanent=False,
         )  # fmt: skip
         if pruner.pruned_count() != count:
             raise RuntimeError(
@@ -395,21 +400,43 @@ def _live_groups(graph: DependencyGraph, kind: str, dropped: Sequence[str]) -> l
     return [group for group in groups if not group.name.startswith(inside)]
 
 
-def _units_for(model: nn.Module, groups: Sequence[UnitGroup], need: int, *, at_least: bool) -> int:
-    """The units of ``groups`` that remove ``need`` elements at their current mean price: the
-    fewest that remove at least as many (``at_least``: the candidate's last kind, which lands on
-    the budget), else the nearest count (a kind before leaves the rest to the next)."""
-    if need <= 0:
-        return 0
-    extents = kept_extents(model)
+def _units_for(
+    model: nn.Module,
+    kind: str,
+    groups: Sequence[UnitGroup],
+    need: int,
+    experts: Collection[str],
+    *,
+    at_least: bool,
+) -> tuple[int, int]:
+    """The units per group (every group of ``groups`` as many; the blocks, for layers, as one
+    group) that remove ``need`` elements at their current price, and the units a group holds:
+    the fewest that remove at least as many (``at_least``: the candidate's last kind, which
+    lands on the budget), else the nearest count (a kind before leaves the rest to the next).
+
+    Raises:
+        ValueError: Groups of different sizes (a model whose layers differ), or units that free
+            nothing.
+    """
+    sizes = {group.size for group in groups}
+    if len(sizes) != 1:
+        raise ValueError(
+            f"Expected {kind!r} groups of one size to prune as many units of each, but got "
+            f"sizes {sorted(sizes)}."
+        )
+    extents = kept_extents(model, experts)
     aliases = {name: tied.names[0] for name, tied in alias_map(model).items()}
-    units = sum(group.size for group in groups)
-    priced = sum(unit_price(group, extents, aliases) * group.size for group in groups)
-    if units == 0 or priced == 0:
-        raise ValueError("Expected units that free parameters, but every unit left frees none.")
+    priced = Fraction(sum(unit_price(group, extents, aliases) for group in groups))
+    size = sizes.pop()
+    if kind == "layer":  # one group of blocks: a layer at the blocks' mean price
+        priced, size = priced / len(groups), len(groups)
+    if need <= 0:
+        return 0, size
+    if priced == 0:
+        raise ValueError(f"Expected {kind!r} units that free parameters, but none left does.")
     if at_least:
-        return -(-need * units // priced)
-    return (2 * need * units + priced) // (2 * priced)
+        return math.ceil(need / priced), size
+    return math.floor(need / priced + Fraction(1, 2)), size
 
 
 def _loss_fn(forward: Forward | None, batches: Sequence[Any]) -> Callable[[nn.Module, Any], Tensor]:
