@@ -14,7 +14,8 @@ them again), so the masked model computes what the shrunk one does;
 :func:`~tensorplay.ao.pruning.shrink` removes the channels, the hooks, and sets the config's
 ``hidden_size`` (``n_embd``) and ``head_dim``. A model whose width is not found exactly (Gemma,
 BERT, a head or a module no family accounts for) is refused before anything changes, saying
-why.
+why. A block whose every tensor is masked whole (a layer pruned before) is left out of the
+group: its channels are pruned in the blocks that remain, and shrinking removes the block.
 
 **Saving before shrinking.** A model loaded without tensorplay has no hooks: its norms would
 normalise over the full width. The permanent forms of a model with hidden channels masked
