@@ -63,6 +63,7 @@ from tensorplay.ao.pruning.pruner.schedules import (
     Schedule,
     schedule_from_dict,
 )
+from tensorplay.ao.pruning.pruner.search import SearchResult
 from tensorplay.ao.pruning.saving.sparse_export import load_sparse, save_sparse
 from tensorplay.ao.pruning.structured.dependency.graph import DependencyGraph
 from tensorplay.ao.pruning.structured.shrinking.gathered import gather_shrunk, save_shrunk
@@ -111,6 +112,7 @@ __all__ = [
     "SpentPrunerError",
     "prune_one_shot",
     "calibrate",
+    "SearchResult",
     "MemoryBudget",
     "BudgetReport",
     "select_parameters",

@@ -18,7 +18,10 @@ What is recorded:
 * a hook registered through :func:`hook`: its handle is removed;
 * the values of a tensor written in place (:func:`keep_values`), only in a transaction opened
   with ``keep_values=True`` (a one-shot call that re-solves weights): a copy on the CPU, copied
-  back.
+  back;
+* the data of a tensor swapped for other data (:func:`replace_data`, what making a mask
+  permanent does to its ``_orig`` parameter), in the same transactions: a reference to the old
+  data, put back (no copy).
 
 Transactions nest: an inner one that succeeds hands its record to the outer one; an inner one
 that fails undoes its own changes, and the outer one, if the exception leaves it too, the rest.
@@ -58,8 +61,10 @@ __all__ = [
     "hook",
     "is_registered",
     "keep_values",
+    "on_undo",
     "pop_buffer",
     "register_buffer",
+    "replace_data",
     "set_attribute",
     "touch",
     "transaction",
@@ -117,6 +122,17 @@ class ChangeRecord:
                 local.copy_(saved)
 
         self._undo.append(copy_back)
+
+    def keep_data(self, tensor: Tensor) -> None:
+        """Keep a reference to ``tensor``'s data before it is swapped for other data."""
+        if not self.keeps_values:
+            return
+        old = tensor.data
+
+        def put_back() -> None:
+            tensor.data = old
+
+        self._undo.append(put_back)
 
     def add(self, undo: Callable[[], None]) -> None:
         """Record ``undo`` (called, newest first, if the transaction fails)."""
@@ -243,6 +259,27 @@ def hook(register: Callable[..., H], *args: Any, **kwargs: Any) -> H:
     return handle
 
 
+def on_undo(undo: Callable[[], None]) -> None:
+    """Record ``undo``, called if the enclosing transaction fails (nothing outside one): for a
+    record tensorplay keeps about a model outside it (what :func:`~tensorplay.ao.pruning.shrink`
+    spanned).
+
+    Example:
+        >>> calls = []
+        >>> try:
+        ...     with transaction():
+        ...         on_undo(lambda: calls.append("undone"))
+        ...         raise ValueError("refused")
+        ... except ValueError:
+        ...     pass
+        >>> calls
+        ['undone']
+    """
+    record = _CURRENT.get()
+    if record is not None:
+        record.add(undo)
+
+
 def is_registered(handle: RemovableHandle) -> bool:
     """Whether the hook of ``handle`` is still registered (a failed transaction removes the
     hooks registered in it; their owners ask before trusting a handle they kept).
@@ -345,6 +382,29 @@ def keep_values(tensor: Tensor) -> None:
     record = _CURRENT.get()
     if record is not None:
         record.keep(tensor)
+
+
+def replace_data(tensor: Tensor, data: Tensor) -> None:
+    """``tensor.data = data``; where the enclosing transaction keeps values
+    (``transaction(keep_values=True)``), the old data is put back if it fails (by reference: no
+    copy is made).
+
+    Example:
+        >>> import torch
+        >>> weight = torch.nn.Parameter(torch.ones(2))
+        >>> try:
+        ...     with transaction(keep_values=True):
+        ...         replace_data(weight, torch.zeros(2))
+        ...         raise ValueError("refused")
+        ... except ValueError:
+        ...     pass
+        >>> weight.tolist()
+        [1.0, 1.0]
+    """
+    record = _CURRENT.get()
+    if record is not None:
+        record.keep_data(tensor)
+    tensor.data = data
 
 
 def _local(tensor: Tensor) -> Tensor:

@@ -27,6 +27,7 @@ from collections.abc import Iterable
 
 from torch import nn
 
+from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.pair import Pair
 
 __all__ = ["ShrinkWatch", "SpentPrunerError", "record_shrink"]
@@ -60,8 +61,20 @@ _RECORD = _ShrinkRecord()
 def record_shrink(pairs: Iterable[Pair]) -> None:
     """Record one run of shrinking over ``pairs`` (every holder of every tensor it spans)."""
     _RECORD.runs += 1
+    before: list[tuple[dict[str, int], str, int | None]] = []
     for module, name in pairs:
-        _RECORD.spanned.setdefault(module, {})[name] = _RECORD.runs
+        spanned = _RECORD.spanned.setdefault(module, {})
+        before.append((spanned, name, spanned.get(name)))
+        spanned[name] = _RECORD.runs
+
+    def forget() -> None:  # a shrink taken back by its transaction spent no pruner
+        for spanned, name, run in reversed(before):
+            if run is None:
+                spanned.pop(name, None)
+            else:
+                spanned[name] = run
+
+    changes.on_undo(forget)
 
 
 class ShrinkWatch:

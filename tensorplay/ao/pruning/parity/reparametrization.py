@@ -269,7 +269,7 @@ def remove_parts(module: nn.Module, name: str, hook: Any, weight: Tensor) -> Non
         delattr(module, name)
     orig = module._parameters[name + "_orig"]
     assert orig is not None  # for mypy: _orig is always a Parameter here
-    orig.data = weight.data
+    changes.replace_data(orig, weight.data)
     del module._parameters[name + "_orig"]
     del module._buffers[name + "_mask"]
     setattr(module, name, orig)

@@ -45,8 +45,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Literal, overload
 
 import torch
 from torch import Tensor, nn
@@ -62,6 +62,8 @@ from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.pruner.conductor import Pruner
 from tensorplay.ao.pruning.pruner.config import Scope, Structure
 from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
+from tensorplay.ao.pruning.pruner.search import SearchResult, check_search, search_mix
+from tensorplay.ao.pruning.pruner.search_grid import SearchGrid
 from tensorplay.ao.pruning.structured.reconstruction import (
     DEFAULT_DAMPING,
     RECONSTRUCTED_KINDS,
@@ -187,6 +189,7 @@ def one_shot_schedule(
     return OneShotSchedule(sparsity)  # without one: the whole way to the budget
 
 
+@overload
 def prune_one_shot(
     model: nn.Module,
     batches: Iterable[Any],
@@ -202,8 +205,53 @@ def prune_one_shot(
     make_permanent: bool = True,
     reconstruct: bool = False,
     reconstruct_damping: float = DEFAULT_DAMPING,
+    search: Literal[False] = False,
+    search_grid: None = None,
     **options: Any,
-) -> Pruner:
+) -> Pruner: ...
+
+
+@overload
+def prune_one_shot(
+    model: nn.Module,
+    batches: Iterable[Any],
+    sparsity: None = None,
+    *,
+    target_params: int | float | None = None,
+    target_active_params: int | float | None = None,
+    target_memory: MemoryBudget | None = None,
+    importance: str | Mapping[str, str] | None = None,
+    scope: Scope | None = None,
+    structure: tuple[Structure, ...],
+    forward: Forward | None = None,
+    make_permanent: bool = True,
+    reconstruct: Literal[False] = False,
+    reconstruct_damping: float = DEFAULT_DAMPING,
+    search: Literal[True],
+    search_grid: SearchGrid | None = None,
+    **options: Any,
+) -> SearchResult: ...
+
+
+def prune_one_shot(
+    model: nn.Module,
+    batches: Iterable[Any],
+    sparsity: float | None = None,
+    *,
+    target_params: int | float | None = None,
+    target_active_params: int | float | None = None,
+    target_memory: MemoryBudget | None = None,
+    importance: str | Mapping[str, str] | None = None,
+    scope: Scope | None = None,
+    structure: Structure | tuple[Structure, ...] = "element",
+    forward: Forward | None = None,
+    make_permanent: bool = True,
+    reconstruct: bool = False,
+    reconstruct_damping: float = DEFAULT_DAMPING,
+    search: bool = False,
+    search_grid: SearchGrid | None = None,
+    **options: Any,
+) -> Pruner | SearchResult:
     """Prune ``model`` once to ``sparsity`` after a calibration pass over ``batches``.
 
     Args:
@@ -253,12 +301,24 @@ def prune_one_shot(
             first).
         reconstruct_damping: The ridge ``lambda`` of the re-solve, relative to the mean
             diagonal of each layer's input Gram matrix.
+        search: Search the mix of the kinds of ``structure`` (a tuple of at least two of
+            ``"layer"``, ``"hidden"``, ``"head"``, ``"channel"``, ``"expert"``) under the
+            budgets: every allocation of what they ask to remove among the kinds is realized,
+            scored on ``batches`` and taken back, and the best that meets every budget is kept
+            (:mod:`~tensorplay.ao.pruning.pruner.search`). ``importance`` may then map each kind
+            to its score; ``forward`` must return a scalar loss unless the batches are
+            mappings holding ``input_ids`` (a causal LM's loss scores them).
+        search_grid: With ``search``: the shares are multiples of ``1 / search_grid`` (default
+            4), or a list of allocations (``[{"layer": 0.5, "channel": 0.5}]``); each kind alone
+            is always a candidate.
         **options: Any other argument of :class:`~tensorplay.ao.pruning.pruner.Pruner`
             (``parameters``, ``exclude``, ``keep_dense``, ``min_density``, ``masking``,
             ``multiple_of``, ``example_inputs``...).
 
     Returns:
-        The pruner (its :meth:`~tensorplay.ao.pruning.pruner.Pruner.report` tells what it did).
+        The pruner (its :meth:`~tensorplay.ao.pruning.pruner.Pruner.report` tells what it did);
+        with ``search=True``, a :class:`~tensorplay.ao.pruning.pruner.search.SearchResult`:
+        the chosen candidate's pruner of each kind and the search's report.
 
     Raises:
         TypeError, ValueError: As the :class:`~tensorplay.ao.pruning.pruner.Pruner`; both or
@@ -271,6 +331,19 @@ def prune_one_shot(
     """
     schedule = one_shot_schedule(sparsity, target_params, target_active_params, target_memory)
     damping = _check_reconstruct(reconstruct, reconstruct_damping, structure)
+    if search is not False:
+        return _search(
+            model, batches, structure, search, search_grid, reconstruct, importance,
+            forward=forward, make_permanent=make_permanent, options=options,
+            budgets={"target_params": target_params, "target_active_params":
+                     target_active_params, "target_memory": target_memory},
+        )  # fmt: skip
+    if search_grid is not None:
+        raise ValueError(
+            f"Expected `search_grid` only with search=True, but got search_grid={search_grid!r}."
+        )
+    if not (importance is None or isinstance(importance, str)):
+        raise TypeError(f"Expected `importance` to be a name, but got {importance!r}.")
     kind = STRUCTURES.get(structure) if isinstance(structure, str) else STRUCTURES["channel"]
     chosen: Any = scope or (kind.one_shot_scope if kind is not None else "row")
     score = importance or str(getattr(kind, "one_shot_importance", "wanda"))
@@ -316,6 +389,35 @@ def prune_one_shot(
         if make_permanent:
             pruner.make_permanent()
     return pruner
+
+
+def _search(
+    model: nn.Module,
+    batches: Iterable[Any],
+    structure: object,
+    search: object,
+    grid: SearchGrid | None,
+    reconstruct: bool,
+    importance: str | Mapping[str, str] | None,
+    *,
+    forward: Forward | None,
+    make_permanent: bool,
+    options: dict[str, Any],
+    budgets: dict[str, Any],
+) -> SearchResult:
+    """``prune_one_shot(..., search=True)``, its options checked first."""
+    if search is not True:
+        raise TypeError(f"Expected `search` to be a bool, but got {search!r}.")
+    if reconstruct:
+        raise ValueError(
+            "Expected reconstruct=False with search=True: the candidates are scored as pruned."
+        )
+    kinds, allocations = check_search(structure, budgets, 4 if grid is None else grid, importance)
+    data = list(batches)
+    return search_mix(
+        prune_one_shot, model, data, kinds, allocations, budgets=budgets,
+        importance=importance, forward=forward, make_permanent=make_permanent, options=options,
+    )  # fmt: skip
 
 
 def _check_reconstruct(

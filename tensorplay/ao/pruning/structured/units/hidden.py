@@ -14,7 +14,8 @@ them again), so the masked model computes what the shrunk one does;
 :func:`~tensorplay.ao.pruning.shrink` removes the channels, the hooks, and sets the config's
 ``hidden_size`` (``n_embd``) and ``head_dim``. A model whose width is not found exactly (Gemma,
 BERT, a head or a module no family accounts for) is refused before anything changes, saying
-why.
+why. A block whose every tensor is masked whole (a layer pruned before) is left out of the
+group: its channels are pruned in the blocks that remain, and shrinking removes the block.
 
 **Saving before shrinking.** A model loaded without tensorplay has no hooks: its norms would
 normalise over the full width. The permanent forms of a model with hidden channels masked
@@ -50,16 +51,18 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from torch import nn
 
-from tensorplay.ao.pruning.parity.aliases import alias_map
+from tensorplay.ao.pruning.masking.held_tensors import kept_elements
+from tensorplay.ao.pruning.parity.aliases import TiedParameter, alias_map
 from tensorplay.ao.pruning.parity.base import BasePruningMethod
 from tensorplay.ao.pruning.selection.sharding import first_sharded
-from tensorplay.ao.pruning.structured.dependency.blocks import hf_config_of
+from tensorplay.ao.pruning.structured.dependency.blocks import find_blocks, hf_config_of
 from tensorplay.ao.pruning.structured.dependency.graph import DependencyGraph
 from tensorplay.ao.pruning.structured.dependency.hidden_width import HIDDEN, NormKind
 from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup, expert_width_step
@@ -144,17 +147,20 @@ class HiddenStructure(UnitStructure):
         width = graph.hidden()  # refuses a model whose width is not found exactly, saying why
         chosen = {name for target in selected for name in target.names}
         aliases = alias_map(model)
+        dropped = _dropped_blocks(model, aliases)
+        group = _without(width.group, dropped)
         held = {alias for name in chosen if name in aliases for alias in aliases[name].names}
-        if not held & set(width.group.scored_parameters()):
+        if not held & set(group.scored_parameters()):
             raise ValueError(
                 f"Expected the selection to hold some weight of the hidden group "
-                f"{width.group.name!r} for structure='hidden', but it holds none of "
-                f"{list(width.group.scored_parameters())[:3]}...: widen `parameters`, "
+                f"{group.name!r} for structure='hidden', but it holds none of "
+                f"{list(group.scored_parameters())[:3]}...: widen `parameters`, "
                 "`include` or `exclude`."
             )
-        self._norms = [(model.get_submodule(norm.name), norm.kind) for norm in width.norms]
-        self._norm_weights = [f"{norm.name}.weight" for norm in width.norms]
-        return [width.group]
+        norms = [norm for norm in width.norms if not _within(norm.name, dropped)]
+        self._norms = [(model.get_submodule(norm.name), norm.kind) for norm in norms]
+        self._norm_weights = [f"{norm.name}.weight" for norm in norms]
+        return [group]
 
     @classmethod
     def check_options(
@@ -173,6 +179,33 @@ class HiddenStructure(UnitStructure):
                 f"structure='hidden', but got {importance!r}: a hidden channel spans embeddings "
                 "and norms, which its per-input-row scores do not cover."
             )
+
+
+def _dropped_blocks(model: nn.Module, aliases: Mapping[str, TiedParameter]) -> list[str]:
+    """The blocks of ``model`` whose every parameter is masked whole (a pruned layer, which
+    :func:`~tensorplay.ao.pruning.shrink` removes): their slices stay out of the hidden group,
+    whose channels are then pruned in the blocks that remain."""
+    found = find_blocks(model)
+    if found is None:
+        return []
+    dropped = []
+    for name in found.block_names():
+        held = [tied for param, tied in aliases.items() if param.startswith(f"{name}.")]
+        if held and not any(bool(kept_elements(tied).any()) for tied in held):
+            dropped.append(name)
+    return dropped
+
+
+def _within(name: str, blocks: Sequence[str]) -> bool:
+    return any(name.startswith(f"{block}.") for block in blocks)
+
+
+def _without(group: UnitGroup, blocks: Sequence[str]) -> UnitGroup:
+    """``group`` without its slices in ``blocks``."""
+    if not blocks:
+        return group
+    kept = tuple(piece for piece in group.slices if not _within(piece.parameter, blocks))
+    return dataclasses.replace(group, slices=kept)
 
 
 def _heads_step(model: nn.Module) -> int:

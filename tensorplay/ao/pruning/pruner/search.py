@@ -1,0 +1,478 @@
+"""``prune_one_shot(..., search=True)``: choose the mix of depth and widths under a budget.
+
+Minitron's search (Muralidharan et al. 2024, Sreenivas et al. 2024) on one call. The parameters a
+budget asks to remove are shared among the kinds of units (depth: ``"layer"``; widths:
+``"hidden"``, ``"head"``, ``"channel"``; ``"expert"`` on a mixture-of-experts model) in every
+*allocation* of a grid (:mod:`~tensorplay.ao.pruning.pruner.search_grid`), plus each kind alone.
+Each candidate is realized on the model, scored on the calibration batches and taken back; the
+best candidate that meets every budget is realized again and kept.
+
+**Realizing a candidate.** Kinds whose units overlap cannot share one pruner, so the kinds are
+pruned one after another on the same model, each by a plain
+:func:`~tensorplay.ao.pruning.prune_one_shot` of its own (its own calibration pass, its own
+importance), in the fixed order of :data:`SEARCH_ORDER`: depth first, then the hidden width,
+heads, channels, experts. Each kind is given an explicit number of units, not a budget of its
+own: a kind's budget would price its units in the dense model's shapes, but after the kinds
+before it a unit holds less (a channel's column is as tall as the hidden width kept; a pruned
+layer's heads hold nothing). The count is planned on the kept grids the masks leave
+(:mod:`~tensorplay.ao.pruning.structured.units.kept_grid`): after the kinds up to ``k``, the
+model should hold ``total - (s_1 + ... + s_k) * (total - budget)`` parameters, and kind ``k``
+prunes the fewest units that get there at its units' current price. The blocks a pruned layer
+leaves masked are excluded from the later kinds (their units would free nothing), and the
+hidden width is pruned in the blocks that remain. The last kind of a candidate lands on the
+budget, within one of its units.
+
+**Counting and scoring.** A candidate is applied inside a
+:func:`~tensorplay.ao.pruning.edits.changes.transaction` that is then taken back (the model is
+never copied): the kinds' masks, then :func:`~tensorplay.ao.pruning.shrink`, whose parameters,
+active parameters and memory are the candidate's measures, exactly what the shrunk model holds;
+then the mean loss over the calibration batches (the shrunk model computes what the masked one
+does). Candidates always hold their masks as ``masking="reparametrize"`` (whose pruned values
+survive in the ``_orig`` parameters, so taking the candidate back writes nothing); the chosen one
+is realized with the caller's options.
+
+**Cost.** Each candidate runs, per kind it prunes, one calibration pass over the batches, then one
+scoring pass; a candidate's importance reads the model as the kinds before left it, so scores are
+not shared between candidates. The chosen candidate is realized once more (one calibration pass
+per kind).
+
+Example:
+    >>> import sys; sys.path.insert(0, "tests")
+    >>> import torch
+    >>> from hf_models import tiny_llama
+    >>> from tensorplay.ao.pruning import prune_one_shot, shrink
+    >>> model = tiny_llama()
+    >>> batches = [{"input_ids": torch.randint(3, 97, (2, 16))} for _ in range(2)]
+    >>> result = prune_one_shot(model, batches, target_params=0.8,
+    ...                         structure=("layer", "channel"), search=True, search_grid=2)
+    >>> [row["allocation"] for row in result.search_report()]
+    [{'layer': 0.0, 'channel': 1.0}, {'layer': 0.5, 'channel': 0.5}, {'layer': 1.0, 'channel': 0.0}]
+    >>> sum(row["chosen"] for row in result.search_report())
+    1
+    >>> shrink(model).parameters_after == result.chosen["params"]
+    True
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from tensorplay.ao.pruning.calibration.batches import Forward
+from tensorplay.ao.pruning.edits import changes
+from tensorplay.ao.pruning.masking.held_tensors import kept_elements
+from tensorplay.ao.pruning.parity.aliases import alias_map
+from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.search_grid import Allocation, check_grid
+from tensorplay.ao.pruning.structured.dependency.blocks import find_blocks
+from tensorplay.ao.pruning.structured.dependency.graph import DependencyGraph
+from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup
+from tensorplay.ao.pruning.structured.shrinking.shrink import shrink
+from tensorplay.ao.pruning.structured.units.budget import model_params, resolve_budget
+from tensorplay.ao.pruning.structured.units.kept_grid import kept_count, kept_extents, unit_price
+from tensorplay.ao.pruning.structured.units.measures import measures_of, routed_experts
+from tensorplay.ao.pruning.structured.units.memory_setting import MemoryBudget
+
+__all__ = ["SEARCH_ORDER", "SearchResult", "check_search", "search_mix"]
+
+SEARCH_ORDER = ("layer", "hidden", "head", "channel", "expert")
+"""The kinds a search mixes, in the order a candidate prunes them."""
+
+OneShot = Callable[..., Pruner]
+""":func:`~tensorplay.ao.pruning.prune_one_shot`, passed in by its module."""
+
+
+class SearchResult:
+    """What ``prune_one_shot(..., search=True)`` returns: the pruners of the chosen candidate
+    and the record of every candidate.
+
+    Args:
+        pruners: The chosen candidate's pruner of each kind it pruned, in the order pruned.
+        rows: One plain dict per candidate (:meth:`search_report`).
+
+    Example:
+        >>> result = SearchResult({}, [{"allocation": {"layer": 1.0}, "chosen": True}])
+        >>> result.chosen["allocation"], result.pruners
+        ({'layer': 1.0}, {})
+    """
+
+    def __init__(self, pruners: Mapping[str, Pruner], rows: Sequence[Mapping[str, Any]]) -> None:
+        self.pruners = dict(pruners)
+        self._rows = [dict(row) for row in rows]
+
+    @property
+    def chosen(self) -> dict[str, Any]:
+        """The chosen candidate's row of :meth:`search_report`."""
+        return next(dict(row) for row in self._rows if row["chosen"])
+
+    def search_report(self) -> list[dict[str, Any]]:
+        """One plain dict per candidate, in the order searched: ``allocation`` (each kind's share
+        of the parameters to remove), ``units`` (the units each kind pruned), ``params`` (the
+        parameters the shrunk model holds; active parameters under ``active_params`` where the
+        model has routed experts or ``target_active_params`` was given, bytes under ``memory``
+        with ``target_memory``), ``score`` (the mean calibration loss), ``meets`` (whether every
+        budget is met), ``reason`` (why a candidate could not be realized, or ``None``;
+        its measures and score are ``None`` then), ``seconds`` and ``chosen`` (``True`` on
+        exactly one).
+
+        Example:
+            >>> SearchResult({}, [{"score": 1.0, "chosen": True}]).search_report()
+            [{'score': 1.0, 'chosen': True}]
+        """
+        return [dict(row) for row in self._rows]
+
+
+class _TakeBack(Exception):
+    """Raised inside a candidate's transaction to take every change of it back."""
+
+
+def check_search(
+    structure: object, budgets: Mapping[str, object], grid: object, importance: object
+) -> tuple[tuple[str, ...], list[Allocation]]:
+    """The kinds (in :data:`SEARCH_ORDER`) and the allocations of a search, checked.
+
+    Raises:
+        TypeError, ValueError: A ``structure`` that is not a tuple of at least two distinct
+            kinds of :data:`SEARCH_ORDER`; no budget; a bad ``search_grid``; an ``importance``
+            that is neither a name nor a mapping from kind to name. Each names the option.
+
+    Example:
+        >>> kinds, grid = check_search(("channel", "layer"), {"target_params": 0.5}, 4, None)
+        >>> kinds, len(grid)
+        (('layer', 'channel'), 5)
+    """
+    if not isinstance(structure, (tuple, list)) or len(structure) < 2:
+        raise ValueError(
+            "Expected `structure` to be a tuple of at least two kinds with search=True (the "
+            f"kinds whose mix is searched), but got {structure!r}."
+        )
+    unknown = [kind for kind in structure if kind not in SEARCH_ORDER]
+    if unknown or len(set(structure)) < len(structure):
+        raise ValueError(
+            f"Expected `structure` to name distinct kinds among {SEARCH_ORDER} with "
+            f"search=True, but got {tuple(structure)!r}."
+        )
+    if all(value is None for value in budgets.values()):
+        raise ValueError(
+            "Expected a budget (`target_params`, `target_active_params` or `target_memory`) "
+            "with search=True: the candidates share what it asks to remove, but got none."
+        )
+    if not (importance is None or isinstance(importance, (str, Mapping))):
+        raise TypeError(
+            "Expected `importance` to be a name or a mapping from kind to name with "
+            f"search=True, but got {importance!r}."
+        )
+    kinds = tuple(kind for kind in SEARCH_ORDER if kind in structure)
+    return kinds, check_grid(grid, kinds)
+
+
+def search_mix(
+    one_shot: OneShot,
+    model: nn.Module,
+    batches: Sequence[Any],
+    kinds: Sequence[str],
+    grid: Sequence[Allocation],
+    *,
+    budgets: Mapping[str, int | float | MemoryBudget | None],
+    importance: str | Mapping[str, str] | None,
+    forward: Forward | None,
+    make_permanent: bool,
+    options: Mapping[str, Any],
+) -> SearchResult:
+    """Score every allocation of ``grid``, then realize the best that meets every budget (see
+    the module).
+
+    Raises:
+        TypeError: No ``forward`` and batches that are not mappings holding ``input_ids`` (the
+            causal LM loss cannot be asked for).
+        ValueError: No candidate meets every budget (the model is as it was), naming the
+            closest.
+    """
+    loss = _loss_fn(forward, batches)
+    memory = budgets.get("target_memory")
+    setting = memory if isinstance(memory, MemoryBudget) else None
+    total = model_params(model)
+    limits, planned = _limits(model, budgets, setting)
+    active = "active_params" in limits or bool(routed_experts(model))
+    remove = total - min(planned, total)
+    graph = DependencyGraph(model)
+    rows: list[dict[str, Any]] = []
+    for allocation in grid:
+        started = time.perf_counter()
+        row: dict[str, Any] = {"allocation": {k: float(v) for k, v in allocation.items()}}
+        try:
+            found = _trial(
+                functools.partial(
+                    _candidate, one_shot, model, batches, allocation, graph, total, remove,
+                    limits, active, setting, importance, loss, options,
+                )
+            )  # fmt: skip
+        except (ValueError, RuntimeError) as error:  # a kind that cannot take its share
+            row.update(units=None, params=None, score=None, meets=False, reason=str(error))
+        else:
+            row.update(found)
+            row["meets"] = all(row[key] <= limit for key, limit in limits.items())
+            row["reason"] = None
+        row["seconds"] = float(f"{time.perf_counter() - started:.3f}")
+        row["chosen"] = False
+        rows.append(row)
+    feasible = [row for row in rows if row["meets"]]
+    if not feasible:
+        closest = min(
+            (row for row in rows if row["params"] is not None),
+            key=lambda row: row["params"],
+            default=None,
+        )
+        raise ValueError(
+            f"Expected some candidate of the search to meet every budget ({limits}), but none "
+            f"does; the closest: {closest if closest is not None else rows[0]}."
+        )
+    best = min(feasible, key=lambda row: row["score"])
+    best["chosen"] = True
+    allocation = grid[rows.index(best)]
+    with changes.transaction():
+        pruners = _realize(
+            one_shot, model, batches, allocation, graph, total, remove, importance, options
+        )
+        if make_permanent:
+            for pruner in pruners.values():
+                pruner.make_permanent()
+    return SearchResult(pruners, rows)
+
+
+def _limits(
+    model: nn.Module, budgets: Mapping[str, object], setting: MemoryBudget | None
+) -> tuple[dict[str, int], int]:
+    """Each budget given, resolved against the dense model, by the row key it bounds; and the
+    parameters the candidates plan to keep: the parameter budget, or else the fraction of the
+    parameters that the first other budget keeps of its measure."""
+    measures = measures_of(model, setting, active=budgets.get("target_active_params") is not None)
+    keys = {"target_params": "params", "target_active_params": "active_params",
+            "target_memory": "memory"}  # fmt: skip
+    found: dict[str, int] = {}
+    planned: int | None = None
+    for option, measure in measures.items():
+        value = budgets.get(option)
+        if value is None:
+            continue
+        if isinstance(value, MemoryBudget):
+            value = value.bytes
+        real = measure.total // measure.scale
+        found[keys[option]] = resolve_budget(value, real, option, measure.unit)  # type: ignore[arg-type]
+        if planned is None:
+            planned = measures["target_params"].total * found[keys[option]] // real
+    assert planned is not None  # check_search refused a search without a budget
+    return found, planned
+
+
+def _trial(run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``run()`` inside a transaction that is then taken back; what it returned."""
+    box: dict[str, Any] = {}
+    try:
+        with changes.transaction(keep_values=True):
+            box["found"] = run()
+            raise _TakeBack
+    except _TakeBack:
+        pass
+    found: dict[str, Any] = box["found"]
+    return found
+
+
+def _candidate(
+    one_shot: OneShot,
+    model: nn.Module,
+    batches: Sequence[Any],
+    allocation: Allocation,
+    graph: DependencyGraph,
+    total: int,
+    remove: int,
+    limits: Mapping[str, int],
+    active: bool,
+    setting: MemoryBudget | None,
+    importance: str | Mapping[str, str] | None,
+    loss: Callable[[nn.Module, Any], Tensor],
+    options: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Realize ``allocation`` in masks, shrink, measure and score (the caller takes it back)."""
+    pruners = _realize(
+        one_shot, model, batches, allocation, graph, total, remove, importance,
+        {**options, "masking": "reparametrize"},
+    )  # fmt: skip
+    units = {kind: pruner.pruned_count() for kind, pruner in pruners.items()}
+    shrink(model)
+    found: dict[str, Any] = {"units": units, "params": model_params(model)}
+    measures = measures_of(model, setting, active=active)
+    if active:
+        measure = measures["target_active_params"]
+        found["active_params"] = measure.total // measure.scale
+    if setting is not None:
+        found["memory"] = measures["target_memory"].total
+    found["score"] = _score(model, batches, loss)
+    return found
+
+
+def _realize(
+    one_shot: OneShot,
+    model: nn.Module,
+    batches: Sequence[Any],
+    allocation: Allocation,
+    graph: DependencyGraph,
+    total: int,
+    remove: int,
+    importance: str | Mapping[str, str] | None,
+    options: Mapping[str, Any],
+) -> dict[str, Pruner]:
+    """Prune each kind of ``allocation`` its share of ``remove`` parameters, in
+    :data:`SEARCH_ORDER` (see the module)."""
+    pruners: dict[str, Pruner] = {}
+    experts = set(routed_experts(model))
+    share = Fraction(0)
+    last = [kind for kind in SEARCH_ORDER if allocation.get(kind)][-1]
+    for kind in SEARCH_ORDER:
+        if not allocation.get(kind):
+            continue
+        share += allocation[kind]
+        goal = total - math.floor(share * remove)
+        dropped = _dropped_blocks(model)
+        groups = _live_groups(graph, kind, dropped)
+        need = kept_count(model, experts) - goal
+        per_group, size = _units_for(model, kind, groups, need, experts, at_least=kind == last)
+        if per_group == 0:
+            continue
+        if per_group >= size:
+            raise ValueError(
+                f"Expected {kind!r} to reach its share ({float(allocation[kind])}) keeping "
+                f"some of the {size} units of each of its {len(groups)} groups, but it needs "
+                f"{per_group} of each."
+            )
+        count = per_group * (1 if kind == "layer" else len(groups))
+        exclude = [*(options.get("exclude") or ())]
+        if kind != "hidden":  # the hidden group leaves those blocks out itself
+            exclude += [rf"^{re.escape(block)}\." for block in dropped]
+        chosen = importance.get(kind) if isinstance(importance, Mapping) else importance
+        pruner = one_shot(
+            model, batches, per_group / size,
+            **{**options, "exclude": exclude or None},
+            structure=kind, importance=chosen, scope="layerwise", make_permanent=False,
+        )  # fmt: skip
+        if pruner.pruned_count() != count:
+            raise RuntimeError(
+                f"Expected {count} {kind!r} units pruned, but the pruner pruned "
+                f"{pruner.pruned_count()} of {pruner.total_count()}."
+            )
+        pruners[kind] = pruner
+    return pruners
+
+
+def _dropped_blocks(model: nn.Module) -> list[str]:
+    """The blocks whose every tensor is masked whole (a pruned layer)."""
+    found = find_blocks(model)
+    if found is None:
+        return []
+    aliases = alias_map(model)
+    dropped = []
+    for name in found.block_names():
+        held = [tied for param, tied in aliases.items() if param.startswith(f"{name}.")]
+        if held and not any(bool(kept_elements(tied).any()) for tied in held):
+            dropped.append(name)
+    return dropped
+
+
+def _live_groups(graph: DependencyGraph, kind: str, dropped: Sequence[str]) -> list[UnitGroup]:
+    """The groups of ``kind`` outside the ``dropped`` blocks (the hidden group without its
+    slices there)."""
+    inside = tuple(f"{block}." for block in dropped)
+    if kind == "hidden":
+        group = graph.hidden().group
+        kept = tuple(piece for piece in group.slices if not piece.parameter.startswith(inside))
+        return [UnitGroup(group.name, group.kind, group.size, kept, group.min_kept)]
+    groups = graph.groups(kind)
+    if kind == "layer":
+        return [group for group in groups if not group.name.startswith(inside)]
+    return [group for group in groups if not group.name.startswith(inside)]
+
+
+def _units_for(
+    model: nn.Module,
+    kind: str,
+    groups: Sequence[UnitGroup],
+    need: int,
+    experts: Collection[str],
+    *,
+    at_least: bool,
+) -> tuple[int, int]:
+    """The units per group (every group of ``groups`` as many; the blocks, for layers, as one
+    group) that remove ``need`` elements at their current price, and the units a group holds:
+    the fewest that remove at least as many (``at_least``: the candidate's last kind, which
+    lands on the budget), else the nearest count (a kind before leaves the rest to the next).
+
+    Raises:
+        ValueError: Groups of different sizes (a model whose layers differ), or units that free
+            nothing.
+    """
+    sizes = {group.size for group in groups}
+    if len(sizes) != 1:
+        raise ValueError(
+            f"Expected {kind!r} groups of one size to prune as many units of each, but got "
+            f"sizes {sorted(sizes)}."
+        )
+    extents = kept_extents(model, experts)
+    aliases = {name: tied.names[0] for name, tied in alias_map(model).items()}
+    priced = Fraction(sum(unit_price(group, extents, aliases) for group in groups))
+    size = sizes.pop()
+    if kind == "layer":  # one group of blocks: a layer at the blocks' mean price
+        priced, size = priced / len(groups), len(groups)
+    if need <= 0:
+        return 0, size
+    if priced == 0:
+        raise ValueError(f"Expected {kind!r} units that free parameters, but none left does.")
+    if at_least:
+        return math.ceil(need / priced), size
+    return math.floor(need / priced + Fraction(1, 2)), size
+
+
+def _loss_fn(forward: Forward | None, batches: Sequence[Any]) -> Callable[[nn.Module, Any], Tensor]:
+    """How a candidate is scored on one batch: ``forward``'s scalar loss, or the causal LM loss
+    of a batch of ``input_ids``."""
+    if forward is not None:
+        return lambda model, batch: _scalar(forward(model, batch))
+    if batches and all(isinstance(b, Tensor) and not b.is_floating_point() for b in batches):
+        return lambda model, batch: _scalar(model(input_ids=batch, labels=batch))
+    if not batches or not all(isinstance(b, Mapping) and "input_ids" in b for b in batches):
+        raise TypeError(
+            "Expected `forward=lambda model, batch: loss` with search=True, or batches of token "
+            "ids (tensors, or mappings holding `input_ids`: a causal LM's loss on them scores "
+            "the candidates), but got neither."
+        )
+    return lambda model, batch: _scalar(model(**batch, labels=batch["input_ids"]))
+
+
+def _scalar(output: Any) -> Tensor:
+    value = getattr(output, "loss", output)
+    if not isinstance(value, Tensor) or value.numel() != 1:
+        raise TypeError(
+            f"Expected a scalar loss from the scoring forward, but got {type(output).__name__}."
+        )
+    return value
+
+
+def _score(
+    model: nn.Module, batches: Sequence[Any], loss: Callable[[nn.Module, Any], Tensor]
+) -> float:
+    """The mean loss of ``model`` over ``batches``, in evaluation mode, without gradients."""
+    training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            values = [float(loss(model, batch)) for batch in batches]
+    finally:
+        model.train(training)
+    return sum(values) / len(values)

@@ -1,0 +1,107 @@
+"""The candidates of a search: how the parameters to remove are shared among the kinds.
+
+A candidate is an *allocation*: one share per kind, each a fraction in ``[0, 1]``, summing to 1
+(the share of the parameters to remove that the kind removes). :func:`allocations` lays a grid
+over that simplex, every share a multiple of ``1 / steps``, and adds each kind alone; for ``k``
+kinds and ``steps`` parts the grid holds :math:`\\binom{steps + k - 1}{k - 1}` allocations (with
+quarters: 15 for 3 kinds, 35 for 4). Pure: no torch.
+
+Example:
+    >>> grid = allocations(("layer", "channel"), 2)
+    >>> [tuple(float(share) for share in allocation.values()) for allocation in grid]
+    [(0.0, 1.0), (0.5, 0.5), (1.0, 0.0)]
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+
+__all__ = ["Allocation", "SearchGrid", "allocations", "check_grid"]
+
+Allocation = dict[str, Fraction]
+"""One share per kind, summing to 1."""
+
+SearchGrid = int | Sequence[Mapping[str, float]]
+"""``search_grid=``: the number of parts each share is a multiple of, or explicit allocations."""
+
+
+def allocations(kinds: Sequence[str], steps: int) -> list[Allocation]:
+    """Every allocation over ``kinds`` whose shares are multiples of ``1 / steps`` (each kind
+    alone among them), in lexicographic order of the shares.
+
+    Example:
+        >>> len(allocations(("layer", "hidden", "channel"), 4))
+        15
+    """
+    found = []
+    for cuts in itertools.combinations_with_replacement(range(steps + 1), len(kinds) - 1):
+        bounds = (0, *cuts, steps)
+        parts = [Fraction(b - a, steps) for a, b in itertools.pairwise(bounds)]
+        found.append(dict(zip(kinds, parts, strict=True)))
+    return sorted(found, key=lambda allocation: tuple(allocation.values()))
+
+
+def check_grid(grid: object, kinds: Sequence[str]) -> list[Allocation]:
+    """The allocations ``search_grid=`` asks for, each kind alone added where missing.
+
+    Args:
+        grid: An int >= 1 (the shares are multiples of its inverse), or a list of mappings from
+            each kind to its share (non-negative, summing to 1; a kind left out has 0).
+        kinds: The kinds searched.
+
+    Raises:
+        TypeError, ValueError: Naming ``search_grid`` and the value at fault.
+
+    Example:
+        >>> [dict(a) for a in check_grid([{"layer": 0.5, "channel": 0.5}], ("layer", "channel"))]
+        [{'layer': Fraction(1, 2), 'channel': Fraction(1, 2)}, {'layer': Fraction(1, 1), 'channel': Fraction(0, 1)}, {'layer': Fraction(0, 1), 'channel': Fraction(1, 1)}]
+    """  # noqa: E501
+    if isinstance(grid, bool) or not isinstance(grid, (int, list, tuple)):
+        raise TypeError(
+            "Expected `search_grid` to be an int >= 1 or a list of allocations (mappings from "
+            f"kind to share), but got {grid!r}."
+        )
+    if isinstance(grid, int):
+        if grid < 1:
+            raise ValueError(f"Expected `search_grid` to be an int >= 1, but got {grid}.")
+        found = allocations(kinds, grid)
+    else:
+        if not grid:
+            raise ValueError("Expected `search_grid` to hold at least one allocation, but got [].")
+        found = [_allocation(entry, kinds) for entry in grid]
+    for kind in kinds:
+        alone = {other: Fraction(int(other == kind)) for other in kinds}
+        if alone not in found:
+            found.append(alone)
+    return found
+
+
+def _allocation(entry: object, kinds: Sequence[str]) -> Allocation:
+    if not isinstance(entry, Mapping):
+        raise TypeError(
+            f"Expected each allocation of `search_grid` to be a mapping from kind to share, "
+            f"but got {entry!r}."
+        )
+    unknown = [kind for kind in entry if kind not in kinds]
+    if unknown:
+        raise ValueError(
+            f"Expected the allocations of `search_grid` to name the searched kinds {tuple(kinds)}, "
+            f"but got {unknown[0]!r} in {dict(entry)!r}."
+        )
+    shares: Allocation = {}
+    for kind in kinds:
+        value = entry.get(kind, 0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise ValueError(
+                f"Expected each share of `search_grid` to be a number in [0, 1], but got "
+                f"{kind}={value!r} in {dict(entry)!r}."
+            )
+        shares[kind] = Fraction(value).limit_denominator(10**6)
+    if sum(shares.values()) != 1:
+        raise ValueError(
+            f"Expected the shares of each allocation of `search_grid` to sum to 1, but "
+            f"{dict(entry)!r} sums to {float(sum(shares.values()))}."
+        )
+    return shares

@@ -1,0 +1,275 @@
+"""``prune_one_shot(..., search=True)``: the mix of depth and widths searched under a budget.
+
+Each search is checked against what it claims: the candidates are the grid's (counted and listed
+independently), exactly one is chosen and it has the lowest score among those meeting the budget,
+an oracle (plain ``prune_one_shot`` per kind on a deep copy of the dense model) gives the chosen
+candidate's score, the shrunk model holds the report's parameters and computes the masked
+model's logits, and every refusal leaves the model as it was.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import warnings
+from fractions import Fraction
+
+import pytest
+import torch
+from torch import nn
+
+from tensorplay.ao.pruning import SearchResult, prune_one_shot, shrink
+from tensorplay.ao.pruning.edits import changes
+from tensorplay.ao.pruning.structured.units.budget import model_params
+from tensorplay.ao.pruning.structured.units.kept_grid import kept_count
+from tests.family_models import FAMILY_MODELS
+from tests.model_state import unchanged
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+def _batches(seed: int = 0) -> list[dict[str, torch.Tensor]]:
+    generator = torch.Generator().manual_seed(seed)
+    return [{"input_ids": torch.randint(3, 97, (2, 16), generator=generator)} for _ in range(2)]
+
+
+def _loss(model: nn.Module, batches: list[dict[str, torch.Tensor]]) -> float:
+    with torch.no_grad():
+        values = [float(model(**b, labels=b["input_ids"]).loss) for b in batches]
+    return sum(values) / len(values)
+
+
+def _grid(kinds: tuple[str, ...], steps: int) -> list[dict[str, float]]:
+    """Every allocation with shares in multiples of 1/steps, found by brute force."""
+    found = []
+    for parts in itertools.product(range(steps + 1), repeat=len(kinds)):
+        if sum(parts) == steps:
+            found.append(
+                {kind: float(Fraction(p, steps)) for kind, p in zip(kinds, parts, strict=True)}
+            )
+    return found
+
+
+def _logits(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    with torch.no_grad():
+        return model(**batch).logits
+
+
+def _check_search(result: SearchResult, kinds: tuple[str, ...], steps: int, budget: int) -> None:
+    rows = result.search_report()
+    expected = _grid(kinds, steps)
+    assert len(rows) == len(expected)
+    assert sorted(tuple(r["allocation"].values()) for r in rows) == sorted(
+        tuple(a[k] for k in kinds) for a in expected
+    )
+    assert [list(r["allocation"]) for r in rows] == [list(kinds)] * len(rows)
+    assert sum(r["chosen"] is True for r in rows) == 1
+    feasible = [r for r in rows if r["meets"]]
+    assert feasible and all(r["params"] <= budget for r in feasible)
+    assert all(r["params"] > budget for r in rows if r["params"] is not None and not r["meets"])
+    assert result.chosen["score"] == min(r["score"] for r in feasible)
+    assert result.chosen["meets"] and result.chosen["reason"] is None
+    assert all(r["reason"] for r in rows if r["params"] is None)
+    assert list(result.pruners) == [k for k in kinds if result.chosen["units"].get(k)]
+
+
+def test_llama_layer_head_channel() -> None:
+    """Tiny Llama (GQA): 3 kinds in halves, 6 candidates; lands within one layer of the budget."""
+    model = FAMILY_MODELS["llama"].build()
+    batches = _batches()
+    total = model_params(model)
+    layer = sum(p.numel() for p in model.model.layers[0].parameters())
+    budget = int(0.7 * total)
+    kinds = ("layer", "head", "channel")
+    result = prune_one_shot(
+        model, batches, target_params=budget, structure=("channel", "layer", "head"),
+        search=True, search_grid=2, make_permanent=False,
+    )  # fmt: skip
+    _check_search(result, kinds, 2, budget)
+    for row in result.search_report():
+        if row["meets"]:
+            assert budget - row["params"] < layer, row  # within one unit of the coarsest kind
+    masked = _logits(model, batches[0])
+    assert kept_count(model) == result.chosen["params"]  # the plan's count is the shrunk count
+    report = shrink(model)
+    assert report.parameters_after == result.chosen["params"] <= budget
+    torch.testing.assert_close(_logits(model, batches[0]), masked, atol=1e-5, rtol=1e-5)
+
+
+def test_gpt2_chosen_score_matches_the_oracle() -> None:
+    """GPT-2 (Conv1D, tied LM head): the chosen candidate, realized again with plain
+    ``prune_one_shot`` calls per kind (as many units in every layer) on a deep copy of the dense
+    model, has the same score."""
+    model = FAMILY_MODELS["gpt2"].build()
+    dense = copy.deepcopy(model)
+    batches = _batches(1)
+    budget = int(0.75 * model_params(model))
+    result = prune_one_shot(
+        model, batches, target_params=budget, structure=("head", "channel"), search=True,
+        search_grid=4, make_permanent=False,
+    )  # fmt: skip
+    _check_search(result, ("head", "channel"), 4, budget)
+    units = result.chosen["units"]
+    totals = {"head": 2 * 4, "channel": 2 * 128}  # 2 blocks of 4 heads and 128 FFN channels
+    for kind in ("head", "channel"):
+        if units.get(kind):
+            prune_one_shot(
+                dense, batches, units[kind] / totals[kind], structure=kind, scope="layerwise",
+                make_permanent=False,
+            )  # fmt: skip
+    # The same masks on the same weights: only float summation order may differ.
+    assert _loss(dense, batches) == pytest.approx(result.chosen["score"], abs=1e-5)
+    masked = _logits(model, batches[0])
+    torch.testing.assert_close(_logits(dense, batches[0]), masked, atol=1e-6, rtol=1e-6)
+    assert shrink(model).parameters_after == result.chosen["params"] <= budget
+    torch.testing.assert_close(_logits(model, batches[0]), masked, atol=1e-5, rtol=1e-5)
+
+
+def test_gpt2_hidden_and_layer_made_permanent() -> None:
+    """Depth then the hidden width (the width pruned in the blocks that remain), permanent."""
+    model = FAMILY_MODELS["gpt2"].build()
+    batches = _batches(2)
+    budget = int(0.8 * model_params(model))
+    result = prune_one_shot(
+        model, batches, target_params=budget, structure=("hidden", "layer"), search=True,
+        search_grid=[{"hidden": 0.5, "layer": 0.5}],
+    )  # fmt: skip
+    rows = result.search_report()
+    assert [r["allocation"] for r in rows] == [
+        {"layer": 0.5, "hidden": 0.5}, {"layer": 1.0, "hidden": 0.0},
+        {"layer": 0.0, "hidden": 1.0},
+    ]  # fmt: skip
+    assert not any(name.endswith("_orig") for name, _ in model.named_parameters())
+    masked = _logits(model, batches[0])
+    assert shrink(model).parameters_after == result.chosen["params"] <= budget
+    torch.testing.assert_close(_logits(model, batches[0]), masked, atol=1e-5, rtol=1e-5)
+
+
+def test_moe_experts_and_channels() -> None:
+    """Qwen3-MoE: experts and (routed experts') channels; active parameters reported."""
+    model = FAMILY_MODELS["qwen3_moe"].build()
+    batches = _batches(3)
+    budget = int(0.8 * model_params(model))
+    result = prune_one_shot(
+        model, batches, target_params=budget, structure=("expert", "channel"), search=True,
+        search_grid=2, importance={"channel": "magnitude"}, make_permanent=False,
+    )  # fmt: skip
+    _check_search(result, ("channel", "expert"), 2, budget)
+    rows = [r for r in result.search_report() if r["params"] is not None]
+    assert rows and all(r["active_params"] <= r["params"] for r in rows)
+    masked = _logits(model, batches[0])
+    assert shrink(model).parameters_after == result.chosen["params"] <= budget
+    torch.testing.assert_close(_logits(model, batches[0]), masked, atol=1e-5, rtol=1e-5)
+
+
+def test_shrink_taken_back_exactly() -> None:
+    """Masks of every kind in turn, then shrink, inside a transaction that keeps values: the
+    failure takes it all back."""
+    model = FAMILY_MODELS["llama"].build()
+    batches = _batches()
+    check = unchanged(model)
+    with pytest.raises(KeyError), changes.transaction(keep_values=True):
+        for kind in ("layer", "hidden", "head", "channel"):
+            prune_one_shot(model, batches, 0.25, structure=kind, make_permanent=False)
+        counted = kept_count(model)
+        assert shrink(model).parameters_after == counted
+        raise KeyError("taken back")
+    check()
+
+
+def test_no_candidate_meets_the_budget() -> None:
+    model = FAMILY_MODELS["llama"].build()
+    check = unchanged(model)
+    with pytest.raises(ValueError, match="meet every budget"):
+        prune_one_shot(
+            model, _batches(), target_params=0.05, structure=("head", "channel"), search=True,
+            search_grid=2,
+        )  # fmt: skip
+    check()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        pytest.param({"structure": ("head", "channel")}, ValueError, "no budget",
+                     id="no-budget"),
+        pytest.param({"structure": ("channel",), "target_params": 0.8}, ValueError,
+                     "at least two kinds", id="one-kind"),
+        pytest.param({"structure": "channel", "target_params": 0.8}, ValueError,
+                     "at least two kinds", id="a-string"),
+        pytest.param({"structure": ("channel", "row"), "target_params": 0.8}, ValueError,
+                     "distinct kinds", id="unknown-kind"),
+        pytest.param({"structure": ("channel", "channel"), "target_params": 0.8}, ValueError,
+                     "distinct kinds", id="repeated-kind"),
+        pytest.param({"structure": ("head", "channel"), "target_params": 0.8, "search_grid": 0},
+                     ValueError, "search_grid", id="grid-zero"),
+        pytest.param({"structure": ("head", "channel"), "target_params": 0.8,
+                      "search_grid": "fine"}, TypeError, "search_grid", id="grid-str"),
+        pytest.param({"structure": ("head", "channel"), "target_params": 0.8,
+                      "search_grid": [{"head": 0.5, "channel": 0.4}]}, ValueError,
+                     "sum to 1", id="grid-sum"),
+        pytest.param({"structure": ("head", "channel"), "target_params": 0.8,
+                      "search_grid": [{"layer": 1.0}]}, ValueError, "'layer'",
+                     id="grid-kind"),
+        pytest.param({"structure": ("head", "channel"), "target_params": 0.8,
+                      "search_grid": [{"head": 1.5, "channel": -0.5}]}, ValueError,
+                     r"\[0, 1\]", id="grid-share"),
+        pytest.param({"structure": ("head", "channel"), "target_params": 0.8,
+                      "importance": 3}, TypeError, "importance", id="importance"),
+        pytest.param({"structure": ("head", "channel"), "target_params": 0.8,
+                      "reconstruct": True}, ValueError, "reconstruct", id="reconstruct"),
+        pytest.param({"structure": "channel", "target_params": 0.8, "search": False,
+                      "search_grid": 2}, ValueError, "search_grid", id="grid-without-search"),
+        pytest.param({"structure": ("head", "channel"), "target_params": 0.8, "search": 1},
+                     TypeError, "search", id="search-not-bool"),
+    ],
+)  # fmt: skip
+def test_bad_options_refused(kwargs: dict, error: type[Exception], match: str) -> None:
+    model = FAMILY_MODELS["llama"].build()
+    check = unchanged(model)
+    options = {"search": True, **kwargs}
+    with warnings.catch_warnings(), pytest.raises(error, match=match):
+        prune_one_shot(model, _batches(), **options)
+    check()
+
+
+def test_batches_without_a_loss_refused() -> None:
+    model = FAMILY_MODELS["llama"].build()
+    check = unchanged(model)
+    with pytest.raises(TypeError, match="forward="):
+        prune_one_shot(
+            model, [{"inputs_embeds": torch.randn(2, 16, 32)}], target_params=0.8,
+            structure=("head", "channel"), search=True,
+        )  # fmt: skip
+    check()
+
+
+def test_token_tensors_score_as_their_input_ids() -> None:
+    batches = _batches(2)
+    found = []
+    for given in (batches, [batch["input_ids"] for batch in batches]):
+        model = FAMILY_MODELS["llama"].build()
+        result = prune_one_shot(
+            model, given, target_params=0.8, structure=("head", "channel"), search=True,
+            search_grid=2, importance="magnitude", make_permanent=False,
+        )  # fmt: skip
+        found.append([(row["params"], row["score"]) for row in result.search_report()])
+    assert found[0] == found[1]
+
+
+def test_forward_scores() -> None:
+    """A given ``forward`` scores the candidates: here the negated loss, so the choice flips to
+    the candidate of the highest loss."""
+    model = FAMILY_MODELS["gpt2"].build()
+    batches = _batches(4)
+
+    def negated(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return -model(**batch, labels=batch["input_ids"]).loss
+
+    result = prune_one_shot(
+        model, batches, target_params=0.8, structure=("head", "channel"), search=True,
+        search_grid=2, forward=negated, make_permanent=False,
+    )  # fmt: skip
+    feasible = [r for r in result.search_report() if r["meets"]]
+    assert len(feasible) >= 2
+    assert result.chosen["score"] == min(r["score"] for r in feasible) < 0
