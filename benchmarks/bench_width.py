@@ -74,7 +74,10 @@ KINDS = {
     "channel": ("FFN channels", "activation"),
     "head": ("heads", "activation"),
     "layer": ("depth (blocks)", "taylor"),
+    "mix": ("searched mix", "search"),
 }
+# The searched mix: the kinds ``search=True`` shares the budget among, each ranked as above.
+MIX = ("layer", "hidden", "channel")
 HIDDEN_SCORES = ("activation", "magnitude", "taylor", "random")
 SEED = 0
 LATENCY_ROUNDS = 7
@@ -87,6 +90,15 @@ def prune_shrunk(
     ``score``; raises the library's ``ValueError`` where the budget cannot be met."""
     net = copy.deepcopy(base)
     torch.manual_seed(SEED)
+    if kind == "mix":
+        scores = {part: KINDS[part][1] for part in MIX}
+        found = prune_one_shot(
+            net, batches, target_params=kept, structure=MIX, search=True, forward=loss,
+            importance=scores,
+        )  # fmt: skip
+        net.search = found.search_report()  # type: ignore[assignment]  # read by cell()
+        shrink(net)
+        return net.eval()
     if score == "random":
         how: dict[str, Any] = {"importance": "magnitude", "method": "random_unstructured"}
     else:
@@ -128,6 +140,12 @@ def cell(
         row["refused"] = str(error).splitlines()[0]
         return row, None
     row["params"] = model_params(net)
+    report = vars(net).pop("search", None)
+    if report is not None:  # the searched mix: what was chosen, among how many, how fast
+        chosen = next(candidate for candidate in report if candidate["chosen"])
+        row["units"] = chosen["units"]
+        row["candidates"] = len(report)
+        row["search_seconds"] = sum(candidate["seconds"] for candidate in report)
     row["oneshot"] = perplexity(net, val)  # type: ignore[arg-type]
     if recovery:
         recovered = copy.deepcopy(net)
@@ -147,7 +165,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     dense = perplexity(base, val)  # type: ignore[arg-type]
     total = model_params(base)
     print(f"dense: {dense:.3f} perplexity per byte, {total:,} parameters", flush=True)
-    kinds = [kind for kind in KINDS if kind in STRUCTURES]
+    kinds = [kind for kind in KINDS if kind in STRUCTURES or kind == "mix"]
     rows, shrunk = [], {}
     for kept in args.kept:
         for kind in kinds:
@@ -199,6 +217,8 @@ def _perplexity(row: dict[str, Any], key: str) -> str:
 
 def _kind_row(row: dict[str, Any], total: int) -> str:
     label = KINDS[row["kind"]][0]
+    if row.get("units") is not None:  # the searched mix: the units each kind gave
+        label += " (" + ", ".join(f"{kind} {count}" for kind, count in row["units"].items()) + ")"
     head = f"| {label} | {1 - row['kept']:.0%} | {row['importance']} |"
     if "refused" in row:
         least = re.search(r"at least (\d+)", row["refused"])
@@ -209,6 +229,31 @@ def _kind_row(row: dict[str, Any], total: int) -> str:
         f"{head} {row['params']:,} ({row['params'] / total:.1%}) | {_perplexity(row, 'oneshot')} "
         f"| {_perplexity(row, 'recovered')} | {prefill} |"
     )
+
+
+def _mix_verdicts(result: dict[str, Any]) -> list[str]:
+    """Per budget, whether the searched mix beats every single kind (one-shot and recovered),
+    and what the search cost."""
+    lines = []
+    for mix in (row for row in result["rows"] if row["kind"] == "mix" and "refused" not in row):
+        singles = [
+            row for row in result["rows"]
+            if row["kind"] != "mix" and row["kept"] == mix["kept"]
+            and "refused" not in row
+        ]  # fmt: skip
+        verdicts = []
+        for key, label in (("oneshot", "one-shot"), ("recovered", "recovered")):
+            best = min(singles, key=lambda row: row[key])
+            beats = "beats" if mix[key] < best[key] else "does not beat"
+            verdicts.append(
+                f"{label} it {beats} every single kind ({mix[key]:.3f} against "
+                f"{KINDS[best['kind']][0]}'s {best[key]:.3f})"
+            )
+        lines.append(
+            f"At {1 - mix['kept']:.0%} removed, the searched mix scored {mix['candidates']} "
+            f"candidates in {mix['search_seconds']:.1f} s; " + "; ".join(verdicts) + "."
+        )
+    return [" ".join(lines)] if lines else []
 
 
 def tables(result: dict[str, Any]) -> str:
@@ -230,6 +275,7 @@ def tables(result: dict[str, Any]) -> str:
         "Parameters counted after `shrink`; prefill time: a forward of 8 x 64 bytes on one "
         "thread, the median ratio over rounds timed in turns with the dense model. Measured by "
         "`benchmarks/bench_width.py` on the CPU.",
+        *_mix_verdicts(result),
     ]
     if result["hidden_scores"]:
         lines += [

@@ -273,3 +273,20 @@ def test_forward_scores() -> None:
     feasible = [r for r in result.search_report() if r["meets"]]
     assert len(feasible) >= 2
     assert result.chosen["score"] == min(r["score"] for r in feasible) < 0
+
+
+def test_a_tied_head_is_counted_once_so_a_kind_alone_lands_where_its_own_budget_does() -> None:
+    model = FAMILY_MODELS["gpt2"].build()  # its LM head is the token embedding
+    budget = int(0.8 * sum(p.numel() for p in model.parameters()))
+    result = prune_one_shot(
+        model, _batches(), target_params=budget, structure=("hidden", "channel"), search=True,
+        search_grid=2, importance="magnitude", make_permanent=False,
+    )  # fmt: skip
+    alone = next(r for r in result.search_report() if r["allocation"]["channel"] == 1.0)
+    reference = FAMILY_MODELS["gpt2"].build()
+    prune_one_shot(
+        reference, _batches(), target_params=budget, structure="channel", scope="layerwise",
+        importance="magnitude",
+    )  # fmt: skip
+    shrink(reference)
+    assert alone["params"] == sum(p.numel() for p in reference.parameters()) <= budget

@@ -197,6 +197,8 @@ def search_mix(
             closest.
     """
     loss = _loss_fn(forward, batches)
+    if forward is not None:  # each kind's calibration pass runs the batches as the caller does
+        options = {**options, "forward": forward}
     memory = budgets.get("target_memory")
     setting = memory if isinstance(memory, MemoryBudget) else None
     total = model_params(model)

@@ -52,6 +52,8 @@ def kept_extents(model: nn.Module, experts: Collection[str] = ()) -> dict[str, t
     found: dict[str, tuple[int, ...]] = {}
     with torch.no_grad():
         for name, tied in alias_map(model).items():
+            if name != tied.name:  # a tied parameter once, under its canonical name
+                continue
             mask = None
             for module, local in tied.pairs:
                 held = masked_values(module, local)
