@@ -38,6 +38,7 @@ RENDERERS = {
     "structured_peer": ("bench_structured_peer", "markdown"),
     "structured_speed": ("bench_structured_speed", "markdown"),
     "training_overhead": ("bench_training_overhead", "markdown"),
+    "width": ("bench_width", "tables"),
 }
 
 
@@ -497,6 +498,48 @@ def _hf_cpu(run: str) -> Value:
     rows = tables(RESULTS / "hf_trainer_overhead.md")[0]
     (row,) = [r for r in rows if r["run"] == run]
     return _number(row["vs dense"])  # the first "vs dense": CPU time
+
+
+def _width(pruned: str, removed: str, header: str) -> Value:
+    return cell("width", {"pruned": pruned, "removed (asked)": removed}, header)
+
+
+WIDTH_CLAIMS: list[tuple[str, str, Callable[[], list[Value]]]] = [
+    (
+        "docs/width.rst",
+        r"80 FFN channels: ([\d.]+) one-shot where the best single axis \(the hidden size\) "
+        r"scores ([\d.]+), and ([\d.]+) after recovery where the best \(FFN channels\) scores "
+        r"([\d.]+)\.",
+        lambda: [
+            _width("searched mix (layer 1, channel 80)", "50%", "one-shot"),
+            _width("hidden size", "50%", "one-shot"),
+            _width("searched mix (layer 1, channel 80)", "50%", "recovered"),
+            _width("FFN channels", "50%", "recovered"),
+        ],
+    ),
+    (
+        "docs/width.rst",
+        r"\(([\d.]+) one-shot, ([\d.]+) recovered, against ([\d.]+) and ([\d.]+) for the global",
+        lambda: [
+            _width("searched mix (channel 234)", "25%", "one-shot"),
+            _width("searched mix (channel 234)", "25%", "recovered"),
+            _width("FFN channels", "25%", "one-shot"),
+            _width("FFN channels", "25%", "recovered"),
+        ],
+    ),
+    (
+        "docs/width.rst",
+        r"hidden size \(ranked by activations\) is ahead of channels \(([\d.]+) against "
+        r"([\d.]+)\), but recovery brings channels back below it \(([\d.]+) against ([\d.]+)\)",
+        lambda: [
+            _width("hidden size", "50%", "one-shot"),
+            _width("FFN channels", "50%", "one-shot"),
+            _width("FFN channels", "50%", "recovered"),
+            _width("hidden size", "50%", "recovered"),
+        ],
+    ),
+]
+CLAIMS += WIDTH_CLAIMS
 
 
 def _cost(calibration: str, header: str) -> Value:
