@@ -68,16 +68,19 @@ from torch import Tensor, nn
 
 from tensorplay.ao.pruning.calibration.batches import Forward
 from tensorplay.ao.pruning.edits import changes
-from tensorplay.ao.pruning.masking.held_tensors import kept_elements
 from tensorplay.ao.pruning.parity.aliases import alias_map
 from tensorplay.ao.pruning.pruner.conductor import Pruner
 from tensorplay.ao.pruning.pruner.search_grid import Allocation, check_grid
-from tensorplay.ao.pruning.structured.dependency.blocks import find_blocks
 from tensorplay.ao.pruning.structured.dependency.graph import DependencyGraph
 from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup
 from tensorplay.ao.pruning.structured.shrinking.shrink import shrink
 from tensorplay.ao.pruning.structured.units.budget import model_params, resolve_budget
-from tensorplay.ao.pruning.structured.units.kept_grid import kept_count, kept_extents, unit_price
+from tensorplay.ao.pruning.structured.units.kept_grid import (
+    kept_count,
+    kept_extents,
+    masked_blocks,
+    unit_price,
+)
 from tensorplay.ao.pruning.structured.units.measures import measures_of, routed_experts
 from tensorplay.ao.pruning.structured.units.memory_setting import MemoryBudget
 
@@ -343,7 +346,7 @@ def _realize(
             continue
         share += allocation[kind]
         goal = total - math.floor(share * remove)
-        dropped = _dropped_blocks(model)
+        dropped = masked_blocks(model)
         groups = _live_groups(graph, kind, dropped)
         need = kept_count(model, experts) - goal
         per_group, size = _units_for(model, kind, groups, need, experts, at_least=kind == last)
@@ -372,20 +375,6 @@ def _realize(
             )
         pruners[kind] = pruner
     return pruners
-
-
-def _dropped_blocks(model: nn.Module) -> list[str]:
-    """The blocks whose every tensor is masked whole (a pruned layer)."""
-    found = find_blocks(model)
-    if found is None:
-        return []
-    aliases = alias_map(model)
-    dropped = []
-    for name in found.block_names():
-        held = [tied for param, tied in aliases.items() if param.startswith(f"{name}.")]
-        if held and not any(bool(kept_elements(tied).any()) for tied in held):
-            dropped.append(name)
-    return dropped
 
 
 def _live_groups(graph: DependencyGraph, kind: str, dropped: Sequence[str]) -> list[UnitGroup]:

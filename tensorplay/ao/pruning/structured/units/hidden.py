@@ -53,19 +53,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from torch import nn
 
-from tensorplay.ao.pruning.masking.held_tensors import kept_elements
-from tensorplay.ao.pruning.parity.aliases import TiedParameter, alias_map
+from tensorplay.ao.pruning.parity.aliases import alias_map
 from tensorplay.ao.pruning.parity.base import BasePruningMethod
 from tensorplay.ao.pruning.selection.sharding import first_sharded
-from tensorplay.ao.pruning.structured.dependency.blocks import find_blocks, hf_config_of
+from tensorplay.ao.pruning.structured.dependency.blocks import hf_config_of
 from tensorplay.ao.pruning.structured.dependency.graph import DependencyGraph
 from tensorplay.ao.pruning.structured.dependency.hidden_width import HIDDEN, NormKind
 from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup, expert_width_step
+from tensorplay.ao.pruning.structured.units.kept_grid import masked_blocks
 from tensorplay.ao.pruning.structured.units.stream_norms import install_stream_norms
 from tensorplay.ao.pruning.structured.units.structured import UnitStructure
 from tensorplay.ao.pruning.targets.tied import Target
@@ -147,7 +147,7 @@ class HiddenStructure(UnitStructure):
         width = graph.hidden()  # refuses a model whose width is not found exactly, saying why
         chosen = {name for target in selected for name in target.names}
         aliases = alias_map(model)
-        dropped = _dropped_blocks(model, aliases)
+        dropped = masked_blocks(model, aliases)
         group = _without(width.group, dropped)
         held = {alias for name in chosen if name in aliases for alias in aliases[name].names}
         if not held & set(group.scored_parameters()):
@@ -179,21 +179,6 @@ class HiddenStructure(UnitStructure):
                 f"structure='hidden', but got {importance!r}: a hidden channel spans embeddings "
                 "and norms, which its per-input-row scores do not cover."
             )
-
-
-def _dropped_blocks(model: nn.Module, aliases: Mapping[str, TiedParameter]) -> list[str]:
-    """The blocks of ``model`` whose every parameter is masked whole (a pruned layer, which
-    :func:`~tensorplay.ao.pruning.shrink` removes): their slices stay out of the hidden group,
-    whose channels are then pruned in the blocks that remain."""
-    found = find_blocks(model)
-    if found is None:
-        return []
-    dropped = []
-    for name in found.block_names():
-        held = [tied for param, tied in aliases.items() if param.startswith(f"{name}.")]
-        if held and not any(bool(kept_elements(tied).any()) for tied in held):
-            dropped.append(name)
-    return dropped
 
 
 def _within(name: str, blocks: Sequence[str]) -> bool:

@@ -31,11 +31,13 @@ from collections.abc import Collection, Mapping
 import torch
 from torch import Tensor, nn
 
+from tensorplay.ao.pruning.masking.held_tensors import kept_elements
 from tensorplay.ao.pruning.masking.readers import masked_values
-from tensorplay.ao.pruning.parity.aliases import alias_map
+from tensorplay.ao.pruning.parity.aliases import TiedParameter, alias_map
+from tensorplay.ao.pruning.structured.dependency.blocks import find_blocks
 from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup
 
-__all__ = ["kept_count", "kept_extents", "unit_price"]
+__all__ = ["kept_count", "kept_extents", "masked_blocks", "unit_price"]
 
 
 def kept_extents(model: nn.Module, experts: Collection[str] = ()) -> dict[str, tuple[int, ...]]:
@@ -129,3 +131,27 @@ def unit_price(
             others = [size for dim, size in enumerate(kept) if dim not in (0, piece.dim)]
         price += piece.width * math.prod(others)
     return price
+
+
+def masked_blocks(
+    model: nn.Module, aliases: Mapping[str, TiedParameter] | None = None
+) -> list[str]:
+    """The blocks of ``model`` (a Hugging Face model of a known family) whose every parameter
+    is masked whole: pruned layers, which :func:`~tensorplay.ao.pruning.shrink` removes
+    (``aliases``: :func:`~tensorplay.ao.pruning.parity.aliases.alias_map` of ``model``, if
+    read already).
+
+    Example:
+        >>> masked_blocks(nn.Linear(2, 2))  # no blocks
+        []
+    """
+    found = find_blocks(model)
+    if found is None:
+        return []
+    aliases = alias_map(model) if aliases is None else aliases
+    dropped = []
+    for name in found.block_names():
+        held = [tied for param, tied in aliases.items() if param.startswith(f"{name}.")]
+        if held and not any(bool(kept_elements(tied).any()) for tied in held):
+            dropped.append(name)
+    return dropped
