@@ -222,6 +222,10 @@ def test_no_candidate_meets_the_budget() -> None:
                       "search_grid": 2}, ValueError, "search_grid", id="grid-without-search"),
         pytest.param({"structure": ("head", "channel"), "target_params": 0.8, "search": 1},
                      TypeError, "search", id="search-not-bool"),
+        pytest.param({"structure": ("head", "channel"), "target_params": 0.8,
+                      "search_score": "mse"}, ValueError, "search_score", id="score-unknown"),
+        pytest.param({"structure": "channel", "target_params": 0.8, "search": False,
+                      "search_score": "kl"}, ValueError, "search_score", id="kl-without-search"),
     ],
 )  # fmt: skip
 def test_bad_options_refused(kwargs: dict, error: type[Exception], match: str) -> None:
@@ -290,3 +294,35 @@ def test_a_tied_head_is_counted_once_so_a_kind_alone_lands_where_its_own_budget_
     )  # fmt: skip
     shrink(reference)
     assert alone["params"] == sum(p.numel() for p in reference.parameters()) <= budget
+
+
+def test_kl_scores_each_candidate_by_its_divergence_from_the_dense_model() -> None:
+    """``search_score="kl"``: the chosen candidate, realized again on a deep copy, diverges
+    from the dense model's next-token distributions by its row's score (KL by hand)."""
+    model = FAMILY_MODELS["gpt2"].build()
+    dense = copy.deepcopy(model)
+    batches = _batches(3)
+    with torch.no_grad():
+        reference = [dense(**batch).logits.log_softmax(-1) for batch in batches]
+    budget = int(0.8 * model_params(model))
+    result = prune_one_shot(
+        model, batches, target_params=budget, structure=("head", "channel"), search=True,
+        search_grid=2, search_score="kl", make_permanent=False,
+    )  # fmt: skip
+    feasible = [row for row in result.search_report() if row["meets"]]
+    assert result.chosen["score"] == min(row["score"] for row in feasible)
+    assert all(row["score"] > 0 for row in feasible)  # every candidate prunes something
+    units = result.chosen["units"]
+    totals = {"head": 2 * 4, "channel": 2 * 128}
+    for kind in ("head", "channel"):
+        if units.get(kind):
+            prune_one_shot(
+                dense, batches, units[kind] / totals[kind], structure=kind, scope="layerwise",
+                make_permanent=False,
+            )  # fmt: skip
+    with torch.no_grad():
+        by_hand = [
+            (p.exp() * (p - dense(**batch).logits.log_softmax(-1))).sum(-1).mean()
+            for p, batch in zip(reference, batches, strict=True)
+        ]
+    assert float(sum(by_hand)) / len(by_hand) == pytest.approx(result.chosen["score"], abs=1e-6)

@@ -207,6 +207,7 @@ def prune_one_shot(
     reconstruct_damping: float = DEFAULT_DAMPING,
     search: Literal[False] = False,
     search_grid: None = None,
+    search_score: Literal["loss"] = "loss",
     **options: Any,
 ) -> Pruner: ...
 
@@ -229,6 +230,7 @@ def prune_one_shot(
     reconstruct_damping: float = DEFAULT_DAMPING,
     search: Literal[True],
     search_grid: SearchGrid | None = None,
+    search_score: Literal["loss", "kl"] = "loss",
     **options: Any,
 ) -> SearchResult: ...
 
@@ -250,6 +252,7 @@ def prune_one_shot(
     reconstruct_damping: float = DEFAULT_DAMPING,
     search: bool = False,
     search_grid: SearchGrid | None = None,
+    search_score: Literal["loss", "kl"] = "loss",
     **options: Any,
 ) -> Pruner | SearchResult:
     """Prune ``model`` once to ``sparsity`` after a calibration pass over ``batches``.
@@ -311,6 +314,11 @@ def prune_one_shot(
         search_grid: With ``search``: the shares are multiples of ``1 / search_grid`` (default
             4), or a list of allocations (``[{"layer": 0.5, "channel": 0.5}]``); each kind alone
             is always a candidate.
+        search_score: With ``search``: how a candidate is scored on ``batches``: ``"loss"``
+            (the mean loss, as above) or ``"kl"`` (the mean over tokens of the KL divergence
+            of the candidate's next-token distribution from the dense model's; the dense
+            logits of every batch are read once and kept on the CPU, ``tokens * vocabulary *
+            4`` bytes).
         **options: Any other argument of :class:`~tensorplay.ao.pruning.pruner.Pruner`
             (``parameters``, ``exclude``, ``keep_dense``, ``min_density``, ``masking``,
             ``multiple_of``, ``example_inputs``...).
@@ -334,13 +342,17 @@ def prune_one_shot(
     if search is not False:
         return _search(
             model, batches, structure, search, search_grid, reconstruct, importance,
-            forward=forward, make_permanent=make_permanent, options=options,
+            forward=forward, make_permanent=make_permanent, options=options, score=search_score,
             budgets={"target_params": target_params, "target_active_params":
                      target_active_params, "target_memory": target_memory},
         )  # fmt: skip
     if search_grid is not None:
         raise ValueError(
             f"Expected `search_grid` only with search=True, but got search_grid={search_grid!r}."
+        )
+    if search_score != "loss":
+        raise ValueError(
+            f"Expected `search_score` only with search=True, but got {search_score!r}."
         )
     if not (importance is None or isinstance(importance, str)):
         raise TypeError(f"Expected `importance` to be a name, but got {importance!r}.")
@@ -404,10 +416,13 @@ def _search(
     make_permanent: bool,
     options: dict[str, Any],
     budgets: dict[str, Any],
+    score: object,
 ) -> SearchResult:
     """``prune_one_shot(..., search=True)``, its options checked first."""
     if search is not True:
         raise TypeError(f"Expected `search` to be a bool, but got {search!r}.")
+    if score not in ("loss", "kl"):
+        raise ValueError(f"Expected `search_score` to be 'loss' or 'kl', but got {score!r}.")
     if reconstruct:
         raise ValueError(
             "Expected reconstruct=False with search=True: the candidates are scored as pruned."
@@ -417,6 +432,7 @@ def _search(
     return search_mix(
         prune_one_shot, model, data, kinds, allocations, budgets=budgets,
         importance=importance, forward=forward, make_permanent=make_permanent, options=options,
+        score=score,
     )  # fmt: skip
 
 

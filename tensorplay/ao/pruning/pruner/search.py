@@ -27,9 +27,10 @@ budget, within one of its units.
 never copied): the kinds' masks, then :func:`~tensorplay.ao.pruning.shrink`, whose parameters,
 active parameters and memory are the candidate's measures, exactly what the shrunk model holds;
 then the mean loss over the calibration batches (the shrunk model computes what the masked one
-does). Candidates always hold their masks as ``masking="reparametrize"`` (whose pruned values
-survive in the ``_orig`` parameters, so taking the candidate back writes nothing); the chosen one
-is realized with the caller's options.
+does), or with ``search_score="kl"`` the mean KL divergence of its next-token distributions
+from the dense model's. Candidates always hold their masks as ``masking="reparametrize"`` (whose
+pruned values survive in the ``_orig`` parameters, so taking the candidate back writes nothing);
+the chosen one is realized with the caller's options.
 
 **Cost.** Each candidate runs, per kind it prunes, one calibration pass over the batches, then one
 scoring pass; a candidate's importance reads the model as the kinds before left it, so scores are
@@ -121,10 +122,10 @@ class SearchResult:
         of the parameters to remove), ``units`` (the units each kind pruned), ``params`` (the
         parameters the shrunk model holds; active parameters under ``active_params`` where the
         model has routed experts or ``target_active_params`` was given, bytes under ``memory``
-        with ``target_memory``), ``score`` (the mean calibration loss), ``meets`` (whether every
-        budget is met), ``reason`` (why a candidate could not be realized, or ``None``;
-        its measures and score are ``None`` then), ``seconds`` and ``chosen`` (``True`` on
-        exactly one).
+        with ``target_memory``), ``score`` (the mean calibration loss, or KL), ``meets``
+        (whether every budget is met), ``reason`` (why a candidate could not be realized, or
+        ``None``; its measures and score are ``None`` then), ``seconds`` and ``chosen``
+        (``True`` on exactly one).
 
         Example:
             >>> SearchResult({}, [{"score": 1.0, "chosen": True}]).search_report()
@@ -189,9 +190,10 @@ def search_mix(
     forward: Forward | None,
     make_permanent: bool,
     options: Mapping[str, Any],
+    score: str = "loss",
 ) -> SearchResult:
     """Score every allocation of ``grid``, then realize the best that meets every budget (see
-    the module).
+    the module); ``score``: ``"loss"`` or ``"kl"`` (from the dense model's logits).
 
     Raises:
         TypeError: No ``forward`` and batches that are not mappings holding ``input_ids`` (the
@@ -199,7 +201,7 @@ def search_mix(
         ValueError: No candidate meets every budget (the model is as it was), naming the
             closest.
     """
-    loss = _loss_fn(forward, batches)
+    loss = _kl_fn(model, batches) if score == "kl" else _loss_fn(forward, batches)
     if forward is not None:  # each kind's calibration pass runs the batches as the caller does
         options = {**options, "forward": forward}
     memory = budgets.get("target_memory")
@@ -444,6 +446,50 @@ def _loss_fn(forward: Forward | None, batches: Sequence[Any]) -> Callable[[nn.Mo
             "the candidates), but got neither."
         )
     return lambda model, batch: _scalar(model(**batch, labels=batch["input_ids"]))
+
+
+def _kl_fn(model: nn.Module, batches: Sequence[Any]) -> Callable[[nn.Module, Any], Tensor]:
+    """How a candidate is scored on one batch with ``search_score="kl"``: the mean over tokens
+    of KL(dense || candidate) of the next-token distributions, the dense model's logits of every
+    batch read now, once, and kept on the CPU."""
+    call = _logits_call(batches)
+    training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            dense = {id(batch): call(model, batch).float().cpu() for batch in batches}
+    finally:
+        model.train(training)
+
+    def divergence(candidate: nn.Module, batch: Any) -> Tensor:
+        logits = call(candidate, batch).float()
+        reference = dense[id(batch)].to(logits.device).log_softmax(-1)
+        return (reference.exp() * (reference - logits.log_softmax(-1))).sum(-1).mean()
+
+    return divergence
+
+
+def _logits_call(batches: Sequence[Any]) -> Callable[[nn.Module, Any], Tensor]:
+    """The logits of a causal LM on one batch: token ids, or a mapping of its inputs."""
+    if batches and all(isinstance(b, Tensor) and not b.is_floating_point() for b in batches):
+        return lambda model, batch: _logits(model(input_ids=batch))
+    if batches and all(isinstance(b, Mapping) for b in batches):
+        return lambda model, batch: _logits(model(**batch))
+    raise TypeError(
+        "Expected batches of token ids (tensors, or mappings of a causal LM's inputs) with "
+        "search_score='kl' (the candidates' logits are compared with the dense model's), but "
+        "got others."
+    )
+
+
+def _logits(output: Any) -> Tensor:
+    value = getattr(output, "logits", output)
+    if not isinstance(value, Tensor) or value.dim() < 2:
+        raise TypeError(
+            f"Expected logits (a tensor, or an output with `logits`) from the model with "
+            f"search_score='kl', but got {type(output).__name__}."
+        )
+    return value
 
 
 def _scalar(output: Any) -> Tensor:
