@@ -22,6 +22,7 @@ from tensorplay.ao.pruning import (
     prune_one_shot,
     shrink,
 )
+from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.pruner.schedules import LinearSchedule
 from tensorplay.ao.pruning.structured.dependency.unit_groups import shapes_of
 from tensorplay.ao.pruning.structured.units.stream_norms import StreamNormHook
@@ -308,3 +309,51 @@ def test_a_parameter_budget_is_met_within_one_step(name: str) -> None:
     after = _params(model)
     assert after <= budget < after + step * _removed_by_hand(model, 1)
     torch.testing.assert_close(_logits(model), masked, **TOLERANCE)
+
+
+def _fresh_reads(model: nn.Module) -> torch.Tensor:
+    """The logits with every norm hook made to read its kept channels anew (the oracle of
+    the hooks' cached reads)."""
+    for module in model.modules():
+        for hook in module._forward_hooks.values():
+            if isinstance(hook, StreamNormHook):
+                hook._read = None
+    return _logits(model)
+
+
+@pytest.mark.parametrize("masking", ["reparametrize", "inplace"])
+def test_the_norm_hooks_read_the_kept_channels_anew_after_every_change(masking: str) -> None:
+    model = FAMILY_MODELS["llama"].build()
+    schedule = LinearSchedule(0.75, end_step=3, frequency=1)
+    pruner = Pruner(model, schedule, structure="hidden", masking=masking)  # type: ignore[arg-type]
+    seen = []
+    for step in range(4):
+        pruner.step(step)
+        cached = _logits(model)  # read through the reads cached at the step before
+        torch.testing.assert_close(cached, _fresh_reads(model), atol=0, rtol=0)
+        seen.append(cached)
+    assert len({round(float(logits.abs().sum()), 3) for logits in seen}) == 4  # each step changed
+
+
+@pytest.mark.parametrize("change", ["in_place", "data_swap", "new_mask"])
+def test_a_norm_hook_sees_its_mask_change_however_written(change: str) -> None:
+    from tensorplay.ao.pruning.parity.methods import custom_from_mask
+    from tensorplay.ao.pruning.structured.units.stream_norms import install_stream_norms
+
+    norm = nn.LayerNorm(4)
+    x = torch.tensor([[1.0, 2.0, 4.0, 8.0]])
+    custom_from_mask(norm, "weight", torch.tensor([1.0, 1.0, 1.0, 0.0]))
+    install_stream_norms([(norm, "layer")])
+    torch.testing.assert_close(norm(x)[:, :3], nn.functional.layer_norm(x[:, :3], (3,)))
+    mask = norm.get_buffer("weight_mask")
+    two_kept = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    with torch.no_grad():
+        if change == "in_place":
+            mask.copy_(two_kept)
+        elif change == "data_swap":  # what undoing a change does: no version bump
+            changes.replace_data(mask, two_kept)
+        else:
+            norm.weight_mask = two_kept
+    expected = nn.functional.layer_norm(x[:, [0, 2]], (2,))
+    torch.testing.assert_close(norm(x)[:, [0, 2]], expected)
+    assert norm(x)[:, [1, 3]].abs().sum() == 0

@@ -9,11 +9,14 @@ over the kept channels (an RMSNorm in float32 as Hugging Face's does, a LayerNor
 ``F.layer_norm`` over the kept entries) and puts zeros at the masked ones, so the masked model
 computes what the shrunk one does.
 
-**Which channels are kept** is read at every forward from the norm's own ``weight``: its mask
-(either masking mode), else its values (a channel whose weight and bias are exactly zero is
-pruned: after ``make_permanent``). So the hook follows a gradual pruner's steps, a resumed
-pruner's restored masks and ``make_permanent`` with nothing to refresh; where no channel is
-masked it returns the norm's output untouched. The hidden structure installs it when the pruner
+**Which channels are kept** is read from the norm's own ``weight``: its mask (either masking
+mode), else its values (a channel whose weight and bias are exactly zero is pruned: after
+``make_permanent``). A mask is read again whenever it changed (another tensor, an in-place
+write, which bumps its version, or its data swapped), values at every forward; so the hook
+follows a gradual pruner's steps, a resumed pruner's restored masks and ``make_permanent`` with
+nothing to refresh, and while the masks stay as they are a forward costs no copy to the host (no
+device synchronisation on a GPU). Where no channel is masked it returns the norm's output
+untouched. The hidden structure installs it when the pruner
 is made (:func:`install_stream_norms`, through the one owner of model changes), and
 :func:`~tensorplay.ao.pruning.shrink` removes it once the channels are gone
 (:func:`remove_stream_norms`).
@@ -62,12 +65,12 @@ class StreamNormHook:
 
     def __init__(self, kind: NormKind) -> None:
         self.kind = kind
+        self._read: tuple[tuple[Tensor, int, int, torch.device] | None, Tensor | None] | None = None
 
     def __call__(self, module: nn.Module, args: tuple[Any, ...], output: Tensor) -> Tensor | None:
-        kept = kept_channels(module)
-        if bool(kept.all()):
+        index = self._kept_index(module, output.device)
+        if index is None:
             return None
-        index = torch.nonzero(kept).flatten().to(output.device)
         x = args[0].index_select(-1, index)
         full = cast(Tensor, module.weight)  # the effective (masked) weight
         weight = full.index_select(0, index)
@@ -83,6 +86,23 @@ class StreamNormHook:
         result = output.new_zeros(output.shape)
         result.index_copy_(-1, index, normed.to(output.dtype))
         return result
+
+    def _kept_index(self, module: nn.Module, device: torch.device) -> Tensor | None:
+        """The kept channels' indices on ``device`` (``None``: all kept). A mask's are read
+        again only when it changed since the last read: another tensor, its version (an
+        in-place write) or its storage (a ``.data`` swap, as undoing a change does); values
+        (no mask) are read at every call."""
+        mask = mask_of(module, "weight")
+        source = None if mask is None else (mask, mask._version, mask.data_ptr(), device)
+        read = self._read
+        if source is not None and read is not None and read[0] is not None:
+            old = read[0]
+            if old[0] is source[0] and old[1:] == source[1:]:
+                return read[1]
+        kept = kept_channels(module)
+        index = None if bool(kept.all()) else torch.nonzero(kept).flatten().to(device)
+        self._read = (source, index)
+        return index
 
     def permanent_refusal(self, module: nn.Module) -> str | None:
         """Why the permanent form of ``module`` would compute otherwise (read by
