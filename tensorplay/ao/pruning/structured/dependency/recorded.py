@@ -23,6 +23,9 @@ A Hugging Face model (a module with ``save_pretrained`` and a ``config``) also h
 groups within it in its config, under the same key, as plain data
 (:meth:`~tensorplay.ao.pruning.structured.dependency.unit_groups.UnitGroup.to_dict`): every
 ``save_pretrained`` writes them to ``config.json``, and ``from_pretrained`` brings them back.
+The model is given a config of its own first
+(:mod:`~tensorplay.ao.pruning.structured.dependency.own_configs`): another model built from the
+same config object keeps it as it was.
 So a folder saved with its units masked (their slices zero), as a sharded run saves it, is
 shrunk later on any machine with exactly the groups the pruner masked: load it and call
 :func:`~tensorplay.ao.pruning.shrink`.
@@ -53,6 +56,7 @@ from typing import Any, Final
 from torch import nn
 
 from tensorplay.ao.pruning.edits import changes
+from tensorplay.ao.pruning.structured.dependency.own_configs import own_configs
 from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup
 
 __all__ = ["RECORD_ATTRIBUTE", "forget_groups", "record_groups", "recorded_groups"]
@@ -76,6 +80,7 @@ def record_groups(model: nn.Module, groups: Iterable[UnitGroup]) -> None:
     """
     held = _own(model)
     changes.set_attribute(model, RECORD_ATTRIBUTE, tuple(dict.fromkeys((*held, *groups))))
+    own_configs(model)  # never the config of another model built from the same one
     _write_configs(model)
 
 

@@ -108,6 +108,7 @@ from tensorplay.ao.pruning.masking.readers import mask_of
 from tensorplay.ao.pruning.parity.aliases import TiedParameter, alias_map, parameter_groups
 from tensorplay.ao.pruning.selection.sharding import first_sharded
 from tensorplay.ao.pruning.structured.dependency.blocks import FoundBlocks, find_blocks
+from tensorplay.ao.pruning.structured.dependency.own_configs import own_configs
 from tensorplay.ao.pruning.structured.dependency.recorded import forget_groups, recorded_groups
 from tensorplay.ao.pruning.structured.dependency.unit_groups import (
     UnitGroup,
@@ -208,6 +209,7 @@ def shrink(
     _refuse_left_masked(model, aliases, plan, (chosen, unshrunk), untraced)
     before = _count(model)
     with changes.transaction():  # an unexpected failure below puts every module back
+        own_configs(model)  # never the config of another model built from the same one
         for module in model.modules():
             changes.touch(module)
             if (config := vars(module).get("config")) is not None:
