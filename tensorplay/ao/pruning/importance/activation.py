@@ -31,7 +31,9 @@ it and the features: ``(batch, sequence, features)`` for a transformer, ``(batch
 one position per sample, ``(batch, channels, *spatial)`` for a convolution (an unbatched input
 is one sample). A model that flattens its tokens into one
 dimension before the layer (Qwen2-MoE's shared expert) gives one sample per token there. Every
-position counts, padding included: calibrate on unpadded or packed sequences.
+real token counts: in a calibration pass over batches whose ``attention_mask`` marks padding,
+the padding's positions are left out (:mod:`~tensorplay.ao.pruning.calibration.padding`); in
+training forwards every position counts.
 
 The lowest-scored units are pruned first; this score is theirs as it stands (the structure
 takes no root mean square of it), so units of every group compare on one scale under
@@ -78,6 +80,7 @@ from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 from tensorplay.ao.pruning.calibration.finite import check_read
+from tensorplay.ao.pruning.calibration.padding import real_rows, real_samples, refuse_padding
 from tensorplay.ao.pruning.calibration.rank_sums import summed_over_ranks
 from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.edits.spent import ShrinkWatch
@@ -113,27 +116,31 @@ class _Read:
     channels_first: bool
     spatial: int
 
-    def norms(self, inputs: Tensor) -> Tensor:
-        """Per sample of one forward's ``inputs``, each unit's L2 norm over its entries at
-        every position: ``(samples, size)``, float32."""
+    def norms(self, inputs: Tensor, where: str) -> Tensor:
+        """Per sample of one forward's ``inputs`` (read by ``where``), each unit's L2 norm over
+        its entries at every real position (:mod:`~tensorplay.ao.pruning.calibration.padding`):
+        ``(samples, size)``, float32."""
         x = inputs.detach().to(torch.float32)
         span = self.size * self.width
         if self.channels_first:
+            refuse_padding(where)
             if x.dim() == self.spatial + 1:  # unbatched: one sample
                 x = x.unsqueeze(0)
             section = x.narrow(1, self.offset, span).reshape(len(x), self.size, self.width, -1)
             return section.square().sum(dim=(2, 3)).sqrt()
         if x.dim() == 1:
             x = x.unsqueeze(0)
+        x = real_samples(x, where)
         x = x.reshape(len(x), -1, x.shape[-1])  # (samples, positions, features)
         section = x.narrow(2, self.offset, span).reshape(len(x), -1, self.size, self.width)
         return section.square().sum(dim=(1, 3)).sqrt()
 
-    def absolute(self, outputs: Tensor) -> Tensor:
-        """Per token of one forward's ``outputs`` (a norm's, features last), each unit's
-        absolute value summed over its entries: ``(tokens, size)``, float32."""
+    def absolute(self, outputs: Tensor, where: str) -> Tensor:
+        """Per real token of one forward's ``outputs`` (a norm's, features last, made by
+        ``where``), each unit's absolute value summed over its entries: ``(tokens, size)``,
+        float32."""
         x = outputs.detach().to(torch.float32)
-        x = x.reshape(-1, x.shape[-1]).narrow(1, self.offset, self.size * self.width)
+        x = real_rows(x, where).narrow(1, self.offset, self.size * self.width)
         return x.abs().reshape(len(x), self.size, self.width).sum(dim=2)
 
 
@@ -313,7 +320,10 @@ class Activation(Importance):
                 # A NaN or an infinity in the input would make every unit's score NaN.
                 check_read(seen, module_name, self._batches[module_name])
                 for read in reads:
-                    norms = read.absolute(seen) if at_output else read.norms(seen)
+                    if at_output:
+                        norms = read.absolute(seen, module_name)
+                    else:
+                        norms = read.norms(seen, module_name)
                     sums = self._sums[read.key][read.index]
                     sums += norms.sum(dim=0).to(device="cpu", dtype=torch.float64)
                     self._samples[read.key][read.index] += len(norms)

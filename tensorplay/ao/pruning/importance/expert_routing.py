@@ -49,6 +49,7 @@ from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 from tensorplay.ao.pruning.calibration.finite import check_read
+from tensorplay.ao.pruning.calibration.padding import real_rows
 from tensorplay.ao.pruning.calibration.rank_sums import summed_over_ranks
 from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.edits.spent import ShrinkWatch
@@ -127,6 +128,10 @@ class _ExpertObserver(Importance):
             if shrunk.spanned() is not None:
                 return  # the pruner is spent: the experts were renumbered
             tokens, index, weights = _routing_inputs(args, kwargs)
+            # The padding's tokens are routed too: they are no tokens of the calibration text.
+            index = real_rows(index.reshape(len(tokens), -1), name)
+            weights = real_rows(weights.reshape(len(tokens), -1), name)
+            tokens = real_rows(tokens, name)
             with torch.no_grad():
                 for read in (tokens, weights):  # a NaN would make every expert's score NaN
                     check_read(read, name, self._batches[name])

@@ -18,7 +18,7 @@ Example:
     >>> import torch
     >>> from torch import nn
     >>> layout = feature_layout(nn.Linear(3, 2), "weight", "fc.weight")
-    >>> sums = layout.squares(torch.tensor([[1.0, 2.0, 0.0], [1.0, 0.0, 3.0]]))
+    >>> sums = layout.squares(torch.tensor([[1.0, 2.0, 0.0], [1.0, 0.0, 3.0]]), "fc")
     >>> sums.tolist()
     [2.0, 4.0, 9.0]
     >>> layout.expand(sums.sqrt(), torch.Size([2, 3]), slice(0, 2)).shape  # broadcast on rows
@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from tensorplay.ao.pruning.calibration.padding import real_rows, refuse_padding
 from tensorplay.ao.pruning.targets.layouts import is_transposed
 
 __all__ = ["FeatureLayout", "feature_layout"]
@@ -66,12 +67,14 @@ class FeatureLayout:
             return int(shape[0])
         return self.groups * int(torch.Size(shape[1:]).numel())
 
-    def squares(self, inputs: Tensor) -> Tensor:
-        """Per input feature, the sum of squares over one batch's tokens (float32)."""
+    def squares(self, inputs: Tensor, where: str) -> Tensor:
+        """Per input feature, the sum of squares over one batch's real tokens (read by
+        ``where``; :mod:`~tensorplay.ao.pruning.calibration.padding`), float32."""
         x = inputs.detach().to(torch.float32)
         if self.kind != "conv":
-            x = x.reshape(-1, x.shape[-1])
+            x = real_rows(x, where)
             return torch.einsum("ni,ni->i", x, x)
+        refuse_padding(where)
         if x.dim() == self.spatial + 1:  # unbatched
             x = x.unsqueeze(0)
         if self.spatial == 1:  # Conv1d: (N, C, L) as (N, C, 1, L)

@@ -119,7 +119,7 @@ class Wanda(Importance):
             if shrunk.spanned() is not None:
                 return  # the pruner is spent: the shrunk layer's inputs feed no score
             with torch.no_grad():
-                squares = layout.squares(args[0])
+                squares = layout.squares(args[0], name.rpartition(".")[0])
                 # A NaN or an infinity in the input would make every score of the layer NaN.
                 check_read(squares, name.rpartition(".")[0], self._batches[name])
                 total = self._sums.get(name)

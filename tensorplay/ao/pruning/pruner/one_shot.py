@@ -57,6 +57,7 @@ from tensorplay.ao.pruning.calibration.finite import (
     NonFiniteCalibrationError,
     check_inputs,
 )
+from tensorplay.ao.pruning.calibration.padding import padding_of
 from tensorplay.ao.pruning.distillation.dense_copy import dense_copy
 from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.pruner.conductor import Pruner
@@ -101,6 +102,10 @@ def calibrate(pruner: Pruner, batches: Iterable[Any], forward: Forward | None = 
             default ``model(batch)``, ``model(*batch)`` for a tuple, ``model(**batch)`` for a
             mapping (a Hugging Face model given ``labels`` returns its loss).
 
+    A mapping batch whose ``attention_mask`` marks padding (a tokenizer's ``padding=True``)
+    has its padding positions left out of every score that reads activations per token
+    (:mod:`~tensorplay.ao.pruning.calibration.padding`).
+
     Every batch is checked as it is read (:mod:`~tensorplay.ao.pruning.calibration.finite`):
     a ``NaN`` or an infinity in its inputs, or in the output of any module, is refused before it
     reaches a score.
@@ -140,7 +145,8 @@ def _calibrate_one(
     try:
         if pruner.importance.needs_gradients:
             model.zero_grad(set_to_none=True)
-            loss = _loss_of(run(model, batch))
+            with padding_of(batch):
+                loss = _loss_of(run(model, batch))
             watch.check(index)  # before the gradients reach the accumulators
             if not bool(torch.isfinite(loss.detach())):
                 raise ValueError(
@@ -150,7 +156,7 @@ def _calibrate_one(
             torch.autograd.backward(loss)
             pruner.accumulate()
         else:
-            with torch.no_grad():
+            with torch.no_grad(), padding_of(batch):
                 run(model, batch)
             watch.check(index)
     except NonFiniteCalibrationError as error:  # an importance refused what it was to read

@@ -68,6 +68,7 @@ import torch
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning.calibration.batches import Forward
+from tensorplay.ao.pruning.calibration.padding import real_tokens
 from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.parity.aliases import alias_map
 from tensorplay.ao.pruning.pruner.conductor import Pruner
@@ -445,13 +446,21 @@ def _loss_fn(forward: Forward | None, batches: Sequence[Any]) -> Callable[[nn.Mo
             "ids (tensors, or mappings holding `input_ids`: a causal LM's loss on them scores "
             "the candidates), but got neither."
         )
-    return lambda model, batch: _scalar(model(**batch, labels=batch["input_ids"]))
+    return lambda model, batch: _scalar(model(**batch, labels=_labels(batch)))
+
+
+def _labels(batch: Mapping[str, Any]) -> Tensor:
+    """The batch's ``input_ids`` as labels, ``-100`` (not scored) where its
+    ``attention_mask`` marks padding."""
+    labels: Tensor = batch["input_ids"]
+    real = real_tokens(batch)
+    return labels if real is None else labels.masked_fill(~real.to(labels.device), -100)
 
 
 def _kl_fn(model: nn.Module, batches: Sequence[Any]) -> Callable[[nn.Module, Any], Tensor]:
-    """How a candidate is scored on one batch with ``search_score="kl"``: the mean over tokens
-    of KL(dense || candidate) of the next-token distributions, the dense model's logits of every
-    batch read now, once, and kept on the CPU."""
+    """How a candidate is scored on one batch with ``search_score="kl"``: the mean over real
+    tokens (padding left out) of KL(dense || candidate) of the next-token distributions, the
+    dense model's logits of every batch read now, once, and kept on the CPU."""
     call = _logits_call(batches)
     training = model.training
     model.eval()
@@ -464,7 +473,17 @@ def _kl_fn(model: nn.Module, batches: Sequence[Any]) -> Callable[[nn.Module, Any
     def divergence(candidate: nn.Module, batch: Any) -> Tensor:
         logits = call(candidate, batch).float()
         reference = dense[id(batch)].to(logits.device).log_softmax(-1)
-        return (reference.exp() * (reference - logits.log_softmax(-1))).sum(-1).mean()
+        per_token = (reference.exp() * (reference - logits.log_softmax(-1))).sum(-1)
+        real = real_tokens(batch)
+        if real is None:
+            return per_token.mean()
+        if real.shape != per_token.shape:
+            raise ValueError(
+                f"Expected logits of one position per token of the batch's attention_mask "
+                f"{tuple(real.shape)} with search_score='kl', but got {tuple(logits.shape)}: "
+                "the padding's positions cannot be left out."
+            )
+        return per_token[real.to(per_token.device)].mean()  # the padding's positions left out
 
     return divergence
 
