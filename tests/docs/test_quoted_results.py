@@ -39,6 +39,7 @@ RENDERERS = {
     "structured_speed": ("bench_structured_speed", "markdown"),
     "training_overhead": ("bench_training_overhead", "markdown"),
     "width": ("bench_width", "tables"),
+    "width_seeds": ("bench_width_seeds", "tables"),
 }
 
 
@@ -536,6 +537,37 @@ WIDTH_CLAIMS: list[tuple[str, str, Callable[[], list[Value]]]] = [
             _width("FFN channels", "50%", "one-shot"),
             _width("FFN channels", "50%", "recovered"),
             _width("hidden size", "50%", "recovered"),
+        ],
+    ),
+]
+
+
+def _seeds(pruned: str, removed: str, header: str) -> Value:
+    return cell("width_seeds", {"pruned": pruned, "removed (asked)": removed}, header)
+
+
+WIDTH_CLAIMS += [
+    (
+        "docs/width.rst",
+        r"one-shot \(([\d.]+) on average, against ([\d.]+) for the hidden size and ([\d.]+) for "
+        r"FFN channels\) and recovered \(([\d.]+) against ([\d.]+) for FFN channels\)",
+        lambda: [
+            _seeds("searched mix", "50%", "one-shot: mean (range)"),
+            _seeds("hidden size", "50%", "one-shot: mean (range)"),
+            _seeds("FFN channels", "50%", "one-shot: mean (range)"),
+            _seeds("searched mix", "50%", "recovered: mean (range)"),
+            _seeds("FFN channels", "50%", "recovered: mean (range)"),
+        ],
+    ),
+    (
+        "docs/width.rst",
+        r"\(([\d.]+) against ([\d.]+) one-shot, ([\d.]+) against ([\d.]+) recovered\): there a "
+        r"single axis",
+        lambda: [
+            _seeds("searched mix", "25%", "one-shot: mean (range)"),
+            _seeds("FFN channels", "25%", "one-shot: mean (range)"),
+            _seeds("searched mix", "25%", "recovered: mean (range)"),
+            _seeds("FFN channels", "25%", "recovered: mean (range)"),
         ],
     ),
 ]
