@@ -92,8 +92,8 @@ def read_model(
             sharded parameter (first of all), groups that do not fit the model, what the
             dependency graph raises, a config with transformers' ``per_layer_config``.
     """
-    table = ParameterTable.of(model)
     _check_whole(model)
+    table = ParameterTable.of(model)
     untraced: Mapping[str, str] = {}
     if groups is None:
         default = default_groups(model, example_inputs, table=table)

@@ -105,7 +105,10 @@ from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.edits.spent import record_shrink
 from tensorplay.ao.pruning.masking.held_tensors import drop_masks
 from tensorplay.ao.pruning.structured.dependency.blocks import FoundBlocks
-from tensorplay.ao.pruning.structured.dependency.recorded import forget_groups
+from tensorplay.ao.pruning.structured.dependency.recorded import (
+    RECORD_ATTRIBUTE,
+    records_without,
+)
 from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup, pruned_units
 from tensorplay.ao.pruning.structured.shrinking.expert_widths import (
     even_expert_widths,
@@ -183,7 +186,7 @@ def shrink(
             if (config := vars(module).get("config")) is not None:
                 changes.touch(config)
         update = _apply(model, reading, plan)
-    after = _count(model)
+    after = sum(param.numel() for param in model.parameters())  # each once, as the table counts
     record_shrink(pair for name in reading.tensors for pair in reading.table.aliases[name].pairs)
     return ShrinkReport(
         reading.table.count,
@@ -201,15 +204,6 @@ def _apply(model: nn.Module, reading: Reading, plan: _Plan) -> ConfigUpdate:
     aliases, found = reading.table.aliases, reading.blocks
     drop_masks({id(aliases[name].parameter): aliases[name] for name in reading.tensors}.values())
     apply_cuts(plan.cuts)
-    for group in reading.chosen:
-        if group.kind == "expert":  # its masked experts are gone: route as a plain model
-            for name in group.parameters():
-                for module, _ in aliases[name].pairs:
-                    remove_routing(module)
-        if group.kind == "hidden":  # its masked channels are gone: the norms read them all
-            for name in group.parameters():
-                for module, _ in aliases[name].pairs:
-                    remove_stream_norms(module)
     hidden = next((width.after for width in plan.widths if width.kind == "hidden"), None)
     config: ConfigUpdate = "none"
     if found is not None:
@@ -220,7 +214,18 @@ def _apply(model: nn.Module, reading: Reading, plan: _Plan) -> ConfigUpdate:
         for block in found.blocks:  # after the config: a layer reads what the config lacks
             found.family.sync(block)
     changed = aliases if plan.dropped_blocks else reading.tensors  # blocks renumbered: all
-    forget_groups(model, {alias for name in changed for alias in aliases[name].names})
+    records = records_without(model, {alias for name in changed for alias in aliases[name].names})
+    for group in reading.chosen:
+        if group.kind == "expert":  # its masked experts are gone: route as a plain model
+            for name in group.parameters():
+                for module, _ in aliases[name].pairs:
+                    remove_routing(module)
+        if group.kind == "hidden":  # its masked channels are gone: the norms read them all
+            for name in group.parameters():
+                for module, _ in aliases[name].pairs:
+                    remove_stream_norms(module)
+    for holder, record in records:  # the records forget the groups whose tensors changed
+        changes.set_attribute(holder, RECORD_ATTRIBUTE, record)
     return config
 
 
@@ -339,8 +344,3 @@ def _pruned(group: UnitGroup, kept_elements: Mapping[str, Tensor]) -> tuple[Tens
         if piece.scored:
             somewhere |= alone
     return pruned, int((somewhere & ~pruned).sum())
-
-
-def _count(model: nn.Module) -> int:
-    """Every parameter's elements, tied ones once (as a parameter table counts them)."""
-    return sum(param.numel() for param in model.parameters())
