@@ -32,7 +32,7 @@ from tensorplay.ao.pruning.masking.readers import masked_values
 from tensorplay.ao.pruning.parity.aliases import TiedParameter
 from tensorplay.ao.pruning.parity.reparametrization import pruned_parts
 
-__all__ = ["drop_masks", "kept_elements"]
+__all__ = ["drop_masks", "kept_elements", "read_kept"]
 
 
 def kept_elements(tied: TiedParameter) -> Tensor:
@@ -45,12 +45,25 @@ def kept_elements(tied: TiedParameter) -> Tensor:
     Returns:
         A bool tensor of the parameter's shape.
     """
+    return read_kept(tied)[0]
+
+
+def read_kept(tied: TiedParameter) -> tuple[Tensor, bool]:
+    """:func:`kept_elements` of ``tied``, and whether a holder masks it (either mode).
+
+    Example:
+        >>> from torch import nn
+        >>> from tensorplay.ao.pruning.parity.aliases import alias_map
+        >>> kept, masked = read_kept(alias_map(nn.Linear(2, 2))["weight"])
+        >>> kept.all().item(), masked
+        (True, False)
+    """
     with torch.no_grad():
         for module, local in tied.pairs:
             found = masked_values(module, local)
             if found is not None:
-                return found[1] != 0
-        return tied.parameter != 0
+                return found[1] != 0, True
+        return tied.parameter != 0, False
 
 
 def drop_masks(tensors: Iterable[TiedParameter]) -> None:

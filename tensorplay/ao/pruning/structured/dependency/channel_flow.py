@@ -22,7 +22,7 @@ from typing import Any
 
 from torch import fx, nn
 
-from tensorplay.ao.pruning.parity.aliases import alias_map
+from tensorplay.ao.pruning.parity.aliases import ParameterTable
 from tensorplay.ao.pruning.structured.dependency.channel_atoms import ChannelAtoms
 from tensorplay.ao.pruning.structured.dependency.channel_modules import module_rule, unknown_module
 from tensorplay.ao.pruning.structured.dependency.channel_ops import FUNCTION_RULES, METHOD_RULES
@@ -32,12 +32,16 @@ __all__ = ["follow"]
 
 
 def follow(
-    model: nn.Module, graph: fx.Graph, shapes: Mapping[fx.Node, tuple[int, ...] | None]
+    model: nn.Module,
+    graph: fx.Graph,
+    shapes: Mapping[fx.Node, tuple[int, ...] | None],
+    *,
+    table: ParameterTable | None = None,
 ) -> ChannelAtoms:
     """The channel atoms of ``model``'s traced forward: who is joined with whom, and what
-    cannot be removed."""
+    cannot be removed (``table``: ``model``'s parameters, where they were read already)."""
     atoms = ChannelAtoms()
-    names = {name: group.name for name, group in alias_map(model).items()}
+    names = (ParameterTable.of(model) if table is None else table).canonical
     values: dict[fx.Node, Any] = {}
     for node in graph.nodes:
         call = Call(

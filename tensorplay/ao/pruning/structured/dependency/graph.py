@@ -62,10 +62,12 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal, get_args
 
 from torch import Tensor, nn
 
+from tensorplay.ao.pruning.parity.aliases import ParameterTable, TiedParameter
 from tensorplay.ao.pruning.structured.dependency.blocks import (
     FoundBlocks,
     find_blocks,
@@ -77,23 +79,16 @@ from tensorplay.ao.pruning.structured.dependency.families.family import (
     is_conv1d,
     is_linear,
     join,
-    tensor_names,
-    weight_of,
 )
 from tensorplay.ao.pruning.structured.dependency.hidden_width import (
     HIDDEN,
     HiddenWidth,
-    hidden_width,
+    hidden_width_of,
 )
 from tensorplay.ao.pruning.structured.dependency.tracing import ChannelTrace, trace_channels
-from tensorplay.ao.pruning.structured.dependency.unit_groups import (
-    Slice,
-    UnitGroup,
-    check_groups,
-    shapes_of,
-)
+from tensorplay.ao.pruning.structured.dependency.unit_groups import Slice, UnitGroup, check_groups
 
-__all__ = ["KINDS", "DependencyGraph", "Kind"]
+__all__ = ["KINDS", "DependencyGraph", "Kind", "read_graph"]
 
 Kind = Literal["channel", "head", "layer", "expert"]
 KINDS: tuple[Kind, ...] = get_args(Kind)
@@ -141,6 +136,19 @@ class DependencyGraph:
     def __init__(
         self, model: nn.Module, example_inputs: Tensor | tuple[Any, ...] | None = None
     ) -> None:
+        self._read(model, example_inputs, ParameterTable.of(model), fresh=False)
+
+    def _read(
+        self,
+        model: nn.Module,
+        example_inputs: Tensor | tuple[Any, ...] | None,
+        table: ParameterTable,
+        *,
+        fresh: bool,
+    ) -> None:
+        """Find the units of ``model`` from its parameters read into ``table``; a plain model's
+        channels are traced with ``table`` too where it stays ``fresh`` until they are asked
+        (the caller changes nothing in between), else with the parameters read then."""
         self._model_name = type(model).__name__
         self.blocks: FoundBlocks | None = find_blocks(model)
         """The Hugging Face blocks found (``None`` for a traced model)."""
@@ -148,11 +156,12 @@ class DependencyGraph:
         self._unknown: str | None = None
         self._groups: dict[str, list[UnitGroup]] = {}
         self._trace: tuple[nn.Module, Tensor | tuple[Any, ...] | None] | None = None
+        self._table = table if fresh else None
         self._traced: ChannelTrace | None = None
-        self._hidden: HiddenWidth | str = _hidden_or_why(model)
+        self._hidden: HiddenWidth | str = _hidden_or_why(self.blocks, table, self._model_name)
         if self.blocks is not None:
-            self._groups = self._family_groups(self.blocks)
-            check_groups([g for groups in self._groups.values() for g in groups], shapes_of(model))
+            self._groups = self._family_groups(self.blocks, table.aliases)
+            check_groups([g for groups in self._groups.values() for g in groups], table.shapes)
             return
         unknown = unknown_family(model) if looks_like_hf(model) else None
         self._unknown = unknown
@@ -218,8 +227,9 @@ class DependencyGraph:
         if self._traced is None:
             assert self._trace is not None  # channels are refused where there is none
             model, example_inputs = self._trace
-            self._traced = _traced_channels(model, example_inputs)
-            check_groups(self._traced.groups, shapes_of(model))
+            table = ParameterTable.of(model) if self._table is None else self._table
+            self._traced = _traced_channels(model, example_inputs, table)
+            check_groups(self._traced.groups, table.shapes)
         return self._traced
 
     def refusal(self, kind: str) -> str | None:
@@ -302,18 +312,21 @@ class DependencyGraph:
         counts = ", ".join(f"{kind}={count}" for kind, count in self.counts().items())
         return f"DependencyGraph({self._model_name}, family={self.family!r}, {counts})"
 
-    def _family_groups(self, found: FoundBlocks) -> dict[str, list[UnitGroup]]:
+    def _family_groups(
+        self, found: FoundBlocks, aliases: Mapping[str, TiedParameter]
+    ) -> dict[str, list[UnitGroup]]:
         groups: dict[str, list[UnitGroup]] = {kind: [] for kind in KINDS}
         refusals: dict[str, tuple[str, str]] = {}
+        held = {id(tied.parameter): tied for tied in aliases.values()}
         for name, block in zip(found.block_names(), found.blocks, strict=True):
             units = found.family.units(name, block)
-            tensors = tensor_names(name, block)
+            tensors = _tensor_names(name, block, held)
             _check_known(name, tensors, units.groups(), units.shared, found)
             for group in units.groups():
                 groups[group.kind].append(group)
             if units.head_refusal is not None:
                 refusals.setdefault("head", (name, units.head_refusal))
-            scored = _layer_scored(name, block) or {
+            scored = _layer_scored(name, block, aliases) or {
                 tensor for group in units.groups() for tensor in group.scored_parameters()
             }
             slices = tuple(Slice(tensor, None, scored=tensor in scored) for tensor in tensors)
@@ -337,21 +350,58 @@ class DependencyGraph:
         return groups
 
 
-def _hidden_or_why(model: nn.Module) -> HiddenWidth | str:
+def read_graph(
+    model: nn.Module, example_inputs: Tensor | tuple[Any, ...] | None, table: ParameterTable
+) -> DependencyGraph:
+    """The :class:`DependencyGraph` of ``model`` whose parameters were just read into
+    ``table``, for a caller that reads the model once and changes nothing before it has asked
+    the graph for its groups.
+
+    Example:
+        >>> from torch import nn
+        >>> model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+        >>> graph = read_graph(model, None, ParameterTable.of(model))
+        >>> graph.groups("channel")[0].parameters()
+        ('0.weight', '0.bias', '2.weight')
+    """
+    graph = DependencyGraph.__new__(DependencyGraph)
+    graph._read(model, example_inputs, table, fresh=True)
+    return graph
+
+
+def _hidden_or_why(
+    found: FoundBlocks | None, table: ParameterTable, model_name: str
+) -> HiddenWidth | str:
     try:
-        return hidden_width(model)
+        return hidden_width_of(found, table, model_name)
     except ValueError as error:
         return str(error)
 
 
-def _layer_scored(name: str, block: nn.Module) -> set[str]:
+def _tensor_names(prefix: str, block: nn.Module, held: Mapping[int, TiedParameter]) -> list[str]:
+    """The qualified names of every parameter of ``block`` (a pruned one under its own name, as
+    the model's parameters were read: ``held`` by ``id``), each once, in the block's order."""
+    names: dict[str, None] = {}
+    for module_name, sub in block.named_modules():
+        for key, param in sub._parameters.items():
+            if param is None:
+                continue
+            base = key.removesuffix("_orig")
+            pairs = held[id(param)].pairs
+            own = base if base != key and not any(m is sub and n == key for m, n in pairs) else key
+            names[join(prefix, module_name, own)] = None
+    return list(names)
+
+
+def _layer_scored(name: str, block: nn.Module, aliases: Mapping[str, TiedParameter]) -> set[str]:
     """The weights of the block's Linear and ``Conv1D`` layers: what a layer unit is scored by,
     so that the default selection (those weights) holds every layer, a mixture-of-experts one
     (whose fused expert tensors it does not select) too."""
     return {
-        join(name, module_name, "weight")
+        weight
         for module_name, module in block.named_modules()
-        if (is_linear(module) or is_conv1d(module)) and weight_of(module) is not None
+        if (is_linear(module) or is_conv1d(module))
+        and (weight := join(name, module_name, "weight")) in aliases
     }
 
 
@@ -375,12 +425,12 @@ def _check_known(
 
 
 def _traced_channels(
-    model: nn.Module, example_inputs: Tensor | tuple[Any, ...] | None
+    model: nn.Module, example_inputs: Tensor | tuple[Any, ...] | None, table: ParameterTable
 ) -> ChannelTrace:
     if not looks_like_hf(model):
-        return trace_channels(model, example_inputs)
+        return trace_channels(model, example_inputs, table=table)
     try:
-        return trace_channels(model, example_inputs)
+        return trace_channels(model, example_inputs, table=table)
     except (UnanalysableError, ValueError, TypeError) as error:
         raise UnanalysableError(
             f"Expected the channels of {type(model).__name__} to be found by tracing it with "

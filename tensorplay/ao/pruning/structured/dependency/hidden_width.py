@@ -47,7 +47,7 @@ from typing import Final, Literal
 
 from torch import nn
 
-from tensorplay.ao.pruning.parity.aliases import TiedParameter, alias_map
+from tensorplay.ao.pruning.parity.aliases import ParameterTable, TiedParameter
 from tensorplay.ao.pruning.structured.dependency.blocks import FoundBlocks, find_blocks
 from tensorplay.ao.pruning.structured.dependency.families import UnanalysableError
 from tensorplay.ao.pruning.structured.dependency.families.family import child, join, weight_of
@@ -61,6 +61,7 @@ __all__ = [
     "StreamNorm",
     "hidden_refusal",
     "hidden_width",
+    "hidden_width_of",
     "norm_kind",
 ]
 
@@ -159,11 +160,16 @@ def norm_kind(module: nn.Module) -> NormKind | None:
         >>> norm_kind(nn.LayerNorm(4)), norm_kind(nn.Linear(4, 4))
         ('layer', None)
     """
+    return _norm_kind(module, weighted=weight_of(module) is not None)
+
+
+def _norm_kind(module: nn.Module, *, weighted: bool) -> NormKind | None:
+    """:func:`norm_kind`, told whether ``module`` holds a ``weight`` (pruned or not)."""
     if isinstance(module, nn.LayerNorm) and module.elementwise_affine:
         return "layer"
     named = type(module).__name__.endswith("RMSNorm")
     eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
-    if named and isinstance(eps, float) and weight_of(module) is not None:
+    if named and isinstance(eps, float) and weighted:
         return "rms"
     return None
 
@@ -190,10 +196,28 @@ def hidden_width(model: nn.Module) -> HiddenWidth:
         UnanalysableError: (a ``ValueError``) A model whose stream is not found exactly, naming
             the family and model type, or the parameter no family accounts for.
     """
-    found = find_blocks(model)
+    return hidden_width_of(find_blocks(model), ParameterTable.of(model), type(model).__name__)
+
+
+def hidden_width_of(
+    found: FoundBlocks | None, table: ParameterTable, model_name: str
+) -> HiddenWidth:
+    """:func:`hidden_width` of a model already read: its blocks (``None``: none found), its
+    parameters, and its class name (for the errors).
+
+    Example:
+        >>> import transformers
+        >>> from tensorplay.ao.pruning.structured.dependency.blocks import find_blocks
+        >>> config = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=16,
+        ...                                   bos_token_id=0, eos_token_id=0)
+        >>> model = transformers.GPT2LMHeadModel(config)
+        >>> width = hidden_width_of(find_blocks(model), ParameterTable.of(model), "GPT2")
+        >>> width.group.size, width.config_key
+        (16, 'n_embd')
+    """
     if found is None:
         raise UnanalysableError(
-            f"{type(model).__name__} is not a Hugging Face model of a known family, and the "
+            f"{model_name} is not a Hugging Face model of a known family, and the "
             "residual stream of a plain model is not traced"
         )
     config = found.config
@@ -201,12 +225,12 @@ def hidden_width(model: nn.Module) -> HiddenWidth:
     if model_type not in HIDDEN_MODEL_TYPES or found.family.name not in _READ:
         why = _WHY_NOT.get(str(model_type), "no test proves its masked and shrunk models equal")
         raise UnanalysableError(
-            f"the hidden size of {type(model).__name__} (model type {model_type!r}, "
+            f"the hidden size of {model_name} (model type {model_type!r}, "
             f"{found.family.name} family) cannot be pruned exactly: {why}. Hidden-size pruning "
             f"supports the model types {', '.join(HIDDEN_MODEL_TYPES)}"
         )
-    width = _width(found)
-    aliases = alias_map(model)
+    aliases = table.aliases
+    width = _width(found, aliases)
     slices: list[Slice] = []
     norms: list[StreamNorm] = []
     known: set[int] = set()
@@ -238,7 +262,7 @@ def hidden_width(model: nn.Module) -> HiddenWidth:
             continue
         module, local = tied.pairs[0]
         module_name = name.rpartition(".")[0]
-        kind = norm_kind(module)
+        kind = _norm_kind(module, weighted=join(module_name, "weight") in aliases)
         if kind is not None and local in ("weight", "bias"):
             if local == "weight":
                 norms.append(StreamNorm(module_name, kind))
@@ -253,7 +277,7 @@ def hidden_width(model: nn.Module) -> HiddenWidth:
     unknown = [tied.name for tied in aliases.values() if id(tied.parameter) not in known]
     if unknown:
         raise UnanalysableError(
-            f"the hidden size of {type(model).__name__} cannot be pruned exactly: "
+            f"the hidden size of {model_name} cannot be pruned exactly: "
             f"{unknown[0]!r} is a parameter the {found.family.name} family does not place on or "
             "off the residual stream, so removing a hidden channel could change what it computes"
         )
@@ -267,16 +291,15 @@ def _in(name: str, blocks: set[str]) -> bool:
     return any(".".join(parts[:depth]) in blocks for depth in range(1, len(parts)))
 
 
-def _width(found: FoundBlocks) -> int:
-    first = found.blocks[0]
-    norm = child(first, _NORMS[found.family.name][0])
-    weight = None if norm is None else weight_of(norm)
-    if weight is None or weight.dim() != 1:
+def _width(found: FoundBlocks, aliases: Mapping[str, TiedParameter]) -> int:
+    norm = join(found.block_names()[0], _NORMS[found.family.name][0])
+    weight = aliases.get(join(norm, "weight"))  # its _orig where pruned, as the model reads it
+    if weight is None or weight.parameter.dim() != 1:
         raise UnanalysableError(
-            f"Expected {join(found.block_names()[0], _NORMS[found.family.name][0])!r} to be a "
-            "norm over the residual stream with a 1-D weight, but it is not."
+            f"Expected {norm!r} to be a norm over the residual stream with a 1-D weight, but it "
+            "is not."
         )
-    return int(weight.shape[0])
+    return int(weight.parameter.shape[0])
 
 
 def _check_width(name: str, tied: TiedParameter, dim: int, width: int) -> None:
@@ -298,15 +321,15 @@ def _norm(
     known: set[int],
 ) -> StreamNorm:
     module = child(block, path)
-    kind = None if module is None else norm_kind(module)
     name = join(block_name, path)
+    kind = None if module is None else _norm_kind(module, weighted=join(name, "weight") in aliases)
     if module is None or kind is None:
         raise UnanalysableError(
             f"Expected {name!r} to be an RMSNorm or a LayerNorm over the residual stream, but "
             f"it is a {type(module).__name__}."
         )
     for local in ("weight", "bias"):
-        if weight_of(module, local) is not None:
+        if join(name, local) in aliases:
             tied = aliases[join(name, local)]
             _check_width(tied.name, tied, 0, width)
             slices.append(Slice(tied.name, 0, scored=False))

@@ -59,7 +59,13 @@ from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.structured.dependency.own_configs import own_configs
 from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup
 
-__all__ = ["RECORD_ATTRIBUTE", "forget_groups", "record_groups", "recorded_groups"]
+__all__ = [
+    "RECORD_ATTRIBUTE",
+    "forget_groups",
+    "record_groups",
+    "recorded_groups",
+    "records_without",
+]
 
 RECORD_ATTRIBUTE: Final = "tensorplay_unit_groups"
 """The name of the attribute the record is held in (a tuple of unit groups)."""
@@ -101,16 +107,35 @@ def forget_groups(model: nn.Module, parameters: Collection[str]) -> None:
     """Drop from the records of ``model`` and its submodules every group spanning one of
     ``parameters`` (names from ``model``): shrinking changed those tensors (see the module
     example)."""
+    for holder, record in records_without(model, parameters):
+        changes.set_attribute(holder, RECORD_ATTRIBUTE, record)
+
+
+def records_without(model: nn.Module, parameters: Collection[str]) -> list[tuple[Any, Any]]:
+    """What :func:`forget_groups` writes, read and changing nothing: each holder of a record
+    in ``model`` (a module, or a Hugging Face config) that spans one of ``parameters``, with
+    the record it keeps, the value of its :data:`RECORD_ATTRIBUTE`.
+
+    Example:
+        >>> from torch import nn
+        >>> from tensorplay.ao.pruning.structured.dependency.unit_groups import Slice, UnitGroup
+        >>> model = nn.Sequential(nn.Linear(2, 2))
+        >>> record_groups(model, [UnitGroup("0", "channel", 2, (Slice("0.weight", 0),))])
+        >>> [(holder is model, record) for holder, record in records_without(model, ["0.weight"])]
+        [(True, ())]
+    """
+    records: list[tuple[Any, Any]] = []
     for prefix, module in model.named_modules(remove_duplicate=True):
         held = _own(module)
         kept = _untouched(held, prefix, parameters)
         if len(kept) != len(held):
-            changes.set_attribute(module, RECORD_ATTRIBUTE, kept)
+            records.append((module, kept))
     for prefix, config in _configs(model):
         held = _config_record(config)
         kept = _untouched(held, prefix, parameters)
         if len(kept) != len(held):
-            changes.set_attribute(config, RECORD_ATTRIBUTE, [group.to_dict() for group in kept])
+            records.append((config, [group.to_dict() for group in kept]))
+    return records
 
 
 def _untouched(

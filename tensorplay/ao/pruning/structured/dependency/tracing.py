@@ -45,7 +45,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from tensorplay.ao.pruning.parity.aliases import parameter_groups
+from tensorplay.ao.pruning.parity.aliases import ParameterTable
 from tensorplay.ao.pruning.structured.dependency.channel_flow import follow
 from tensorplay.ao.pruning.structured.dependency.channel_groups import unit_groups
 from tensorplay.ao.pruning.structured.dependency.fx_capture import capture
@@ -104,9 +104,13 @@ def traced_groups(
 
 
 def trace_channels(
-    model: nn.Module, example_inputs: Tensor | tuple[Any, ...] | None = None
+    model: nn.Module,
+    example_inputs: Tensor | tuple[Any, ...] | None = None,
+    *,
+    table: ParameterTable | None = None,
 ) -> ChannelTrace:
-    """:func:`traced_groups`' channel groups, with the reasons other channels are left out.
+    """:func:`traced_groups`' channel groups, with the reasons other channels are left out
+    (``table``: ``model``'s parameters, where they were read already).
 
     Example:
         >>> from torch import nn
@@ -116,11 +120,12 @@ def trace_channels(
         ([], "they reach module '1' (LayerNorm), which normalises across them")
     """
     graph, shapes = capture(model, example_inputs)
-    parameters = parameter_groups(model)
+    table = ParameterTable.of(model) if table is None else table
     with _collector_paused():
-        classes = follow(model, graph, shapes).classes()
-        groups = unit_groups(classes, _model_order(model, [p.name for p in parameters]))
-    check_groups(groups, {p.name: p.parameter.shape for p in parameters})
+        classes = follow(model, graph, shapes, table=table).classes()
+        canonical = list(dict.fromkeys(table.canonical.values()))
+        groups = unit_groups(classes, _model_order(model, canonical))
+    check_groups(groups, table.shapes)
     unprunable: dict[str, str] = {}
     for channel in classes:
         if channel.reason is not None:

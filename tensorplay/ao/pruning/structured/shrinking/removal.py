@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from tensorplay.ao.pruning.parity.aliases import alias_map
+from tensorplay.ao.pruning.parity.aliases import ParameterTable
 from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup
 from tensorplay.ao.pruning.structured.shrinking.resize import resize, resizer_for
 
@@ -62,15 +62,21 @@ class Cut:
     per_expert: dict[int, Tensor] = field(default_factory=dict)
 
 
-def plan_cuts(model: nn.Module, keeps: Sequence[tuple[UnitGroup, Tensor]]) -> list[Cut]:
-    """The cuts that keep, in each group, the units flagged ``True``; nothing is changed.
+def plan_cuts(
+    model: nn.Module,
+    keeps: Sequence[tuple[UnitGroup, Tensor]],
+    *,
+    table: ParameterTable | None = None,
+) -> list[Cut]:
+    """The cuts that keep, in each group, the units flagged ``True``; nothing is changed
+    (``table``: ``model``'s parameters, where they were read already).
 
     Raises:
         ValueError: A group of whole-tensor slices (layers are removed with
             :func:`remove_blocks`), experts of one fused tensor that would keep different
             widths, or a module holding a shrinking parameter that cannot be resized, naming it.
     """
-    aliases = alias_map(model)
+    aliases = (ParameterTable.of(model) if table is None else table).aliases
     flags: dict[str, dict[int, Tensor]] = {}
     experts: dict[str, dict[int, Tensor]] = {}  # per tensor and dim, one row of flags per expert
     for group, keep in keeps:

@@ -103,38 +103,30 @@ from torch import Tensor, nn
 
 from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.edits.spent import record_shrink
-from tensorplay.ao.pruning.masking.held_tensors import drop_masks, kept_elements
-from tensorplay.ao.pruning.masking.readers import mask_of
-from tensorplay.ao.pruning.parity.aliases import TiedParameter, alias_map, parameter_groups
-from tensorplay.ao.pruning.selection.sharding import first_sharded
-from tensorplay.ao.pruning.structured.dependency.blocks import FoundBlocks, find_blocks
+from tensorplay.ao.pruning.masking.held_tensors import drop_masks
+from tensorplay.ao.pruning.structured.dependency.blocks import FoundBlocks
 from tensorplay.ao.pruning.structured.dependency.own_configs import own_configs
-from tensorplay.ao.pruning.structured.dependency.recorded import forget_groups, recorded_groups
-from tensorplay.ao.pruning.structured.dependency.unit_groups import (
-    UnitGroup,
-    check_groups,
-    pruned_units,
-    shapes_of,
+from tensorplay.ao.pruning.structured.dependency.recorded import (
+    RECORD_ATTRIBUTE,
+    records_without,
 )
+from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup, pruned_units
 from tensorplay.ao.pruning.structured.shrinking.expert_widths import (
     even_expert_widths,
     fold_expert_rows,
 )
-from tensorplay.ao.pruning.structured.shrinking.hf_config import check_config, update_config
+from tensorplay.ao.pruning.structured.shrinking.hf_config import update_config
 from tensorplay.ao.pruning.structured.shrinking.left_masked import (
-    OVERLAP_FIX,
-    RECORDED_FIX,
     LeftMasked,
     refuse_untraced_channels,
-    untraced_tensors,
 )
+from tensorplay.ao.pruning.structured.shrinking.reading import Reading, read_model
 from tensorplay.ao.pruning.structured.shrinking.removal import (
     Cut,
     apply_cuts,
     plan_cuts,
     remove_blocks,
 )
-from tensorplay.ao.pruning.structured.shrinking.shrink_groups import default_groups
 from tensorplay.ao.pruning.structured.shrinking.shrink_report import (
     ConfigUpdate,
     GroupWidth,
@@ -186,39 +178,21 @@ def shrink(
             where nothing is recorded; a sharded (FSDP2 ``DTensor``) parameter, first of all:
             :func:`~tensorplay.ao.pruning.save_shrunk` shrinks a sharded model.
     """
-    _check_whole(model)
-    untraced: Mapping[str, str] = {}
-    if groups is None:
-        default = default_groups(model, example_inputs)
-        found, chosen = default.blocks, default.groups
-        unshrunk = [(group, OVERLAP_FIX) for group in default.set_aside]
-        if example_inputs is None:
-            untraced = default.unprunable
-    else:
-        found = find_blocks(model)
-        chosen = list(groups)
-        shapes = shapes_of(model)
-        check_groups(chosen, shapes)
-        unshrunk = [
-            (group, RECORDED_FIX)
-            for group in recorded_groups(model)
-            if group not in chosen and _fits(group, shapes)
-        ]
-    plan = _plan(model, chosen, found)
-    aliases = alias_map(model)
-    _refuse_left_masked(model, aliases, plan, (chosen, unshrunk), untraced)
-    before = _count(model)
+    reading = read_model(model, groups, example_inputs)
+    plan = _plan(model, reading)
+    _refuse_left_masked(model, reading, plan)
     with changes.transaction():  # an unexpected failure below puts every module back
         own_configs(model)  # never the config of another model built from the same one
         for module in model.modules():
             changes.touch(module)
             if (config := vars(module).get("config")) is not None:
                 changes.touch(config)
-        update = _apply(model, plan, aliases, chosen, found)
-    record_shrink(pair for name in plan.tensors for pair in aliases[name].pairs)
+        update = _apply(model, reading, plan)
+    after = sum(param.numel() for param in model.parameters())  # each once, as the table counts
+    record_shrink(pair for name in reading.tensors for pair in reading.table.aliases[name].pairs)
     return ShrinkReport(
-        before,
-        _count(model),
+        reading.table.count,
+        after,
         plan.widths,
         plan.partial_units,
         update,
@@ -227,25 +201,11 @@ def shrink(
     )
 
 
-def _apply(
-    model: nn.Module,
-    plan: _Plan,
-    aliases: Mapping[str, TiedParameter],
-    chosen: Sequence[UnitGroup],
-    found: FoundBlocks | None,
-) -> ConfigUpdate:
+def _apply(model: nn.Module, reading: Reading, plan: _Plan) -> ConfigUpdate:
     """Carry out ``plan`` (every check passed); the config update it made."""
-    _make_permanent(aliases, plan.tensors)
+    aliases, found = reading.table.aliases, reading.blocks
+    drop_masks({id(aliases[name].parameter): aliases[name] for name in reading.tensors}.values())
     apply_cuts(plan.cuts)
-    for group in chosen:
-        if group.kind == "expert":  # its masked experts are gone: route as a plain model
-            for name in group.parameters():
-                for module, _ in aliases[name].pairs:
-                    remove_routing(module)
-        if group.kind == "hidden":  # its masked channels are gone: the norms read them all
-            for name in group.parameters():
-                for module, _ in aliases[name].pairs:
-                    remove_stream_norms(module)
     hidden = next((width.after for width in plan.widths if width.kind == "hidden"), None)
     config: ConfigUpdate = "none"
     if found is not None:
@@ -255,8 +215,19 @@ def _apply(
             config = update_config(found, plan.kept_blocks(layers_before), hidden)
         for block in found.blocks:  # after the config: a layer reads what the config lacks
             found.family.sync(block)
-    changed = aliases if plan.dropped_blocks else plan.tensors  # blocks renumbered: every name
-    forget_groups(model, {alias for name in changed for alias in aliases[name].names})
+    changed = aliases if plan.dropped_blocks else reading.tensors  # blocks renumbered: all
+    records = records_without(model, {alias for name in changed for alias in aliases[name].names})
+    for group in reading.chosen:
+        if group.kind == "expert":  # its masked experts are gone: route as a plain model
+            for name in group.parameters():
+                for module, _ in aliases[name].pairs:
+                    remove_routing(module)
+        if group.kind == "hidden":  # its masked channels are gone: the norms read them all
+            for name in group.parameters():
+                for module, _ in aliases[name].pairs:
+                    remove_stream_norms(module)
+    for holder, record in records:  # the records forget the groups whose tensors changed
+        changes.set_attribute(holder, RECORD_ATTRIBUTE, record)
     return config
 
 
@@ -267,7 +238,6 @@ class _Plan:
     cuts: list[Cut]
     dropped_blocks: list[int]
     dropped_prefixes: list[str]
-    tensors: list[str]
     widths: tuple[GroupWidth, ...]
     partial_units: int
     removed_layers: tuple[str, ...]
@@ -277,18 +247,15 @@ class _Plan:
         return [index for index in range(count) if index not in self.dropped_blocks]
 
 
-def _plan(model: nn.Module, groups: Sequence[UnitGroup], found: FoundBlocks | None) -> _Plan:
-    if found is not None and found.config is not None:
-        check_config(found)
-    tensors = list(dict.fromkeys(name for group in groups for name in group.parameters()))
-    kept_elements = _kept_elements(model, tensors)
-    layers = [group for group in groups if group.kind == "layer"]
+def _plan(model: nn.Module, reading: Reading) -> _Plan:
+    found, kept_elements = reading.blocks, reading.kept
+    layers = [group for group in reading.chosen if group.kind == "layer"]
     dropped_blocks = _dropped_blocks(layers, kept_elements, found)
     dropped_names = [f"{found.block_names()[i]}." for i in dropped_blocks] if found else []
     keeps: list[tuple[UnitGroup, Tensor]] = []
     widths: list[GroupWidth] = []
     partial = 0
-    for group in groups:
+    for group in reading.chosen:
         if group.kind == "layer":
             if found is not None and group is layers[0]:  # one row: the layer group
                 count = len(found.blocks)
@@ -308,41 +275,22 @@ def _plan(model: nn.Module, groups: Sequence[UnitGroup], found: FoundBlocks | No
             pruned[0] = False  # attention cannot run without heads: one zero unit stays
         keeps.append((group, ~pruned))
         widths.append(GroupWidth(group.name, group.kind, group.size, int((~pruned).sum())))
-    sizes = {name: tied.parameter.element_size() for name, tied in alias_map(model).items()}
-    keeps, padded = even_expert_widths(keeps, sizes)  # one width for a fused tensor's experts
+    keeps, padded = even_expert_widths(keeps, reading.table.element_sizes)  # one width per tensor
     widths = fold_expert_rows(widths, keeps)
-    cuts = plan_cuts(model, [(group, keep) for group, keep in keeps if not keep.all()])
-    removed = tuple(found.block_names()[i] for i in dropped_blocks) if found else ()
-    return _Plan(
-        cuts, dropped_blocks, dropped_names, tensors, tuple(widths), partial, removed, padded
+    cuts = plan_cuts(
+        model, [(group, keep) for group, keep in keeps if not keep.all()], table=reading.table
     )
+    removed = tuple(found.block_names()[i] for i in dropped_blocks) if found else ()
+    return _Plan(cuts, dropped_blocks, dropped_names, tuple(widths), partial, removed, padded)
 
 
-def _fits(group: UnitGroup, shapes: Mapping[str, torch.Size]) -> bool:
-    try:
-        check_groups([group], shapes)
-    except ValueError:
-        return False
-    return True
-
-
-def _refuse_left_masked(
-    model: nn.Module,
-    aliases: Mapping[str, TiedParameter],
-    plan: _Plan,
-    groups: tuple[Sequence[UnitGroup], Sequence[tuple[UnitGroup, str]]],
-    untraced: Mapping[str, str],
-) -> None:
+def _refuse_left_masked(model: nn.Module, reading: Reading, plan: _Plan) -> None:
     """Refuse, before any change, where a masked structured unit would stay (see
-    :mod:`~tensorplay.ao.pruning.structured.shrinking.left_masked`): of the groups not shrunk
-    (``groups[1]``, each with how to fix it) or in channels tracing left out."""
-    chosen, known = groups
-    spanned = {alias for name in plan.tensors for alias in aliases[name].names}
-    unshrunk = [(g, fix) for g, fix in known if any(name in spanned for name in g.parameters())]
-    names = [name for group, _ in unshrunk for name in group.parameters()]
-    names += untraced_tensors(model, untraced)
-    if not names:
+    :mod:`~tensorplay.ao.pruning.structured.shrinking.left_masked`): of the groups known but
+    not shrunk (each with how to fix it) or in channels tracing left out."""
+    if not reading.checked:
         return
+    aliases = reading.table.aliases
     removed: dict[tuple[str, int | None] | tuple[str, int | None, int], set[int]] = {}
     for cut in plan.cuts:
         for dim, kept in cut.kept.items():
@@ -354,22 +302,21 @@ def _refuse_left_masked(
                 gone = set(range(length)) - set(kept)
                 removed.update({(alias, dim, expert): gone for alias in aliases[cut.name].names})
     dropped = {name for name in aliases if name.startswith(tuple(plan.dropped_prefixes))}
-    held = {
-        name for name in names if any(mask_of(*pair) is not None for pair in aliases[name].pairs)
-    }
-    left = LeftMasked(_kept_elements(model, names), held, removed, dropped)
-    left.refuse(unshrunk, spanned)
+    kept_elements = {name: reading.kept[name] for name in reading.checked}
+    held = {name for name in reading.checked if name in reading.held}
+    left = LeftMasked(kept_elements, held, removed, dropped)
+    left.refuse(reading.unshrunk, reading.spanned)
     spanned_dims = {
         (alias, piece.dim)
-        for group in chosen
+        for group in reading.chosen
         for piece in group.slices
         for alias in aliases[piece.parameter].names
     }
-    refuse_untraced_channels(model, untraced, left, spanned_dims)
+    refuse_untraced_channels(model, reading.untraced, left, spanned_dims)
 
 
 def _dropped_blocks(
-    layers: Sequence[UnitGroup], kept_elements: dict[str, Tensor], found: FoundBlocks | None
+    layers: Sequence[UnitGroup], kept_elements: Mapping[str, Tensor], found: FoundBlocks | None
 ) -> list[int]:
     if not layers:
         return []
@@ -388,7 +335,7 @@ def _dropped_blocks(
     return sorted(dropped)
 
 
-def _pruned(group: UnitGroup, kept_elements: dict[str, Tensor]) -> tuple[Tensor, int]:
+def _pruned(group: UnitGroup, kept_elements: Mapping[str, Tensor]) -> tuple[Tensor, int]:
     """Per unit whether every slice is pruned, and how many units are pruned in some scored
     slices but not all."""
     pruned = torch.ones(group.size, dtype=torch.bool)
@@ -399,31 +346,3 @@ def _pruned(group: UnitGroup, kept_elements: dict[str, Tensor]) -> tuple[Tensor,
         if piece.scored:
             somewhere |= alone
     return pruned, int((somewhere & ~pruned).sum())
-
-
-def _check_whole(model: nn.Module) -> None:
-    """Refuse a sharded model before anything is traced or changed."""
-    name = first_sharded(model)
-    if name is not None:
-        raise ValueError(
-            f"Expected whole parameters to shrink, but {name!r} is a DTensor (a sharded "
-            "parameter, as under FSDP2): gather the model to one device first: "
-            "tensorplay.ao.pruning.save_shrunk(model, directory) on every rank gathers it "
-            "on rank 0, shrinks the copy there and writes it (gather_shrunk returns it)."
-        )
-
-
-def _kept_elements(model: nn.Module, names: Sequence[str]) -> dict[str, Tensor]:
-    """Per tensor, ``True`` where an element is kept: its mask where it has one, else where
-    its value is not zero."""
-    aliases = alias_map(model)
-    return {name: kept_elements(aliases[name]) for name in names}
-
-
-def _make_permanent(aliases: Mapping[str, TiedParameter], names: Sequence[str]) -> None:
-    """Drop the masks of ``names`` in either mode (every holder), keeping the masked values."""
-    drop_masks({id(aliases[name].parameter): aliases[name] for name in names}.values())
-
-
-def _count(model: nn.Module) -> int:
-    return sum(tied.parameter.numel() for tied in parameter_groups(model))

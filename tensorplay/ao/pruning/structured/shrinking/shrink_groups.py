@@ -28,21 +28,18 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
-from tensorplay.ao.pruning.parity.aliases import alias_map
+from tensorplay.ao.pruning.parity.aliases import ParameterTable, TiedParameter
 from tensorplay.ao.pruning.structured.dependency.blocks import FoundBlocks, find_blocks
-from tensorplay.ao.pruning.structured.dependency.graph import KINDS, DependencyGraph
+from tensorplay.ao.pruning.structured.dependency.graph import KINDS, read_graph
 from tensorplay.ao.pruning.structured.dependency.recorded import recorded_groups
-from tensorplay.ao.pruning.structured.dependency.unit_groups import (
-    UnitGroup,
-    check_groups,
-    shapes_of,
-)
+from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup, check_groups
 
 __all__ = ["DefaultGroups", "default_groups"]
 
@@ -68,19 +65,24 @@ class DefaultGroups:
 
 
 def default_groups(
-    model: nn.Module, example_inputs: Tensor | tuple[Any, ...] | None
+    model: nn.Module,
+    example_inputs: Tensor | tuple[Any, ...] | None,
+    *,
+    table: ParameterTable | None = None,
 ) -> DefaultGroups:
     """The groups :func:`~tensorplay.ao.pruning.shrink` removes units from when it is given
-    none (see the module docstring).
+    none (see the module docstring); ``table``: ``model``'s parameters, where they were read
+    already (and nothing changed since).
 
     Raises:
         ValueError: A recorded group that no longer fits the model (naming it), or what
             :class:`~tensorplay.ao.pruning.DependencyGraph` raises where nothing is recorded.
     """
+    table = ParameterTable.of(model) if table is None else table
     recorded = recorded_groups(model)
-    _check_recorded(model, recorded)
+    _check_recorded(model, recorded, table.shapes)
     try:
-        graph = DependencyGraph(model, example_inputs)
+        graph = read_graph(model, example_inputs, table)
         found = [group for kind in graph.kinds for group in graph.groups(kind)]
     except ValueError:  # an UnanalysableError, or a forward torch.fx cannot trace
         if not recorded or example_inputs is not None:
@@ -91,21 +93,23 @@ def default_groups(
             f"Expected a model whose units shrink can find, but {graph.refusal('channel')}: pass "
             "`groups=`, or shrink after a structured Pruner (which records the groups it masks)."
         )
-    taken = _indices(model, recorded)
+    taken = _indices(table.aliases, recorded)
     extra = [group for group in recorded if group not in found]
     groups: list[UnitGroup] = []
     set_aside: list[UnitGroup] = []
     for group in found:
-        fits = group in recorded or not _overlaps(model, group, taken)
+        fits = group in recorded or not _overlaps(table.aliases, group, taken)
         (groups if fits else set_aside).append(group)
     if extra:
         groups = _in_model_order(model, groups + extra)
     return DefaultGroups(groups, recorded, graph.blocks, dict(graph.unprunable), set_aside)
 
 
-def _check_recorded(model: nn.Module, recorded: Sequence[UnitGroup]) -> None:
+def _check_recorded(
+    model: nn.Module, recorded: Sequence[UnitGroup], shapes: Mapping[str, torch.Size]
+) -> None:
     try:
-        check_groups(recorded, shapes_of(model))
+        check_groups(recorded, shapes)
     except ValueError as error:
         raise ValueError(
             f"Expected the unit groups a pruner recorded on {type(model).__name__} to fit it, "
@@ -117,11 +121,12 @@ def _check_recorded(model: nn.Module, recorded: Sequence[UnitGroup]) -> None:
 _Index = tuple[str, int | None, int | None]
 
 
-def _indices(model: nn.Module, groups: Sequence[UnitGroup]) -> dict[_Index, set[int]]:
+def _indices(
+    aliases: Mapping[str, TiedParameter], groups: Sequence[UnitGroup]
+) -> dict[_Index, set[int]]:
     """Per (canonical tensor, dimension, expert), the indices the groups' units span (a
     whole-tensor slice: the dimension ``None``, index 0; the expert ``None`` but in one
     expert's part of a fused expert tensor)."""
-    aliases = alias_map(model)
     taken: dict[_Index, set[int]] = {}
     for group in groups:
         for piece in group.slices:
@@ -133,8 +138,10 @@ def _indices(model: nn.Module, groups: Sequence[UnitGroup]) -> dict[_Index, set[
     return taken
 
 
-def _overlaps(model: nn.Module, group: UnitGroup, taken: dict[_Index, set[int]]) -> bool:
-    mine = _indices(model, [group])
+def _overlaps(
+    aliases: Mapping[str, TiedParameter], group: UnitGroup, taken: dict[_Index, set[int]]
+) -> bool:
+    mine = _indices(aliases, [group])
     return any(taken[key] & indices for key, indices in mine.items() if key in taken)
 
 
