@@ -450,8 +450,8 @@ def test_ranks_with_different_data_solve_the_weights_one_process_gets_on_all_of_
 @pytest.mark.parametrize(
     ("options", "error", "match"),
     [
-        pytest.param({"structure": "element"}, ValueError, "structure='channel' or 'head'",
-                     id="element"),
+        pytest.param({"structure": "element"}, ValueError,
+                     "structure='channel', 'head' or 'hidden'", id="element"),
         pytest.param({"structure": "layer"}, ValueError, "got 'layer'", id="layer"),
         pytest.param({"structure": "channel", "reconstruct": 1}, TypeError,
                      "`reconstruct` to be a bool", id="not-bool"),

@@ -71,6 +71,7 @@ from tensorplay.ao.pruning.calibration.finite import check_inputs, check_read, n
 from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.masking.readers import masked_values
 from tensorplay.ao.pruning.parity.reparametrization import pruned_parts
+from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup
 from tensorplay.ao.pruning.structured.reconstruction.consumers import (
     Consumer,
     kept_inputs,
@@ -143,11 +144,13 @@ def reconstruct(
     model.eval()
     reference.eval()
     solved: list[Solved] = []
+    keeps = _kept_inputs(model, consumers)
     try:
         # A refusal at a later consumer gives the earlier ones their weights back.
         with changes.transaction(keep_values=True), torch.no_grad():
             for consumer in _in_call_order(reference, consumers, data, run):
-                done = _solve_one(model, reference, consumer, data, run, damping)
+                keep = keeps[consumer.parameter]
+                done = _solve_one(model, reference, consumer, keep, data, run, damping)
                 if done is not None:
                     solved.append(done)
     finally:
@@ -155,16 +158,26 @@ def reconstruct(
     return solved
 
 
+def _kept_inputs(model: nn.Module, consumers: Sequence[Consumer]) -> dict[str, Tensor]:
+    """Each consumer's kept inputs, by its parameter; read before any is re-solved (a re-solve
+    writes kept entries only: the masks stay), each group's masks reduced once."""
+    groups = dict.fromkeys(group for consumer in consumers for group, _ in consumer.pieces)
+    masks = masks_of(model, groups)
+    pruned: dict[UnitGroup, Tensor] = {}
+    return {consumer.parameter: kept_inputs(consumer, masks, pruned) for consumer in consumers}
+
+
 def _solve_one(
     model: nn.Module,
     reference: nn.Module,
     consumer: Consumer,
+    keep: Tensor,
     batches: Iterable[Any],
     run: Forward,
     damping: float,
 ) -> Solved | None:
-    """Re-solve ``consumer`` if it has pruned inputs and the forward calls it."""
-    keep = kept_inputs(consumer, masks_of(model, [group for group, _ in consumer.pieces]))
+    """Re-solve ``consumer`` over its kept inputs ``keep`` if it has pruned inputs and the
+    forward calls it."""
     if bool(keep.all()):
         return None  # nothing pruned: not touched
     found = _grams(model, reference, consumer, keep, batches, run)
@@ -324,9 +337,13 @@ def _token_mask(batch: Any) -> Tensor | None:
 
 
 def _rows(inputs: Tensor, padding: Tensor | None, consumer: Consumer) -> Tensor:
-    """The consumer's inputs as ``(tokens, width)``, padding tokens left out."""
+    """The consumer's inputs as ``(tokens, width)``, padding tokens left out. Inputs already
+    flattened to ``(batch * tokens, width)`` (a mixture-of-experts block's shared expert reads
+    them so) are taken in the mask's row-major order."""
     if padding is None:
         return inputs.reshape(-1, inputs.shape[-1])
+    if inputs.dim() == 2 and padding.dim() == 2 and inputs.shape[0] == padding.numel():
+        return inputs[padding.reshape(-1).to(inputs.device)]
     if inputs.shape[:-1] != padding.shape:
         raise ValueError(
             f"Expected the inputs of {consumer.module!r} to be laid out (batch, tokens, "
