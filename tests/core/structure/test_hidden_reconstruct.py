@@ -169,9 +169,14 @@ def _inputs(model: nn.Module, layer: str, batches: list[Batch]) -> Tensor:
 
 
 @pytest.mark.parametrize("masking", MODES)
-@pytest.mark.parametrize("layer", ["model.layers.0.self_attn.q_proj", "lm_head"])
+@pytest.mark.parametrize(
+    "layer",
+    ["model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.v_proj",
+     "model.layers.1.mlp.up_proj", "lm_head"],
+)  # fmt: skip
 def test_a_reader_is_the_ridge_solution_computed_by_hand(layer: str, masking: str) -> None:
-    """The first reader the forward calls, and the last (the LM head, after the final norm):
+    """The first reader the forward calls, one solved with it from the same input, one in a
+    later block, and the last (the LM head, after the final norm):
     ``X_d`` from the dense model, ``X_k`` the kept columns of the pruned model's inputs of that
     layer (the final model's: a reader's re-solve changes none of its own inputs, and every
     layer before it is solved by then), which the norms' hooks normalise over the kept
