@@ -27,7 +27,7 @@ transformers = pytest.importorskip("transformers")
 Batch = dict[str, Tensor]
 TOLERANCE = {"atol": 1e-5, "rtol": 1e-5}
 MODES = ("reparametrize", "inplace")
-FAMILIES = ("llama", "gpt2", "qwen3_moe", "qwen2_moe")
+FAMILIES = ("llama", "gpt2", "qwen3_moe", "qwen2_moe", "mixtral")
 PER_LAYER = {"gpt2"}
 """GPT-2's attention width is ``n_embd``: its shrunk folder loads with ``load_shrunk``."""
 
@@ -38,6 +38,7 @@ READERS: dict[str, tuple[tuple[str, ...], bool]] = {
                "mlp.up_proj"), True),
     "gpt2": (("attn.c_attn", "mlp.c_fc"), False),  # the head is the embedding: not re-solved
     "qwen3_moe": (("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), True),
+    "mixtral": (("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), True),
     "qwen2_moe": (("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
                    "mlp.shared_expert.gate_proj", "mlp.shared_expert.up_proj",
                    "mlp.shared_expert_gate"), True),
@@ -153,7 +154,8 @@ def _ridge_by_hand(kept: Tensor, dense: Tensor, weight: Tensor, damping: float) 
 
 
 def _inputs(model: nn.Module, layer: str, batches: list[Batch]) -> Tensor:
-    """The inputs of ``layer`` over the real tokens of ``batches``, ``(tokens, width)``."""
+    """The inputs of ``layer`` over the real tokens of ``batches``, ``(tokens, width)`` (a
+    shared expert reads them flattened to ``(batch * tokens, width)``, row by row)."""
     seen: list[Tensor] = []
     handle = model.get_submodule(layer).register_forward_pre_hook(
         lambda module, args: seen.append(args[0].detach())
@@ -163,25 +165,31 @@ def _inputs(model: nn.Module, layer: str, batches: list[Batch]) -> Tensor:
             model(**batch)
     handle.remove()
     assert len(seen) == len(batches)
-    return torch.cat(
-        [read[batch["attention_mask"].bool()] for read, batch in zip(seen, batches, strict=True)]
-    )
+    rows = []
+    for read, batch in zip(seen, batches, strict=True):
+        real = batch["attention_mask"].bool()
+        rows.append(read.reshape(*real.shape, read.shape[-1])[real])
+    return torch.cat(rows)
 
 
 @pytest.mark.parametrize("masking", MODES)
 @pytest.mark.parametrize(
-    "layer",
-    ["model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.v_proj",
-     "model.layers.1.mlp.up_proj", "lm_head"],
+    ("name", "layer"),
+    [("llama", "model.layers.0.self_attn.q_proj"), ("llama", "model.layers.0.self_attn.v_proj"),
+     ("llama", "model.layers.1.mlp.up_proj"), ("llama", "lm_head"),
+     ("qwen2_moe", "model.layers.1.mlp.shared_expert.up_proj")],
 )  # fmt: skip
-def test_a_reader_is_the_ridge_solution_computed_by_hand(layer: str, masking: str) -> None:
+def test_a_reader_is_the_ridge_solution_computed_by_hand(
+    name: str, layer: str, masking: str
+) -> None:
     """The first reader the forward calls, one solved with it from the same input, one in a
-    later block, and the last (the LM head, after the final norm):
+    later block, the last (the LM head, after the final norm), and a shared expert's (whose
+    inputs are flattened, the padding among them):
     ``X_d`` from the dense model, ``X_k`` the kept columns of the pruned model's inputs of that
     layer (the final model's: a reader's re-solve changes none of its own inputs, and every
     layer before it is solved by then), which the norms' hooks normalise over the kept
     channels."""
-    model = FAMILY_MODELS["llama"].build()
+    model = FAMILY_MODELS[name].build()
     batches = _batches(3, count=4)
     damping = 0.01
     dense_weight = model.get_submodule(layer).weight.detach().clone()
