@@ -267,3 +267,36 @@ def test_a_refusal_during_the_solve_leaves_the_model_as_it_was() -> None:
             forward=lambda net, b: net(input_ids=b["input_ids"]),
         )  # fmt: skip
     check()
+
+
+@pytest.mark.parametrize("masking", MODES)
+def test_after_a_layer_pruning_the_readers_of_the_blocks_left_are_re_solved(masking: str) -> None:
+    """A block masked whole is out of the hidden group: the readers of the other blocks and the
+    head are re-solved (none is skipped for it), and the masked model shrinks exactly."""
+    model = FAMILY_MODELS["llama"].build()
+    batches = _batches(8, count=4)
+    prune_one_shot(model, batches, 1 / 3, structure="layer", importance="magnitude",
+                   masking=masking, make_permanent=False)  # fmt: skip
+    dropped = [
+        index
+        for index, block in enumerate(model.model.layers)
+        if not bool(block.mlp.up_proj.weight.detach().any())
+    ]
+    assert len(dropped) == 1
+    with pytest.warns(UserWarning, match="no hidden unit spans them"):
+        plain = _pruned(model, batches, reconstruct=False, masking=masking)
+    with pytest.warns(UserWarning, match="no hidden unit spans them"):
+        solved = _pruned(model, batches, reconstruct=True, masking=masking)
+    expected = {
+        key
+        for key in _expected_solved(model, "llama", masking)
+        if f"layers.{dropped[0]}." not in key
+    }
+    assert _differing(plain, solved) == expected
+    dense = _logits(model, batches)  # the layer-pruned model: what the hidden prune starts from
+    assert _error(solved, dense, batches) < 0.95 * _error(plain, dense, batches)
+    masked = _logits(solved, batches)
+    shrink(solved)
+    assert (solved.config.num_hidden_layers, solved.config.hidden_size) == (2, 24)
+    for out, ref in zip(_logits(solved, batches), masked, strict=True):
+        torch.testing.assert_close(out, ref, **TOLERANCE)

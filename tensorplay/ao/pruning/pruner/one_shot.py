@@ -77,11 +77,14 @@ from tensorplay.ao.pruning.pruner.config import Scope, Structure
 from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
 from tensorplay.ao.pruning.pruner.search import SearchResult, check_search, search_mix
 from tensorplay.ao.pruning.pruner.search_grid import SearchGrid
+from tensorplay.ao.pruning.structured.dependency.hidden_width import HIDDEN
 from tensorplay.ao.pruning.structured.reconstruction import (
     DEFAULT_DAMPING,
     RECONSTRUCTED_KINDS,
+    Consumer,
     check_damping,
     consumers_for,
+    find_consumers,
 )
 from tensorplay.ao.pruning.structured.reconstruction import reconstruct as reconstruct_consumers
 from tensorplay.ao.pruning.structured.units import STRUCTURES
@@ -391,17 +394,11 @@ def prune_one_shot(
             **options,
         )
         try:
-            names = [name for names in pruner.aliases.values() for name in names]
-            example = options.get("example_inputs")
             kinds = (structure,) if isinstance(structure, str) else structure
             consumers = (
                 []
                 if reference is None
-                else [
-                    found
-                    for kind in kinds
-                    for found in consumers_for(reference, kind, names, example)
-                ]
+                else _consumers(pruner, reference, kinds, options.get("example_inputs"))
             )
             calibrate(pruner, data, forward)
             pruner.step()
@@ -416,6 +413,23 @@ def prune_one_shot(
         if make_permanent:
             pruner.make_permanent()
     return pruner
+
+
+def _consumers(
+    pruner: Pruner, reference: nn.Module, kinds: Iterable[str], example: Any
+) -> list[Consumer]:
+    """The layers reconstruction re-solves: those reading the units of each kind the pruner
+    prunes. The hidden group is the one the pruner recorded, which leaves out the blocks a
+    layer pruning masked whole (the graph's spans them: their readers have nothing to fit)."""
+    names = [name for names in pruner.aliases.values() for name in names]
+    found: list[Consumer] = []
+    for kind in kinds:
+        if kind == HIDDEN:
+            groups = [group for group in pruner.structure.groups if group.kind == HIDDEN]
+            found += find_consumers(reference, groups)
+        else:
+            found += consumers_for(reference, kind, names, example)
+    return found
 
 
 def _search(
