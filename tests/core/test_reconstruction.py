@@ -411,6 +411,55 @@ def test_consumers_are_solved_in_the_order_the_forward_calls_them() -> None:
     assert not torch.allclose(results[2], results[0], rtol=1e-3, atol=1e-4)
 
 
+class _TwoReaders(nn.Module):
+    """Two layers reading one tensor, which the forward changes in place between them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc0, self.lin1, self.lin2 = nn.Linear(8, 16), nn.Linear(16, 4), nn.Linear(16, 4)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = torch.relu(self.fc0(x))
+        first = self.lin1(h)
+        h.mul_(h)  # the same tensor object, other values: lin2 reads its squares
+        second: Tensor = self.lin2(h)
+        return first + second
+
+
+def _inputs_of(model: nn.Module, layer: str, batches: list[Tensor]) -> Tensor:
+    seen: list[Tensor] = []
+    handle = model.get_submodule(layer).register_forward_pre_hook(
+        lambda module, args: seen.append(args[0].detach().clone())
+    )
+    with torch.no_grad():
+        for batch in batches:
+            model(batch)
+    handle.remove()
+    return torch.cat(seen)
+
+
+def test_readers_of_one_input_are_each_the_ridge_solution_of_their_own_inputs() -> None:
+    """The readers of one tensor are summed once; a tensor changed in place between them is
+    not one input: each layer's weights are the ridge solution of what it reads, by hand."""
+    torch.manual_seed(0)
+    model = _TwoReaders()
+    batches = [torch.randn(32, 8) for _ in range(4)]
+    inputs = {layer: _inputs_of(model, layer, batches) for layer in ("lin1", "lin2")}
+    weights = {layer: model.get_submodule(layer).weight.detach().clone() for layer in inputs}
+    prune_one_shot(
+        model, batches, 0.5, structure="channel", example_inputs=batches[0], reconstruct=True,
+        reconstruct_damping=0.01, make_permanent=False,
+    )  # fmt: skip
+    keep = model.fc0.weight_mask[:, 0].bool()
+    assert int(keep.sum()) == 8
+    for layer, dense in inputs.items():
+        kept = _inputs_of(model, layer, batches)[:, keep].double()
+        lam = 0.01 * float(kept.square().sum(0).mean())
+        by_hand = _lstsq(kept, dense.double(), weights[layer].double(), lam)
+        solved = model.get_submodule(layer).weight.detach()[:, keep].double()
+        torch.testing.assert_close(solved, by_hand, atol=1e-5, rtol=1e-4)
+
+
 def _ddp_worker(rank: int, out: Path) -> None:
     model = _mlp()
     batches = _mlp_batches(10 + rank, 3)  # each rank its own data
@@ -450,8 +499,8 @@ def test_ranks_with_different_data_solve_the_weights_one_process_gets_on_all_of_
 @pytest.mark.parametrize(
     ("options", "error", "match"),
     [
-        pytest.param({"structure": "element"}, ValueError, "structure='channel' or 'head'",
-                     id="element"),
+        pytest.param({"structure": "element"}, ValueError,
+                     "structure='channel', 'head' or 'hidden'", id="element"),
         pytest.param({"structure": "layer"}, ValueError, "got 'layer'", id="layer"),
         pytest.param({"structure": "channel", "reconstruct": 1}, TypeError,
                      "`reconstruct` to be a bool", id="not-bool"),

@@ -230,7 +230,6 @@ def test_a_parameter_no_family_places_is_refused() -> None:
         pytest.param({"importance": "wanda"}, r"'wanda'", id="wanda"),
         pytest.param({"importance": "movement"}, r"'movement'", id="movement"),
         pytest.param({"structure": ("channel", "hidden")}, r"distinct kinds", id="combined"),
-        pytest.param({"reconstruct": True}, r"reconstruct", id="reconstruct"),
     ],
 )
 def test_options_hidden_channels_cannot_be_pruned_with_are_refused(

@@ -41,6 +41,19 @@ Example:
     ...                    reconstruct=True)
     >>> error(solved) < error(plain)
     True
+
+    The residual stream's width, its readers re-solved (a Hugging Face model: no tracing):
+
+    >>> import transformers
+    >>> config = transformers.LlamaConfig(
+    ...     vocab_size=32, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+    ...     num_attention_heads=4, num_key_value_heads=2)
+    >>> llama = transformers.LlamaForCausalLM(config).eval()
+    >>> tokens = [{"input_ids": torch.randint(0, 32, (2, 16))} for _ in range(4)]
+    >>> _ = prune_one_shot(llama, tokens, 0.25, structure="hidden", reconstruct=True)
+    >>> _ = shrink(llama)
+    >>> llama.config.hidden_size
+    12
 """
 
 from __future__ import annotations
@@ -65,11 +78,14 @@ from tensorplay.ao.pruning.pruner.config import Scope, Structure
 from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
 from tensorplay.ao.pruning.pruner.search import SearchResult, check_search, search_mix
 from tensorplay.ao.pruning.pruner.search_grid import SearchGrid
+from tensorplay.ao.pruning.structured.dependency.hidden_width import HIDDEN
 from tensorplay.ao.pruning.structured.reconstruction import (
     DEFAULT_DAMPING,
     RECONSTRUCTED_KINDS,
+    Consumer,
     check_damping,
     consumers_for,
+    find_consumers,
 )
 from tensorplay.ao.pruning.structured.reconstruction import reconstruct as reconstruct_consumers
 from tensorplay.ao.pruning.structured.units import STRUCTURES
@@ -302,12 +318,14 @@ def prune_one_shot(
             saves as a plain dense-format state_dict (``save_pretrained``, ``torch.save``).
             Experts stay unrouted by their zero router rows while the routing hook is on the
             model: :func:`~tensorplay.ao.pruning.structured.shrinking.shrink.shrink` before saving.
-        reconstruct: After the step, re-solve the layers that read the pruned channels or
-            heads over their kept inputs, so that their outputs match the dense model's on
-            ``batches`` (:mod:`~tensorplay.ao.pruning.structured.reconstruction`;
-            ``structure="channel"`` or ``"head"``). It holds a dense copy of the model while it
-            runs, and ``batches`` are run once more per such layer (an iterator is read into a list
-            first).
+        reconstruct: After the step, re-solve the layers that read the pruned units over
+            their kept inputs, so that their outputs match the dense model's on ``batches``
+            (:mod:`~tensorplay.ao.pruning.structured.reconstruction`; ``structure="channel"``,
+            ``"head"`` or ``"hidden"``: for hidden channels, every Linear or ``Conv1D`` reading
+            the residual stream, an untied LM head included; the writers, a tied head, routers
+            and routed experts' fused tensors keep their dense values). It holds a dense copy of
+            the model while it runs, and ``batches`` are run once more per such layer (an
+            iterator is read into a list first).
         reconstruct_damping: The ridge ``lambda`` of the re-solve, relative to the mean
             diagonal of each layer's input Gram matrix.
         search: Search the mix of the kinds of ``structure`` (a tuple of at least two of
@@ -338,9 +356,9 @@ def prune_one_shot(
         TypeError, ValueError: As the :class:`~tensorplay.ao.pruning.pruner.Pruner`; both or
             neither of ``sparsity`` and ``target_params``; a budget below the smallest size
             the floors allow (naming it); ``reconstruct=True`` with a ``structure`` other than
-            ``"channel"`` or ``"head"``, a negative ``reconstruct_damping``, or a layer reading
-            pruned units that is not a Linear or ``Conv1D`` (a convolution). All before anything
-            changes.
+            ``"channel"``, ``"head"`` or ``"hidden"``, a negative ``reconstruct_damping``, or a
+            layer reading pruned units that is not a Linear or ``Conv1D`` (a convolution). All
+            before anything changes.
         RuntimeError: No batch reached a target (nothing is pruned; the hooks are removed).
     """
     schedule = one_shot_schedule(sparsity, target_params, target_active_params, target_memory)
@@ -382,17 +400,11 @@ def prune_one_shot(
             **options,
         )
         try:
-            names = [name for names in pruner.aliases.values() for name in names]
-            example = options.get("example_inputs")
             kinds = (structure,) if isinstance(structure, str) else structure
             consumers = (
                 []
                 if reference is None
-                else [
-                    found
-                    for kind in kinds
-                    for found in consumers_for(reference, kind, names, example)
-                ]
+                else _consumers(pruner, reference, kinds, options.get("example_inputs"))
             )
             calibrate(pruner, data, forward)
             pruner.step()
@@ -407,6 +419,23 @@ def prune_one_shot(
         if make_permanent:
             pruner.make_permanent()
     return pruner
+
+
+def _consumers(
+    pruner: Pruner, reference: nn.Module, kinds: Iterable[str], example: Any
+) -> list[Consumer]:
+    """The layers reconstruction re-solves: those reading the units of each kind the pruner
+    prunes. The hidden group is the one the pruner recorded, which leaves out the blocks a
+    layer pruning masked whole (the graph's spans them: their readers have nothing to fit)."""
+    names = [name for names in pruner.aliases.values() for name in names]
+    found: list[Consumer] = []
+    for kind in kinds:
+        if kind == HIDDEN:
+            groups = [group for group in pruner.structure.groups if group.kind == HIDDEN]
+            found += find_consumers(reference, groups)
+        else:
+            found += consumers_for(reference, kind, names, example)
+    return found
 
 
 def _search(
@@ -453,7 +482,8 @@ def _check_reconstruct(
     kinds = (structure,) if isinstance(structure, str) else structure
     if reconstruct and not all(kind in RECONSTRUCTED_KINDS for kind in kinds):
         raise ValueError(
-            f"Expected structure='channel' or 'head' with reconstruct=True, but got "
-            f"{structure!r}: only the layers that read pruned channels or heads are re-solved."
+            f"Expected structure='channel', 'head' or 'hidden' with reconstruct=True, but got "
+            f"{structure!r}: only the layers that read pruned channels, heads or hidden "
+            "channels are re-solved."
         )
     return value

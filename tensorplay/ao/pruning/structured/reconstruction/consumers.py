@@ -8,6 +8,14 @@ plain model. Those readers are the **consumers** that reconstruction re-solves: 
 stored ``(in, out)``). A consumer may read units of several groups (a plain model's channels joined
 by a residual addition); its pruned inputs are the union of theirs.
 
+The hidden group (``structure="hidden"``) spans the input columns of every layer reading the
+residual stream: q/k/v, gate/up, a shared expert and its gate, an untied LM head are consumers.
+Not among them: an embedding (its columns are its outputs), a head tied to one (its columns are
+the embedding's: re-solving it would change what the stream starts from), a mixture-of-experts
+router (not an ``nn.Linear``: left as it is rather than refused) and the routed experts' fused
+``gate_up_proj`` (which tokens an expert reads follows the routing, which differs between the
+dense and the pruned model). The writers' slices are output rows: no input to solve over.
+
 Example:
     >>> import torch
     >>> from torch import nn
@@ -35,7 +43,9 @@ import torch
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning.masking.readers import mask_of
+from tensorplay.ao.pruning.parity.aliases import alias_map
 from tensorplay.ao.pruning.structured.dependency.graph import DependencyGraph
+from tensorplay.ao.pruning.structured.dependency.hidden_width import HIDDEN
 from tensorplay.ao.pruning.structured.dependency.unit_groups import Slice, UnitGroup, pruned_units
 from tensorplay.ao.pruning.targets.layouts import is_transposed
 
@@ -49,9 +59,9 @@ __all__ = [
     "split_name",
 ]
 
-#: The kinds of unit whose consumers can be re-solved: channels and heads have consumers;
-#: a layer (a whole residual block) has none, a single weight no unit.
-RECONSTRUCTED_KINDS = ("channel", "head")
+#: The kinds of unit whose consumers can be re-solved: channels, heads and hidden channels
+#: have consumers; a layer (a whole residual block) has none, a single weight no unit.
+RECONSTRUCTED_KINDS = ("channel", "head", HIDDEN)
 
 
 @dataclass(frozen=True)
@@ -98,10 +108,11 @@ def find_consumers(model: nn.Module, groups: Iterable[UnitGroup]) -> list[Consum
     """
     found: dict[str, list[tuple[UnitGroup, Slice]]] = {}
     layers: dict[str, tuple[str, bool, int]] = {}
+    aliases = alias_map(model)
     for group in groups:
         for piece in group.slices:
-            if piece.dim is None:
-                continue
+            if piece.dim is None or _embedded(aliases[piece.parameter].pairs):
+                continue  # an embedding's columns are its outputs; a head tied to one is it
             if piece.expert is not None:
                 raise ValueError(
                     f"Expected the layers that read the units of group {group.name!r} to be "
@@ -113,7 +124,9 @@ def find_consumers(model: nn.Module, groups: Iterable[UnitGroup]) -> list[Consum
             module_name, attr = split_name(piece.parameter)
             module = model.get_submodule(module_name)
             if attr != "weight" or piece.dim != _input_dim(module):
-                continue  # a producer's rows, a bias, a norm's entries
+                continue  # a producer's rows, a bias, a norm's entries, a fused expert tensor
+            if group.kind == HIDDEN and not _is_matrix_product(module):
+                continue  # a router: not re-solved (see the module)
             _check_layer(module, module_name, group)
             layers[piece.parameter] = (module_name, is_transposed(module), _width(module))
             found.setdefault(piece.parameter, []).append((group, piece))
@@ -134,7 +147,7 @@ def consumers_for(
 
     Args:
         model: The model (or its dense copy: the names are the same).
-        kind: ``"channel"`` or ``"head"``.
+        kind: ``"channel"``, ``"head"`` or ``"hidden"``.
         targets: Parameter names.
         example_inputs: For tracing a plain model
             (:class:`~tensorplay.ao.pruning.structured.dependency.graph.DependencyGraph`).
@@ -152,8 +165,9 @@ def consumers_for(
     """
     if kind not in RECONSTRUCTED_KINDS:
         raise ValueError(
-            f"Expected structure='channel' or 'head' for reconstruct=True, but got {kind!r}: "
-            "only the layers that read pruned channels or heads can be re-solved."
+            f"Expected structure='channel', 'head' or 'hidden' for reconstruct=True, but got "
+            f"{kind!r}: only the layers that read pruned channels, heads or hidden channels can "
+            "be re-solved."
         )
     chosen = set(targets)
     groups: Sequence[UnitGroup] = DependencyGraph(model, example_inputs).groups(kind)
@@ -180,13 +194,26 @@ def masks_of(model: nn.Module, groups: Iterable[UnitGroup]) -> dict[str, Tensor]
     return masks
 
 
-def kept_inputs(consumer: Consumer, masks: Mapping[str, Tensor]) -> Tensor:
+def kept_inputs(
+    consumer: Consumer, masks: Mapping[str, Tensor], pruned: dict[UnitGroup, Tensor] | None = None
+) -> Tensor:
     """One bool per input feature of ``consumer`` (on the CPU), ``False`` where it belongs to
-    a pruned unit: one masked in every slice it spans (see the module example)."""
+    a pruned unit: one masked in every slice it spans (see the module example).
+
+    Args:
+        consumer: The layer.
+        masks: :func:`masks_of` its groups.
+        pruned: Where given, each group's pruned units by group, read from it where there
+            and added to it where not: the consumers of one group (a hidden group has one in
+            every block) then reduce its masks once.
+    """
     keep = torch.ones(consumer.width, dtype=torch.bool)
+    known = {} if pruned is None else pruned
     for group, piece in consumer.pieces:
-        pruned = pruned_units(group, masks, partial="keep")
-        for unit in torch.nonzero(pruned).flatten().tolist():
+        if group not in known:
+            known[group] = pruned_units(group, masks, partial="keep")
+        pruned_here = known[group]
+        for unit in torch.nonzero(pruned_here).flatten().tolist():
             keep[piece.span(unit)] = False
     return keep
 
@@ -201,10 +228,21 @@ def _width(module: nn.Module) -> int:
     return int(weight.shape[_input_dim(module)])
 
 
-def _check_layer(module: nn.Module, name: str, group: UnitGroup) -> None:
+def _embedded(holders: Iterable[tuple[nn.Module, str]]) -> bool:
+    """Whether an ``nn.Embedding`` holds the parameter (alone, or tied to a head)."""
+    return any(isinstance(module, nn.Embedding) for module, _ in holders)
+
+
+def _is_matrix_product(module: nn.Module) -> bool:
+    """An ``nn.Linear`` or a Hugging Face ``Conv1D``: a layer whose output is its input times
+    its 2-D weight, which the ridge solve re-fits."""
     weight = getattr(module, "weight", None)
     matrix = isinstance(weight, Tensor) and weight.dim() == 2
-    if matrix and (isinstance(module, nn.Linear) or is_transposed(module)):
+    return matrix and (isinstance(module, nn.Linear) or is_transposed(module))
+
+
+def _check_layer(module: nn.Module, name: str, group: UnitGroup) -> None:
+    if _is_matrix_product(module):
         return
     raise ValueError(
         f"Expected the layers that read the units of group {group.name!r} to be nn.Linear or "

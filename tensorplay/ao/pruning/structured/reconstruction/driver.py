@@ -27,8 +27,12 @@ Memory: one consumer's ``G`` and ``C`` at a time, at most ``2 * width**2`` float
 a consumer of ``width`` inputs, and one batch's inputs of that consumer in both models; the
 reference copy holds the model's dense weights.
 
-Cost: per consumer, every calibration batch runs through both models up to that consumer:
-``L (L + 1)`` block forwards per batch for ``L`` blocks with one consumer each.
+Consumers that read one tensor (q, k and v reading one norm's output; the forward hands each
+the same tensor object, not modified in place between them) are solved together: re-solving
+one changes none of the others' inputs, so their ``G`` and ``C`` are the same and read once.
+
+Cost: per input read, every calibration batch runs through both models up to its consumers:
+``L (L + 1)`` block forwards per batch for ``L`` blocks with one such input each.
 
 Example:
     >>> import torch
@@ -71,6 +75,7 @@ from tensorplay.ao.pruning.calibration.finite import check_inputs, check_read, n
 from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.masking.readers import masked_values
 from tensorplay.ao.pruning.parity.reparametrization import pruned_parts
+from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup
 from tensorplay.ao.pruning.structured.reconstruction.consumers import (
     Consumer,
     kept_inputs,
@@ -143,39 +148,77 @@ def reconstruct(
     model.eval()
     reference.eval()
     solved: list[Solved] = []
+    keeps = _kept_inputs(model, consumers)
     try:
         # A refusal at a later consumer gives the earlier ones their weights back.
         with changes.transaction(keep_values=True), torch.no_grad():
-            for consumer in _in_call_order(reference, consumers, data, run):
-                done = _solve_one(model, reference, consumer, data, run, damping)
-                if done is not None:
-                    solved.append(done)
+            ordered, shared = _in_call_order(reference, consumers, data, run)
+            for together in _readers_of_one_input(model, ordered, shared, keeps):
+                keep = keeps[together[0].parameter]
+                solved += _solve_together(model, reference, together, keep, data, run, damping)
     finally:
         model.train(training)
     return solved
 
 
-def _solve_one(
+def _kept_inputs(model: nn.Module, consumers: Sequence[Consumer]) -> dict[str, Tensor]:
+    """Each consumer's kept inputs, by its parameter; read before any is re-solved (a re-solve
+    writes kept entries only: the masks stay), each group's masks reduced once."""
+    groups = dict.fromkeys(group for consumer in consumers for group, _ in consumer.pieces)
+    masks = masks_of(model, groups)
+    pruned: dict[UnitGroup, Tensor] = {}
+    return {consumer.parameter: kept_inputs(consumer, masks, pruned) for consumer in consumers}
+
+
+def _readers_of_one_input(
+    model: nn.Module,
+    ordered: Sequence[Consumer],
+    shared: set[str],
+    keeps: Mapping[str, Tensor],
+) -> list[list[Consumer]]:
+    """``ordered`` cut into runs of consumers that read one input: each after the first read
+    the very tensor the one before it read, unchanged (``shared``: q, k and v reading one
+    norm's output), with the same kept inputs, on the same device. Re-solving one of them
+    changes none of the others' inputs, so their sums are one and read once."""
+    runs: list[list[Consumer]] = []
+    for consumer in ordered:
+        if runs and consumer.module in shared:
+            before = runs[-1][-1]
+            same = torch.equal(keeps[before.parameter], keeps[consumer.parameter])
+            device = _linear_weight(model, before).device
+            if same and device == _linear_weight(model, consumer).device:
+                runs[-1].append(consumer)
+                continue
+        runs.append([consumer])
+    return runs
+
+
+def _solve_together(
     model: nn.Module,
     reference: nn.Module,
-    consumer: Consumer,
+    consumers: Sequence[Consumer],
+    keep: Tensor,
     batches: Iterable[Any],
     run: Forward,
     damping: float,
-) -> Solved | None:
-    """Re-solve ``consumer`` if it has pruned inputs and the forward calls it."""
-    keep = kept_inputs(consumer, masks_of(model, [group for group, _ in consumer.pieces]))
+) -> list[Solved]:
+    """Re-solve ``consumers`` (readers of one input, :func:`_readers_of_one_input`) over their
+    kept inputs ``keep`` if they have pruned inputs and the forward calls them."""
     if bool(keep.all()):
-        return None  # nothing pruned: not touched
-    found = _grams(model, reference, consumer, keep, batches, run)
+        return []  # nothing pruned: not touched
+    first = consumers[0]
+    found = _grams(model, reference, first, keep, batches, run)
     if found is None:
-        return None  # never called by the forward: nothing to fit
+        return []  # never called by the forward: nothing to fit
     gram, cross, tokens = found
     if not (bool(torch.isfinite(gram).all()) and bool(torch.isfinite(cross).all())):
-        _refuse_nonfinite_batch(model, reference, consumer, batches, run)  # which batch
-    weight = _solved(consumer, gram, cross, _linear_weight(reference, consumer), damping, tokens)
-    _write(model, consumer, keep, weight)
-    return Solved(consumer.parameter, int(keep.sum()), consumer.width, tokens)
+        _refuse_nonfinite_batch(model, reference, first, batches, run)  # which batch
+    solved = []
+    for consumer in consumers:
+        dense = _linear_weight(reference, consumer)
+        _write(model, consumer, keep, _solved(consumer, gram, cross, dense, damping, tokens))
+        solved.append(Solved(consumer.parameter, int(keep.sum()), consumer.width, tokens))
+    return solved
 
 
 def _refuse_nonfinite_batch(
@@ -230,19 +273,32 @@ def _solved(
 
 def _in_call_order(
     reference: nn.Module, consumers: Sequence[Consumer], batches: Iterable[Any], run: Forward
-) -> list[Consumer]:
+) -> tuple[list[Consumer], set[str]]:
     """``consumers`` in the order one forward of the first batch calls them (those it never
-    calls last, in their given order)."""
+    calls last, in their given order), and the modules whose input is the very tensor, not
+    modified in place since, that the consumer called just before was given."""
     first = next(iter(batches), None) if consumers else None
     if first is None:
-        return list(consumers)
+        return list(consumers), set()
     order: dict[str, int] = {}
+    shared: set[str] = set()
+    last: list[tuple[Any, int]] = []  # the input the consumer called last was given
     handles = []
     for consumer in consumers:
         module = reference.get_submodule(consumer.module)
 
         def note(module: nn.Module, args: Any, name: str = consumer.module) -> None:
-            order.setdefault(name, len(order))
+            if name in order:
+                return
+            order[name] = len(order)
+            given = args[0] if args else None
+            version = _version(given)
+            if version is None:
+                last.clear()
+                return
+            if last and last[0][0] is given and last[0][1] == version:
+                shared.add(name)
+            last[:] = [(given, version)]
 
         handles.append(module.register_forward_pre_hook(note))
     try:
@@ -250,8 +306,21 @@ def _in_call_order(
     finally:
         for handle in handles:
             handle.remove()
-    last = len(order)
-    return sorted(consumers, key=lambda consumer: order.get(consumer.module, last))
+        last.clear()
+    end = len(order)
+    ordered = sorted(consumers, key=lambda consumer: order.get(consumer.module, end))
+    return ordered, shared
+
+
+def _version(given: Any) -> int | None:
+    """How often the tensor ``given`` was modified in place (``None``: not a tensor, or an
+    inference tensor, which keeps no count)."""
+    if not isinstance(given, Tensor):
+        return None
+    try:
+        return int(given._version)
+    except RuntimeError:
+        return None
 
 
 def _input_of(model: nn.Module, module_name: str, batch: Any, run: Forward) -> Tensor | None:
@@ -324,9 +393,13 @@ def _token_mask(batch: Any) -> Tensor | None:
 
 
 def _rows(inputs: Tensor, padding: Tensor | None, consumer: Consumer) -> Tensor:
-    """The consumer's inputs as ``(tokens, width)``, padding tokens left out."""
+    """The consumer's inputs as ``(tokens, width)``, padding tokens left out. Inputs already
+    flattened to ``(batch * tokens, width)`` (a mixture-of-experts block's shared expert reads
+    them so) are taken in the mask's row-major order."""
     if padding is None:
         return inputs.reshape(-1, inputs.shape[-1])
+    if inputs.dim() == 2 and padding.dim() == 2 and inputs.shape[0] == padding.numel():
+        return inputs[padding.reshape(-1).to(inputs.device)]
     if inputs.shape[:-1] != padding.shape:
         raise ValueError(
             f"Expected the inputs of {consumer.module!r} to be laid out (batch, tokens, "

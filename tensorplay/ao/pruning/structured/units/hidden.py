@@ -28,7 +28,11 @@ unit's weight scores: embedding and LM head columns, readers' columns, writers' 
 ``"activation"`` (the default of :func:`~tensorplay.ao.pruning.prune_one_shot` here; Minitron's:
 the mean absolute value of the channel at the output of every
 norm over the stream, summed over the norms). ``"wanda"`` and ``"movement"`` are refused, as
-are a tuple of kinds with ``"hidden"``, ``reconstruct=True`` and FSDP2.
+are a tuple of kinds with ``"hidden"`` and FSDP2.
+
+**Reconstruction** (``prune_one_shot(..., reconstruct=True)``): the readers of the stream that
+are Linear or ``Conv1D`` layers (an untied LM head too) are re-solved over their kept columns
+(:mod:`~tensorplay.ao.pruning.structured.reconstruction.consumers`).
 
 Example:
     >>> import torch
