@@ -391,3 +391,16 @@ def test_the_search_estimates_each_candidates_latency_and_keeps_one_within_budge
     feasible = [row for row in realized if row["meets"]]
     assert result.chosen == min(feasible, key=lambda row: row["score"])
     assert sum(row["chosen"] for row in rows) == 1
+
+
+def test_a_pruner_without_a_latency_budget_ignores_a_saved_table() -> None:
+    model = tiny_llama()
+    timed = Pruner(model, **_GRADUAL)
+    timed.step(0)
+    state = timed.state_dict()
+    plain = Pruner(tiny_llama(), CubicSchedule(end_step=4, frequency=1),
+                   structure=("channel", "head"), target_params=0.9)  # fmt: skip
+    assert "latency_table" not in plain.state_dict()
+    plain.load_state_dict(state)
+    assert (plain.last_step, timed.last_step) == (0, 0)
+    assert "latency_table" not in plain.state_dict()
