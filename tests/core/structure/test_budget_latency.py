@@ -404,3 +404,30 @@ def test_a_pruner_without_a_latency_budget_ignores_a_saved_table() -> None:
     plain.load_state_dict(state)
     assert (plain.last_step, timed.last_step) == (0, 0)
     assert "latency_table" not in plain.state_dict()
+
+
+class _Routed(nn.Module):
+    """A plain model with a module named ``experts``: a mixture of experts of no known family."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.Linear(4, 8)
+        self.experts = nn.Linear(8, 2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.experts(torch.relu(self.up(x)))
+
+
+def test_experts_of_no_known_family_are_refused_for_latency() -> None:
+    model = _Routed()
+    check = unchanged(model)
+    with pytest.raises(
+        ValueError,
+        match=r"'experts' is not a mixture-of-experts layer .* for "
+        r"`target_latency`|for `target_latency`.* 'experts' is not a mixture",
+    ):
+        Pruner(
+            model, OneShotSchedule(), structure="channel", example_inputs=torch.randn(2, 4),
+            target_latency=LatencyBudget(0.9, input_shape=(2, 4)),
+        )  # fmt: skip
+    check()

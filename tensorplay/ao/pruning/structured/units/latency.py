@@ -274,7 +274,9 @@ def latency_table(model: nn.Module, budget: LatencyBudget) -> LatencyTable:
     :mod:`~tensorplay.ao.pruning.edits.changes`, and every module's training flag is restored.
 
     Raises:
-        ValueError: A model without parameters, or whose forward fails on the inputs.
+        ValueError: A model without parameters, whose forward fails on the inputs, or whose
+            experts are of no known mixture-of-experts family (a token's work in them cannot
+            be read).
 
     Example:
         >>> import torch
@@ -294,7 +296,10 @@ def latency_table(model: nn.Module, budget: LatencyBudget) -> LatencyTable:
     device = first.device
     inputs = _inputs(model, budget, device, first.dtype)
     params = ParameterTable.of(model)
-    routed = set(routed_experts(model, params))
+    try:  # a routed expert's work is per token, not per expert: they must be found
+        routed = set(routed_experts(model, params))
+    except ValueError as error:
+        raise ValueError(str(error).replace("`target_active_params`", "`target_latency`")) from None
     found = find_blocks(model)
     blocks = found.block_names() if found is not None else []
     modules = dict(model.named_modules())
