@@ -69,6 +69,7 @@ from tensorplay.ao.pruning.structured.shrinking.gathered import gather_shrunk, w
 from tensorplay.ao.pruning.structured.shrinking.reshape import ShrunkShapes
 from tensorplay.ao.pruning.structured.shrinking.shrink import shrink
 from tensorplay.ao.pruning.structured.shrinking.shrink_report import ShrinkReport
+from tensorplay.ao.pruning.structured.units.latency_setting import LatencyBudget
 from tensorplay.ao.pruning.structured.units.memory_setting import MemoryBudget
 from tensorplay.ao.pruning.structured.units.routing import routed_around
 from tensorplay.ao.pruning.targets.parameters import method_name
@@ -331,6 +332,10 @@ def plain_arguments(config: PrunerConfig, options: AdapterOptions) -> dict[str, 
         value = getattr(config, name)
         if isinstance(value, MemoryBudget):
             value = value.to_dict()  # PrunerConfig builds it back from the mapping
+        if isinstance(value, LatencyBudget):
+            if value.input_shape is None:
+                return None  # timed on example tensors, which have no plain-data form
+            value = value.to_dict()
         if isinstance(value, Sequence) and not isinstance(value, str):
             value = [item if isinstance(item, str) else import_path(item) for item in value]
             if None in value:

@@ -52,6 +52,7 @@ from tensorplay.ao.pruning.pruner.config import (
     Structure,
 )
 from tensorplay.ao.pruning.pruner.schedules import Schedule
+from tensorplay.ao.pruning.structured.units.latency_setting import LatencyBudget
 from tensorplay.ao.pruning.structured.units.memory_setting import MemoryBudget
 from tensorplay.ao.pruning.targets.parameters import KeepDense
 
@@ -126,8 +127,8 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
             per optimizer step, from the clipped gradients the optimizer uses),
             ``accumulator_dtype``, ``structure`` (``"channel"``, ``"head"``, ``"layer"`` or
             ``"expert"`` of a Hugging Face model: units found from its modules, masked in every
-            slice), ``multiple_of``, ``target_params``, ``target_active_params`` and
-            ``target_memory`` (budgets in place of the
+            slice), ``multiple_of``, ``target_params``, ``target_active_params``,
+            ``target_memory`` and ``target_latency`` (budgets in place of the
             schedule's final sparsity: :doc:`/structured`).
         seed: The pruner's; by default rank zero's ``torch.initial_seed()`` (the Trainer's
             ``TrainingArguments.seed``), the same on every rank.
@@ -223,6 +224,7 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         target_params: int | float | None = None,
         target_active_params: int | float | None = None,
         target_memory: MemoryBudget | None = None,
+        target_latency: LatencyBudget | None = None,
         shrink_at_end: bool = False,
         shrunk_dir: str | None = None,
         distill_weight: float = 0.0,

@@ -70,6 +70,12 @@ from tensorplay.ao.pruning.structured.shrinking.gathered import gather_shrunk, s
 from tensorplay.ao.pruning.structured.shrinking.hf_config import load_shrunk
 from tensorplay.ao.pruning.structured.shrinking.shrink import shrink
 from tensorplay.ao.pruning.structured.shrinking.shrink_report import ShrinkReport
+from tensorplay.ao.pruning.structured.units.latency import (
+    LatencyTable,
+    estimate_latency,
+    latency_table,
+)
+from tensorplay.ao.pruning.structured.units.latency_setting import LatencyBudget
 from tensorplay.ao.pruning.structured.units.memory_setting import MemoryBudget
 from tensorplay.ao.pruning.targets.parameters import (
     resolve_method,
@@ -114,6 +120,10 @@ __all__ = [
     "calibrate",
     "SearchResult",
     "MemoryBudget",
+    "LatencyBudget",
+    "LatencyTable",
+    "latency_table",
+    "estimate_latency",
     "BudgetReport",
     "select_parameters",
     "resolve_parameters",

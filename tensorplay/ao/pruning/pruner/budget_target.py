@@ -1,9 +1,10 @@
-"""The pruner's budgets: ``target_params=``, ``target_active_params=`` and ``target_memory=``,
-resolved once, reached step by step.
+"""The pruner's budgets: ``target_params=``, ``target_active_params=``, ``target_memory=`` and
+``target_latency=``, resolved once, reached step by step.
 
 :func:`make_budget` is called when the :class:`~tensorplay.ao.pruning.pruner.Pruner` is built:
 it measures the model then (parameters, tied ones once; active parameters; bytes of weights and
-key/value cache: :mod:`~tensorplay.ao.pruning.structured.units.measures`), resolves each budget
+key/value cache: :mod:`~tensorplay.ao.pruning.structured.units.measures`; the latency table,
+timed then: :mod:`~tensorplay.ao.pruning.structured.units.latency`), resolves each budget
 given against its measure, prices the structure's units in every measure and refuses a budget the
 floors cannot reach, before anything changes. The schedule has no target of its own: its value
 at a pruning step is the fraction of the way, and :meth:`BudgetTarget.prune_to` prunes until
@@ -24,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -36,6 +38,11 @@ from tensorplay.ao.pruning.parity.methods import L1Unstructured
 from tensorplay.ao.pruning.pruner.config import PrunerConfig
 from tensorplay.ao.pruning.structured.units.budget import resolve_budget
 from tensorplay.ao.pruning.structured.units.budget_space import BudgetPlanner
+from tensorplay.ao.pruning.structured.units.latency import (
+    LatencyMeasure,
+    LatencyTable,
+    latency_table,
+)
 from tensorplay.ao.pruning.structured.units.measures import Measure, measures_of
 from tensorplay.ao.pruning.structured.units.space import UnitSpace
 from tensorplay.ao.pruning.structured.units.structure import PruningStructure
@@ -55,7 +62,8 @@ class BudgetLine:
         budget: The budget resolved (``None``: not a budget of this pruner, shown for
             reference).
         after: The measure of the model :func:`~tensorplay.ao.pruning.shrink` leaves from the
-            units pruned now (an int where exact, as it is for every fused expert layer).
+            units pruned now (an int where exact, as it is for every fused expert layer; the
+            latency in seconds, estimated).
 
     Example:
         >>> BudgetLine("target_params", "parameters", 100, 80, 79).met
@@ -65,8 +73,18 @@ class BudgetLine:
     option: str
     label: str
     before: int | float
-    budget: int | None
+    budget: int | float | None
     after: int | float
+
+    @property
+    def fraction(self) -> float:
+        """``after`` as a fraction of ``before``.
+
+        Example:
+            >>> BudgetLine("target_params", "parameters", 100, 80, 79).fraction
+            0.79
+        """
+        return float(Fraction(self.after) / Fraction(self.before)) if self.before else 1.0
 
     @property
     def met(self) -> bool:
@@ -141,11 +159,55 @@ class BudgetTarget:
     """
 
     def __init__(
-        self, measures: Sequence[Measure], budgets: Sequence[int | None], planner: BudgetPlanner
+        self,
+        measures: Sequence[Measure],
+        budgets: Sequence[int | None],
+        planner: BudgetPlanner,
+        latency_fraction: float | None = None,
     ) -> None:
         self.measures = tuple(measures)
         self.budgets = tuple(budgets)
         self._planner = planner
+        self._latency_fraction = latency_fraction
+
+    @property
+    def latency_table(self) -> LatencyTable | None:
+        """The latency table ``target_latency`` is estimated from (``None`` without it)."""
+        found = self._latency()
+        return None if found is None else found[1].latency
+
+    def _latency(self) -> tuple[int, LatencyMeasure] | None:
+        for column, measure in enumerate(self.measures):
+            if isinstance(measure, LatencyMeasure):
+                return column, measure
+        return None
+
+    def use_latency_table(self, model: nn.Module, table: LatencyTable) -> None:
+        """Estimate from ``table`` (a saved one: a resumed run prices units as the first did)
+        in place of the one measured, the budget resolved against it again.
+
+        Raises:
+            ValueError: A pruner without ``target_latency``, or a table of other modules or
+                shapes than ``model``'s.
+        """
+        found = self._latency()
+        if found is None or self._latency_fraction is None:
+            raise ValueError(
+                "Expected a pruner with `target_latency` to load a latency table, but it has none."
+            )
+        column, old = found
+        table.check_model(model)
+        if {leaf.module for leaf in table.leaves} != {leaf.module for leaf in old.latency.leaves}:
+            raise ValueError(
+                "Expected a latency table of the modules measured on this model, but the saved "
+                "one times other modules."
+            )
+        measure = LatencyMeasure(model, table, ParameterTable.of(model))
+        self._planner.reprice(column, measure)
+        measures, budgets = list(self.measures), list(self.budgets)
+        measures[column] = measure
+        budgets[column] = math.floor(self._latency_fraction * measure.total)
+        self.measures, self.budgets = tuple(measures), tuple(budgets)
 
     @property
     def budget(self) -> int:
@@ -185,7 +247,7 @@ class BudgetTarget:
                     measure.option,
                     measure.label,
                     _unscaled(measure.total, measure.scale),
-                    None if budget is None else budget // measure.scale,
+                    None if budget is None else _unscaled(budget, measure.scale),
                     _unscaled(measure.total - freed, measure.scale),
                 )
             )
@@ -199,14 +261,16 @@ def make_budget(
 
     Raises:
         ValueError: A budget below the smallest reachable size (naming it and the budget); a
-            model whose active parameters or key/value cache cannot be read; units a budget
-            cannot price
+            model whose active parameters or key/value cache cannot be read, or whose forward
+            fails on the latency budget's inputs; units a budget cannot price
             (:class:`~tensorplay.ao.pruning.structured.units.budget_space.BudgetPlanner`).
     """
+    latency = config.target_latency
     given = {
         "target_params": config.target_params,
         "target_active_params": config.target_active_params,
         "target_memory": None if config.target_memory is None else config.target_memory.bytes,
+        "target_latency": None if latency is None else latency.fraction,
     }
     if all(value is None for value in given.values()):
         return None
@@ -215,9 +279,14 @@ def make_budget(
     measures = measures_of(
         model, config.target_memory, active=config.target_active_params is not None, table=table
     )
+    if latency is not None:
+        measures["target_latency"] = LatencyMeasure(model, latency_table(model, latency), table)
     budgets: list[int | None] = []
     for option, measure in measures.items():
         value = given[option]
+        if option == "target_latency" and value is not None:  # a fraction of the estimate
+            budgets.append(math.floor(value * measure.total))
+            continue
         real = measure.total // measure.scale
         resolved = None if value is None else resolve_budget(value, real, option, measure.unit)
         budgets.append(None if resolved is None else resolved * measure.scale)
@@ -234,8 +303,12 @@ def make_budget(
     )
     for column, (measure, budget) in enumerate(zip(measures.values(), budgets, strict=True)):
         if budget is not None:
-            planner.check(budget, measure.total, column, measure.option, measure.scale)
-    return BudgetTarget(list(measures.values()), budgets, planner)
+            planner.check(
+                budget, measure.total, column, measure.option, measure.scale,
+                as_fraction=isinstance(measure, LatencyMeasure),
+            )  # fmt: skip
+    fraction = None if latency is None else latency.fraction
+    return BudgetTarget(list(measures.values()), budgets, planner, fraction)
 
 
 def _unscaled(count: int, scale: int) -> int | float:

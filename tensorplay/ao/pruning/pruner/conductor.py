@@ -62,8 +62,15 @@ from tensorplay.ao.pruning.pruner.schedules import Schedule
 from tensorplay.ao.pruning.pruner.scopes import make_scope
 from tensorplay.ao.pruning.pruner.seeding import cuda_devices, seeded
 from tensorplay.ao.pruning.pruner.selected_targets import resolve_targets
-from tensorplay.ao.pruning.pruner.state import Progress, load_progress, state_dict
+from tensorplay.ao.pruning.pruner.state import (
+    LATENCY_TABLE,
+    Progress,
+    load_progress,
+    state_dict,
+)
 from tensorplay.ao.pruning.structured.units import PruningStructure, make_structure
+from tensorplay.ao.pruning.structured.units.latency import LatencyTable
+from tensorplay.ao.pruning.structured.units.latency_setting import LatencyBudget
 from tensorplay.ao.pruning.structured.units.memory_setting import MemoryBudget
 from tensorplay.ao.pruning.structured.units.structure import UnitScores
 from tensorplay.ao.pruning.targets.parameters import KeepDense, ModuleType
@@ -162,12 +169,13 @@ class Pruner(OptimizerLinks):
         target_params: int | float | None = None,
         target_active_params: int | float | None = None,
         target_memory: MemoryBudget | None = None,
+        target_latency: LatencyBudget | None = None,
     ) -> None:
         config = PrunerConfig(  # in the order of its fields
             *(schedule, parameters, module_types, names, include, exclude, keep_dense),
             *(method, scope, min_density, rewind, rewind_step, seed, masking),
             *(importance, accumulator_dtype, structure, multiple_of, target_params),
-            *(target_active_params, target_memory),
+            *(target_active_params, target_memory, target_latency),
         )
         if importance_fn is not None and not callable(importance_fn):
             raise TypeError(
@@ -495,8 +503,9 @@ class Pruner(OptimizerLinks):
     def budget_report(self) -> BudgetReport:
         """The model :func:`~tensorplay.ao.pruning.shrink` would leave from the units pruned
         now, against the budgets (``target_params``, ``target_active_params``,
-        ``target_memory``): its parameters always, its active parameters and memory where
-        budgeted, each before pruning, as budgeted and after
+        ``target_memory``, ``target_latency``): its parameters always, its active parameters,
+        memory and estimated latency (in seconds) where budgeted, each before pruning, as
+        budgeted and after
         (:class:`~tensorplay.ao.pruning.pruner.budget_target.BudgetReport`). Read it before
         shrinking (the pruner is spent after).
 
@@ -517,9 +526,9 @@ class Pruner(OptimizerLinks):
         """
         if self._budget is None:
             raise ValueError(
-                "Expected a pruner with a budget (`target_params`, `target_active_params` or "
-                "`target_memory`) for budget_report(), but it prunes to the schedule's "
-                "sparsity: read report()."
+                "Expected a pruner with a budget (`target_params`, `target_active_params`, "
+                "`target_memory` or `target_latency`) for budget_report(), but it prunes to the "
+                "schedule's sparsity: read report()."
             )
         pruned = [row.pruned for row in self._rows("budget_report()")]
         return self._budget.report(pruned)
@@ -671,7 +680,13 @@ class Pruner(OptimizerLinks):
             (5, ['weight'], 'l1_unstructured', 3)
         """
         self._check_not_spent("state_dict()")
-        return state_dict(self._progress, self.config, self._targets, self._importance.state_dict())
+        state = state_dict(
+            self._progress, self.config, self._targets, self._importance.state_dict()
+        )
+        table = None if self._budget is None else self._budget.latency_table
+        if table is not None:  # the units' prices: a resumed run estimates as this one did
+            state[LATENCY_TABLE] = table.to_dict()
+        return state
 
     @changes.atomic
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -694,7 +709,17 @@ class Pruner(OptimizerLinks):
             (0, 0)
         """
         self._check_not_spent("load_state_dict()")
+        saved = None
+        if isinstance(state, Mapping) and LATENCY_TABLE in state:  # else refused just below
+            saved = state[LATENCY_TABLE]
+            state = {key: value for key, value in state.items() if key != LATENCY_TABLE}
         progress = load_progress(state, self.config, self._targets, self.seed)
+        if (
+            saved is not None
+            and self._budget is not None
+            and self.config.target_latency is not None
+        ):
+            self._budget.use_latency_table(self.model, LatencyTable.from_dict(saved))
         self._importance.load_state_dict(progress.importance, self._targets)
         progress.importance = {}  # the score holds it now
         self._progress = progress

@@ -31,6 +31,10 @@ from tensorplay.ao.pruning.pruner.scopes import SCOPES, scope_choices
 from tensorplay.ao.pruning.structured.units import STRUCTURES, structure_choices
 from tensorplay.ao.pruning.structured.units.budget import check_target_params
 from tensorplay.ao.pruning.structured.units.combined import CombinedStructure, check_kinds
+from tensorplay.ao.pruning.structured.units.latency_setting import (
+    LatencyBudget,
+    check_target_latency,
+)
 from tensorplay.ao.pruning.structured.units.memory_setting import MemoryBudget, check_target_memory
 from tensorplay.ao.pruning.targets.parameters import (
     KeepDense,
@@ -174,7 +178,7 @@ def _structure_of(structure: object) -> object:
     return structure
 
 
-BUDGETS = ("target_params", "target_active_params", "target_memory")
+BUDGETS = ("target_params", "target_active_params", "target_memory", "target_latency")
 """The budgets, each usable alone or with the others."""
 
 
@@ -189,15 +193,16 @@ def _check_budgets(
         which = "both" if given else "neither"
         raise ValueError(
             "Expected exactly one of the schedule's final sparsity and budgets (`target_params`, "
-            f"`target_active_params`, `target_memory`), but got {which} ({schedule!r}, "
-            f"{_named(given)}): leave the schedule's target out to prune to a budget."
+            f"`target_active_params`, `target_memory`, `target_latency`), but got {which} "
+            f"({schedule!r}, {_named(given)}): leave the schedule's target out to prune to a "
+            "budget."
         )
     if not given:
         if isinstance(structure, tuple):
             raise ValueError(
-                f"Expected a budget (`target_params`, `target_active_params` or `target_memory`) "
-                f"with structure={structure!r}, but got none: units of several kinds are "
-                "ranked by score per share of a budget removed."
+                "Expected a budget (`target_params`, `target_active_params`, `target_memory` or "
+                f"`target_latency`) with structure={structure!r}, but got none: units of several "
+                "kinds are ranked by score per share of a budget removed."
             )
         return
     for name in ("target_params", "target_active_params"):
@@ -343,6 +348,12 @@ class PrunerConfig:
             a batch size, context length and dtype: a
             :class:`~tensorplay.ao.pruning.structured.units.memory_setting.MemoryBudget` (or a
             mapping of its fields, as YAML gives it), alone or with the other budgets.
+        target_latency: A budget of inference latency, a fraction of the dense model's,
+            estimated from a table of the model's parts timed once on its device on given
+            inputs: a
+            :class:`~tensorplay.ao.pruning.structured.units.latency_setting.LatencyBudget` (or a
+            mapping of its fields), alone or with the other budgets
+            (:mod:`~tensorplay.ao.pruning.structured.units.latency`).
 
     Raises:
         TypeError: A value of the wrong type (``schedule``, ``min_density``, ``rewind_step``,
@@ -383,10 +394,12 @@ class PrunerConfig:
     target_params: int | float | None = None
     target_active_params: int | float | None = None
     target_memory: MemoryBudget | None = None
+    target_latency: LatencyBudget | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "structure", _structure_of(self.structure))
         object.__setattr__(self, "target_memory", check_target_memory(self.target_memory))
+        object.__setattr__(self, "target_latency", check_target_latency(self.target_latency))
         _check_schedule(self.schedule)
         _check_parameters(self.parameters)
         check_selection_args(

@@ -89,6 +89,7 @@ from tensorplay.ao.pruning.structured.reconstruction import (
 )
 from tensorplay.ao.pruning.structured.reconstruction import reconstruct as reconstruct_consumers
 from tensorplay.ao.pruning.structured.units import STRUCTURES
+from tensorplay.ao.pruning.structured.units.latency_setting import LatencyBudget
 from tensorplay.ao.pruning.structured.units.memory_setting import MemoryBudget
 
 __all__ = ["calibrate", "one_shot_schedule", "prune_one_shot"]
@@ -185,6 +186,7 @@ def one_shot_schedule(
     target_params: int | float | None,
     target_active_params: int | float | None = None,
     target_memory: MemoryBudget | None = None,
+    target_latency: LatencyBudget | None = None,
 ) -> OneShotSchedule:
     """The schedule of one step: to ``sparsity``, or the whole way to the budgets.
 
@@ -199,13 +201,14 @@ def one_shot_schedule(
         "target_params": target_params,
         "target_active_params": target_active_params,
         "target_memory": target_memory,
+        "target_latency": target_latency,
     }
     given = {name: value for name, value in budgets.items() if value is not None}
     if (sparsity is None) == (not given):
         named = "".join(f" and {name}={value!r}" for name, value in given.items())
         raise ValueError(
             "Expected exactly one of `sparsity` and budgets (`target_params`, "
-            "`target_active_params`, `target_memory`), but got "
+            "`target_active_params`, `target_memory`, `target_latency`), but got "
             f"sparsity={sparsity!r}{named or ' and no budget'}."
         )
     return OneShotSchedule(sparsity)  # without one: the whole way to the budget
@@ -220,6 +223,7 @@ def prune_one_shot(
     target_params: int | float | None = None,
     target_active_params: int | float | None = None,
     target_memory: MemoryBudget | None = None,
+    target_latency: LatencyBudget | None = None,
     importance: str | None = None,
     scope: Scope | None = None,
     structure: Structure | tuple[Structure, ...] = "element",
@@ -243,6 +247,7 @@ def prune_one_shot(
     target_params: int | float | None = None,
     target_active_params: int | float | None = None,
     target_memory: MemoryBudget | None = None,
+    target_latency: LatencyBudget | None = None,
     importance: str | Mapping[str, str] | None = None,
     scope: Scope | None = None,
     structure: tuple[Structure, ...],
@@ -265,6 +270,7 @@ def prune_one_shot(
     target_params: int | float | None = None,
     target_active_params: int | float | None = None,
     target_memory: MemoryBudget | None = None,
+    target_latency: LatencyBudget | None = None,
     importance: str | Mapping[str, str] | None = None,
     scope: Scope | None = None,
     structure: Structure | tuple[Structure, ...] = "element",
@@ -297,6 +303,12 @@ def prune_one_shot(
         target_memory: The bytes of the weights and the key/value cache after shrinking, at a
             batch size, context length and dtype
             (:class:`~tensorplay.ao.pruning.structured.units.memory_setting.MemoryBudget`).
+        target_latency: The estimated inference latency after shrinking, a fraction of the
+            dense model's, on the inputs of a
+            :class:`~tensorplay.ao.pruning.structured.units.latency_setting.LatencyBudget`: the
+            model's parts are timed once on its device, and units are ranked by score per
+            share of that estimate they remove
+            (:mod:`~tensorplay.ao.pruning.structured.units.latency`).
             The budgets go alone or together: units go until every budget given is met, and
             :meth:`~tensorplay.ao.pruning.pruner.Pruner.budget_report` says where the model
             landed against each.
@@ -361,14 +373,17 @@ def prune_one_shot(
             before anything changes.
         RuntimeError: No batch reached a target (nothing is pruned; the hooks are removed).
     """
-    schedule = one_shot_schedule(sparsity, target_params, target_active_params, target_memory)
+    schedule = one_shot_schedule(
+        sparsity, target_params, target_active_params, target_memory, target_latency
+    )
     damping = _check_reconstruct(reconstruct, reconstruct_damping, structure)
     if search is not False:
         return _search(
             model, batches, structure, search, search_grid, reconstruct, importance,
             forward=forward, make_permanent=make_permanent, options=options, score=search_score,
             budgets={"target_params": target_params, "target_active_params":
-                     target_active_params, "target_memory": target_memory},
+                     target_active_params, "target_memory": target_memory,
+                     "target_latency": target_latency},
         )  # fmt: skip
     if search_grid is not None:
         raise ValueError(
@@ -397,6 +412,7 @@ def prune_one_shot(
             target_params=target_params,
             target_active_params=target_active_params,
             target_memory=target_memory,
+            target_latency=target_latency,
             **options,
         )
         try:

@@ -83,6 +83,12 @@ from tensorplay.ao.pruning.structured.units.kept_grid import (
     masked_blocks,
     unit_price,
 )
+from tensorplay.ao.pruning.structured.units.latency import (
+    LatencyTable,
+    estimate_latency,
+    latency_table,
+)
+from tensorplay.ao.pruning.structured.units.latency_setting import LatencyBudget
 from tensorplay.ao.pruning.structured.units.measures import measures_of, routed_experts
 from tensorplay.ao.pruning.structured.units.memory_setting import MemoryBudget
 
@@ -123,7 +129,10 @@ class SearchResult:
         of the parameters to remove), ``units`` (the units each kind pruned), ``params`` (the
         parameters the shrunk model holds; active parameters under ``active_params`` where the
         model has routed experts or ``target_active_params`` was given, bytes under ``memory``
-        with ``target_memory``), ``score`` (the mean calibration loss, or KL), ``meets``
+        with ``target_memory``, the estimated latency in seconds under ``latency`` and as a
+        fraction of the dense model's under ``latency_fraction`` with ``target_latency``, read
+        from the candidate's masks before it is shrunk),
+        ``score`` (the mean calibration loss, or KL), ``meets``
         (whether every budget is met), ``reason`` (why a candidate could not be realized, or
         ``None``; its measures and score are ``None`` then), ``seconds`` and ``chosen``
         (``True`` on exactly one).
@@ -167,8 +176,9 @@ def check_search(
         )
     if all(value is None for value in budgets.values()):
         raise ValueError(
-            "Expected a budget (`target_params`, `target_active_params` or `target_memory`) "
-            "with search=True: the candidates share what it asks to remove, but got none."
+            "Expected a budget (`target_params`, `target_active_params`, `target_memory` or "
+            "`target_latency`) with search=True: the candidates share what it asks to remove, "
+            "but got none."
         )
     if not (importance is None or isinstance(importance, (str, Mapping))):
         raise TypeError(
@@ -186,7 +196,7 @@ def search_mix(
     kinds: Sequence[str],
     grid: Sequence[Allocation],
     *,
-    budgets: Mapping[str, int | float | MemoryBudget | None],
+    budgets: Mapping[str, int | float | MemoryBudget | LatencyBudget | None],
     importance: str | Mapping[str, str] | None,
     forward: Forward | None,
     make_permanent: bool,
@@ -208,7 +218,9 @@ def search_mix(
     memory = budgets.get("target_memory")
     setting = memory if isinstance(memory, MemoryBudget) else None
     total = model_params(model)
-    limits, planned = _limits(model, budgets, setting)
+    latency = budgets.get("target_latency")
+    table = latency_table(model, latency) if isinstance(latency, LatencyBudget) else None
+    limits, planned = _limits(model, budgets, setting, table)
     active = "active_params" in limits or bool(routed_experts(model))
     remove = total - min(planned, total)
     graph = DependencyGraph(model)
@@ -220,7 +232,7 @@ def search_mix(
             found = _trial(
                 functools.partial(
                     _candidate, one_shot, model, batches, allocation, graph, total, remove,
-                    limits, active, setting, importance, loss, options,
+                    limits, active, setting, importance, loss, options, table,
                 )
             )  # fmt: skip
         except (ValueError, RuntimeError) as error:  # a kind that cannot take its share
@@ -257,15 +269,19 @@ def search_mix(
 
 
 def _limits(
-    model: nn.Module, budgets: Mapping[str, object], setting: MemoryBudget | None
-) -> tuple[dict[str, int], int]:
-    """Each budget given, resolved against the dense model, by the row key it bounds; and the
-    parameters the candidates plan to keep: the parameter budget, or else the fraction of the
-    parameters that the first other budget keeps of its measure."""
+    model: nn.Module,
+    budgets: Mapping[str, object],
+    setting: MemoryBudget | None,
+    table: LatencyTable | None = None,
+) -> tuple[dict[str, int | float], int]:
+    """Each budget given, resolved against the dense model, by the row key it bounds (the
+    latency in seconds, estimated from ``table``); and the parameters the candidates plan to
+    keep: the parameter budget, or else the fraction of the parameters that the first other
+    budget keeps of its measure."""
     measures = measures_of(model, setting, active=budgets.get("target_active_params") is not None)
     keys = {"target_params": "params", "target_active_params": "active_params",
             "target_memory": "memory"}  # fmt: skip
-    found: dict[str, int] = {}
+    found: dict[str, int | float] = {}
     planned: int | None = None
     for option, measure in measures.items():
         value = budgets.get(option)
@@ -276,7 +292,12 @@ def _limits(
         real = measure.total // measure.scale
         found[keys[option]] = resolve_budget(value, real, option, measure.unit)  # type: ignore[arg-type]
         if planned is None:
-            planned = measures["target_params"].total * found[keys[option]] // real
+            planned = measures["target_params"].total * int(found[keys[option]]) // real
+    latency = budgets.get("target_latency")
+    if table is not None and isinstance(latency, LatencyBudget):
+        found["latency"] = latency.fraction * table.dense
+        if planned is None:
+            planned = math.floor(measures["target_params"].total * latency.fraction)
     assert planned is not None  # check_search refused a search without a budget
     return found, planned
 
@@ -302,19 +323,22 @@ def _candidate(
     graph: DependencyGraph,
     total: int,
     remove: int,
-    limits: Mapping[str, int],
+    limits: Mapping[str, int | float],
     active: bool,
     setting: MemoryBudget | None,
     importance: str | Mapping[str, str] | None,
     loss: Callable[[nn.Module, Any], Tensor],
     options: Mapping[str, Any],
+    table: LatencyTable | None = None,
 ) -> dict[str, Any]:
-    """Realize ``allocation`` in masks, shrink, measure and score (the caller takes it back)."""
+    """Realize ``allocation`` in masks, shrink, measure and score (the caller takes it back);
+    the latency is estimated from ``table`` on the masks, before shrinking."""
     pruners = _realize(
         one_shot, model, batches, allocation, graph, total, remove, importance,
         {**options, "masking": "reparametrize"},
     )  # fmt: skip
     units = {kind: pruner.pruned_count() for kind, pruner in pruners.items()}
+    latency = None if table is None else estimate_latency(model, table)
     shrink(model)
     found: dict[str, Any] = {"units": units, "params": model_params(model)}
     measures = measures_of(model, setting, active=active)
@@ -323,6 +347,9 @@ def _candidate(
         found["active_params"] = measure.total // measure.scale
     if setting is not None:
         found["memory"] = measures["target_memory"].total
+    if latency is not None and table is not None:
+        found["latency"] = latency
+        found["latency_fraction"] = latency / table.dense
     found["score"] = _score(model, batches, loss)
     return found
 

@@ -41,9 +41,14 @@ from tensorplay.ao.pruning.targets.parameters import method_name
 from tensorplay.ao.pruning.targets.tied import Target
 from tensorplay.moved import new_name
 
-__all__ = ["STATE_VERSION", "Progress", "load_progress", "state_dict"]
+__all__ = ["LATENCY_TABLE", "STATE_VERSION", "Progress", "load_progress", "state_dict"]
 
 STATE_VERSION = 5
+LATENCY_TABLE = "latency_table"
+"""The key of a pruner with ``target_latency``: the latency table its units are priced from
+(:meth:`~tensorplay.ao.pruning.structured.units.latency.LatencyTable.to_dict`), which a resumed
+pruner takes in place of the one it measured, so it prunes exactly as the first run. Written by
+such pruners only, besides the keys of the version; a pruner without the budget ignores it."""
 _STATE_KEYS_V1 = (
     "version",
     "step",

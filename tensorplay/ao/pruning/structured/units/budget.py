@@ -330,9 +330,13 @@ def check_reachable(
     cost_floor: str,
     option: str = "target_params",
     scale: int = 1,
+    *,
+    as_fraction: bool = False,
 ) -> None:
     """Refuse a budget below the smallest size the floors allow, before anything changes
-    (``budget``, ``total``, ``removable``: counts of the budget ``option`` times ``scale``).
+    (``budget``, ``total``, ``removable``: counts of the budget ``option`` times ``scale``;
+    ``as_fraction``: the message gives sizes as fractions of ``total``, as ``target_latency``
+    is given).
 
     Raises:
         ValueError: Naming the budget and the smallest reachable size.
@@ -344,6 +348,12 @@ def check_reachable(
         ...
         ValueError: Expected `target_params` to be at least 800, the smallest size ...
     """
+    if budget < total - removable and as_fraction:
+        raise ValueError(
+            f"Expected `{option}` to be at least {(total - removable) / total:.4f} (of the "
+            f"dense model's), the smallest reachable ({cost_floor}), but got "
+            f"{budget / total:.4f}."
+        )
     if budget < total - removable:
         least = -(-(total - removable) // scale)
         raise ValueError(

@@ -143,10 +143,12 @@ class BudgetPlanner:
         column: int = 0,
         option: str = "target_params",
         scale: int = 1,
+        *,
+        as_fraction: bool = False,
     ) -> None:
         """Refuse a ``budget`` below the smallest size the floors allow (``total``: the
         model's measure ``column`` now, nothing pruned; ``option``, ``scale``: its budget and
-        the factor its counts carry).
+        the factor its counts carry; ``as_fraction``: sizes named as fractions of ``total``).
 
         Raises:
             ValueError: Naming the smallest reachable size.
@@ -161,7 +163,19 @@ class BudgetPlanner:
                 for ranked, cost in zip(self._ranked, self.costs, strict=True)
             )
         floors = "every group keeps at least one unit and `min_density` of its units"
-        check_reachable(budget, total, removable, floors, option, scale)
+        check_reachable(budget, total, removable, floors, option, scale, as_fraction=as_fraction)
+
+    def reprice(self, column: int, measure: Measure) -> None:
+        """Price every unit in ``measure`` again, in cost ``column`` (a latency table loaded
+        in place of the one measured).
+
+        Raises:
+            ValueError: Units of a group priced differently, naming it.
+        """
+        for index, ranked in enumerate(self._ranked):
+            cost = list(self.costs[index])
+            cost[column] = _ranked_cost(ranked, measure)
+            self.costs[index] = tuple(cost)
 
     def _kind_floor(self, kind: str) -> list[int]:
         return [floor for floor, k in zip(self.floors, self.kinds, strict=True) if k == kind]
