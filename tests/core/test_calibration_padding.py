@@ -6,7 +6,6 @@ with the model as it was."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 
 import pytest

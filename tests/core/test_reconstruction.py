@@ -535,12 +535,14 @@ def test_a_convolution_reading_pruned_channels_is_refused_before_any_change() ->
 
 def test_inputs_that_do_not_match_the_attention_mask_are_named() -> None:
     model = tiny_llama()
-    batches = [{"input_ids": torch.randint(1, VOCAB, (2, 8)), "attention_mask": torch.ones(2, 8)}]
+    padded = torch.ones(2, 8)
+    padded[1, 6:] = 0  # the second sequence is two tokens shorter
+    batches = [{"input_ids": torch.randint(1, VOCAB, (2, 8)), "attention_mask": padded}]
 
     def flat(model: nn.Module, batch: Batch) -> Any:  # a forward that folds the batch away
         return model(input_ids=batch["input_ids"].reshape(1, -1))
 
-    where = r"inputs of 'model\.layers\.0\.mlp\.down_proj' to be laid out"
+    where = r"'model\.layers\.0\.mlp\.down_proj' reads per token to be laid out"
     check = unchanged(model)
     with pytest.raises(ValueError, match=where):
         prune_one_shot(

@@ -254,16 +254,19 @@ def test_what_is_not_supported_is_refused_before_any_change(
 
 
 def test_a_refusal_during_the_solve_leaves_the_model_as_it_was() -> None:
-    """The batch's ``attention_mask`` is one token short of its inputs, which the forward
-    ignores: calibration and the step run, then the first re-solve cannot tell the padding
-    apart and refuses; the masks, the norms' hooks and the weights written are taken back."""
+    """The batch's ``attention_mask`` marks padding and is one token short of its inputs,
+    which the forward ignores: calibration (by magnitude, reading no activation) and the step
+    run, then the first re-solve cannot tell the padding apart and refuses; the masks, the
+    norms' hooks and the weights written are taken back."""
     model = FAMILY_MODELS["llama"].build()
     ids = torch.randint(0, 97, (2, 8), generator=torch.Generator().manual_seed(7))
-    batch = {"input_ids": ids, "attention_mask": torch.ones(2, 7, dtype=torch.long)}
+    mask = torch.ones(2, 7, dtype=torch.long)
+    mask[1, 5:] = 0
+    batch = {"input_ids": ids, "attention_mask": mask}
     check = unchanged(model)
-    with pytest.raises(ValueError, match=r"'model.layers.0.self_attn.q_proj' to be laid out"):
+    with pytest.raises(ValueError, match=r"'model.layers.0.self_attn.q_proj' reads per token"):
         prune_one_shot(
-            model, [batch], 0.25, structure="hidden", reconstruct=True,
+            model, [batch], 0.25, structure="hidden", reconstruct=True, importance="magnitude",
             forward=lambda net, b: net(input_ids=b["input_ids"]),
         )  # fmt: skip
     check()

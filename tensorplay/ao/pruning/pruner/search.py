@@ -28,9 +28,10 @@ never copied): the kinds' masks, then :func:`~tensorplay.ao.pruning.shrink`, who
 active parameters and memory are the candidate's measures, exactly what the shrunk model holds;
 then the mean loss over the calibration batches (the shrunk model computes what the masked one
 does), or with ``search_score="kl"`` the mean KL divergence of its next-token distributions
-from the dense model's; the padding a batch's ``attention_mask`` marks is not scored. Candidates always hold their masks as ``masking="reparametrize"`` (whose
-pruned values survive in the ``_orig`` parameters, so taking the candidate back writes nothing);
-the chosen one is realized with the caller's options.
+from the dense model's; the padding a batch's ``attention_mask`` marks is not scored.
+Candidates always hold their masks as ``masking="reparametrize"`` (whose pruned values survive
+in the ``_orig`` parameters, so taking the candidate back writes nothing); the chosen one is
+realized with the caller's options.
 
 **Cost.** Each candidate runs, per kind it prunes, one calibration pass over the batches, then one
 scoring pass; a candidate's importance reads the model as the kinds before left it, so scores are

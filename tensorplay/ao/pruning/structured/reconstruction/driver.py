@@ -67,11 +67,12 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import torch
-import torch.distributed as dist
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning.calibration.batches import Forward, run_batch
 from tensorplay.ao.pruning.calibration.finite import check_inputs, check_read, nonfinite_kind
+from tensorplay.ao.pruning.calibration.padding import padding_of, real_rows
+from tensorplay.ao.pruning.calibration.rank_sums import summed_over_ranks
 from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.masking.readers import masked_values
 from tensorplay.ao.pruning.parity.reparametrization import pruned_parts
@@ -362,51 +363,17 @@ def _grams(
         pruned = _input_of(model, consumer.module, batch, run)
         if dense is None or pruned is None:
             continue
-        padding = _token_mask(batch)
-        x_d = _rows(dense, padding, consumer).to(device=device, dtype=torch.float32)
-        x_k = _rows(pruned, padding, consumer).to(device=device, dtype=torch.float32)
+        with padding_of(batch):  # the padding's tokens are no tokens of the data
+            x_d = real_rows(dense, consumer.module).to(device=device, dtype=torch.float32)
+            x_k = real_rows(pruned, consumer.module).to(device=device, dtype=torch.float32)
         x_k = x_k[:, keep.to(device)]
         gram.addmm_(x_k.T, x_k)
         cross.addmm_(x_k.T, x_d)
         tokens += x_k.shape[0]
-    for total in (gram, cross, tokens):
-        _sum_over_ranks(total)
+    gram, cross, tokens = (summed_over_ranks(total) for total in (gram, cross, tokens))
     if int(tokens) == 0:
         return None
     return gram, cross, int(tokens)
-
-
-def _sum_over_ranks(total: Tensor) -> None:
-    """Sum ``total`` in place over the default process group's ranks (each rank's batches are
-    its own; every rank then solves the same weights), if there are several."""
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(total)
-
-
-def _token_mask(batch: Any) -> Tensor | None:
-    """The batch's ``attention_mask`` as bools (``True``: a real token), if it holds one."""
-    if isinstance(batch, Mapping):
-        mask = batch.get("attention_mask")
-        if isinstance(mask, Tensor):
-            return mask != 0
-    return None
-
-
-def _rows(inputs: Tensor, padding: Tensor | None, consumer: Consumer) -> Tensor:
-    """The consumer's inputs as ``(tokens, width)``, padding tokens left out. Inputs already
-    flattened to ``(batch * tokens, width)`` (a mixture-of-experts block's shared expert reads
-    them so) are taken in the mask's row-major order."""
-    if padding is None:
-        return inputs.reshape(-1, inputs.shape[-1])
-    if inputs.dim() == 2 and padding.dim() == 2 and inputs.shape[0] == padding.numel():
-        return inputs[padding.reshape(-1).to(inputs.device)]
-    if inputs.shape[:-1] != padding.shape:
-        raise ValueError(
-            f"Expected the inputs of {consumer.module!r} to be laid out (batch, tokens, "
-            f"features) like the batch's attention_mask {tuple(padding.shape)}, but got shape "
-            f"{tuple(inputs.shape)}: the padding tokens cannot be told apart."
-        )
-    return inputs[padding.to(inputs.device)]
 
 
 def _linear_weight(model: nn.Module, consumer: Consumer) -> Tensor:
