@@ -137,8 +137,6 @@ def table(results: dict[str, Any]) -> str:
         f"over dense. {other_work(record['load'], record['cpus'])}"
     )
     lines = [
-        caption.rstrip(),
-        "",
         "| structure | budget | estimated | measured | measured / estimated |",
         "|---|---|---|---|---|",
     ]  # fmt: skip
@@ -152,7 +150,7 @@ def table(results: dict[str, Any]) -> str:
             f"| {row['structure']} | {budget} | {row['estimated']:.3f} | {row['measured']:.3f} "
             f"| {row['ratio']:.2f} |"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, "", caption.rstrip()]) + "\n"
 
 
 def main() -> None:

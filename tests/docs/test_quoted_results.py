@@ -34,6 +34,7 @@ RENDERERS = {
     "global_unstructured": ("bench_global_unstructured", "markdown"),
     "hf_trainer_overhead": ("bench_hf_trainer_overhead", "markdown"),
     "large_model": ("bench_large_model", "markdown"),
+    "latency": ("bench_latency", "table"),
     "reconstruction_cost": ("bench_reconstruction_cost", "tables"),
     "structured_peer": ("bench_structured_peer", "markdown"),
     "structured_speed": ("bench_structured_speed", "markdown"),
