@@ -62,12 +62,7 @@ from tensorplay.ao.pruning.pruner.schedules import Schedule
 from tensorplay.ao.pruning.pruner.scopes import make_scope
 from tensorplay.ao.pruning.pruner.seeding import cuda_devices, seeded
 from tensorplay.ao.pruning.pruner.selected_targets import resolve_targets
-from tensorplay.ao.pruning.pruner.state import (
-    LATENCY_TABLE,
-    Progress,
-    load_progress,
-    state_dict,
-)
+from tensorplay.ao.pruning.pruner.state import Progress, load_progress, state_dict
 from tensorplay.ao.pruning.structured.units import PruningStructure, make_structure
 from tensorplay.ao.pruning.structured.units.latency import LatencyTable
 from tensorplay.ao.pruning.structured.units.latency_setting import LatencyBudget
@@ -680,13 +675,14 @@ class Pruner(OptimizerLinks):
             (5, ['weight'], 'l1_unstructured', 3)
         """
         self._check_not_spent("state_dict()")
-        state = state_dict(
-            self._progress, self.config, self._targets, self._importance.state_dict()
-        )
         table = None if self._budget is None else self._budget.latency_table
-        if table is not None:  # the units' prices: a resumed run estimates as this one did
-            state[LATENCY_TABLE] = table.to_dict()
-        return state
+        return state_dict(
+            self._progress,
+            self.config,
+            self._targets,
+            self._importance.state_dict(),
+            None if table is None else table.to_dict(),  # a resumed run prices as this one
+        )
 
     @changes.atomic
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -709,11 +705,8 @@ class Pruner(OptimizerLinks):
             (0, 0)
         """
         self._check_not_spent("load_state_dict()")
-        saved = None
-        if isinstance(state, Mapping) and LATENCY_TABLE in state:  # else refused just below
-            saved = state[LATENCY_TABLE]
-            state = {key: value for key, value in state.items() if key != LATENCY_TABLE}
         progress = load_progress(state, self.config, self._targets, self.seed)
+        saved, progress.latency_table = progress.latency_table, None  # the budget holds it
         if (
             saved is not None
             and self._budget is not None

@@ -88,6 +88,8 @@ class Progress:
         snapshot: The values rewinding restores, by target name, if taken.
         importance: The importance score's state (its accumulators), as its ``state_dict()``
             wrote it; ``{}`` if it has none or ran under another score.
+        latency_table: The latency table a ``target_latency`` pruner priced its units from
+            (:data:`LATENCY_TABLE`), as a state held it; ``None`` if it held none.
     """
 
     seed: int | None
@@ -97,6 +99,7 @@ class Progress:
     permanent: bool = False
     snapshot: dict[str, Tensor] | None = None
     importance: dict[str, Any] = field(default_factory=dict)
+    latency_table: dict[str, Any] | None = None
 
     def pruning_due(self, schedule: Schedule, step: int) -> bool:
         """Whether ``step`` prunes: a pruning step of ``schedule`` lies between the last step
@@ -121,13 +124,17 @@ def state_dict(
     config: PrunerConfig,
     targets: Sequence[Target],
     importance: Mapping[str, Any] | None = None,
+    latency_table: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``progress`` with the configuration it ran under, as the pruner's ``state_dict()``;
-    ``importance`` is the score's own state (``Importance.state_dict()``), its tensors cloned."""
+    ``importance`` is the score's own state (``Importance.state_dict()``), its tensors cloned;
+    ``latency_table`` the table a ``target_latency`` pruner prices from, under
+    :data:`LATENCY_TABLE` (no such key without one)."""
     try:
         schedule: dict[str, Any] | None = config.schedule.to_dict()
     except (TypeError, ValueError):
         schedule = None
+    table = {} if latency_table is None else {LATENCY_TABLE: dict(latency_table)}
     return {
         "version": STATE_VERSION,
         "step": progress.last_step,
@@ -148,6 +155,7 @@ def state_dict(
         "importance_state": _cloned(importance or {}),
         "structure": config.structure,
         "multiple_of": config.multiple_of,
+        **table,
     }
 
 
@@ -209,6 +217,7 @@ def load_progress(
         permanent=state["permanent"],
         snapshot=snapshot if config.rewind != "none" else None,
         importance=dict(state["importance_state"]) if same_score else {},
+        latency_table=state.get(LATENCY_TABLE),
     )
 
 
@@ -225,7 +234,7 @@ def _upgraded(state: object, config: PrunerConfig, seed: int | None) -> dict[str
     expected = {1: _STATE_KEYS_V1, 2: _STATE_KEYS_V2, 3: _STATE_KEYS_V3, 4: _STATE_KEYS_V4}.get(
         version, _STATE_KEYS
     )
-    optional = _V1_OPTIONAL if version == 1 else ()
+    optional = (*(_V1_OPTIONAL if version == 1 else ()), LATENCY_TABLE)
     missing = [key for key in expected if key not in state]
     unknown = sorted(key for key in state if key not in expected + optional)
     if missing or unknown:
