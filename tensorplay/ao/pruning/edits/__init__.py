@@ -22,6 +22,7 @@ from tensorplay.ao.pruning.edits.changes import (
     set_attribute,
     touch,
     transaction,
+    trial,
 )
 
 __all__ = [
@@ -38,4 +39,5 @@ __all__ = [
     "set_attribute",
     "touch",
     "transaction",
+    "trial",
 ]

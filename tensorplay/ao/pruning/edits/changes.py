@@ -68,6 +68,7 @@ __all__ = [
     "set_attribute",
     "touch",
     "transaction",
+    "trial",
 ]
 
 H = TypeVar("H", bound=RemovableHandle)
@@ -192,6 +193,37 @@ def transaction(*, keep_values: bool = False) -> Iterator[ChangeRecord]:
     _CURRENT.reset(token)
     if outer is not None:
         outer.take(record)
+
+
+class _TrialOver(Exception):
+    """Ends a :func:`trial`, undoing its changes."""
+
+
+@contextlib.contextmanager
+def trial(*, keep_values: bool = False) -> Iterator[ChangeRecord]:
+    """A :func:`transaction` undone when the block ends, however it ends: a change tried,
+    measured and taken back (a search's candidate, hooks that time a forward). An exception
+    from the block still leaves it, after the undo.
+
+    Args:
+        keep_values: As for :func:`transaction`.
+
+    Example:
+        >>> from torch import nn
+        >>> layer = nn.Linear(2, 2)
+        >>> with trial():
+        ...     set_attribute(layer, "note", "tried")
+        ...     layer.note
+        'tried'
+        >>> hasattr(layer, "note")
+        False
+    """
+    try:
+        with transaction(keep_values=keep_values) as record:
+            yield record
+            raise _TrialOver
+    except _TrialOver:
+        pass
 
 
 def atomic(function: Callable[P, R]) -> Callable[P, R]:

@@ -145,10 +145,6 @@ class SearchResult:
         return [dict(row) for row in self._rows]
 
 
-class _TakeBack(Exception):
-    """Raised inside a candidate's transaction to take every change of it back."""
-
-
 def check_search(
     structure: object, budgets: Mapping[str, object], grid: object, importance: object
 ) -> tuple[tuple[str, ...], list[Allocation]]:
@@ -305,15 +301,8 @@ def _limits(
 
 def _trial(run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """``run()`` inside a transaction that is then taken back; what it returned."""
-    box: dict[str, Any] = {}
-    try:
-        with changes.transaction(keep_values=True):
-            box["found"] = run()
-            raise _TakeBack
-    except _TakeBack:
-        pass
-    found: dict[str, Any] = box["found"]
-    return found
+    with changes.trial(keep_values=True):
+        return run()
 
 
 def _candidate(

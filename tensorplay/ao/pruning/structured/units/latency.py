@@ -58,11 +58,10 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -307,7 +306,7 @@ def latency_table(model: nn.Module, budget: LatencyBudget) -> LatencyTable:
     cores = _cores(modules, leaves)
     sync = _synchronizer(device)
     clock = _clock(device)
-    with _taken_back():
+    with changes.trial():
         for module in modules.values():
             changes.set_attribute(module, "training", False)
         inclusive = _time_levels(
@@ -573,21 +572,6 @@ def _clock(device: torch.device) -> Callable[[], float]:
     return time.perf_counter
 
 
-@contextlib.contextmanager
-def _taken_back() -> Iterator[None]:
-    """A transaction whose every change is undone when it ends, however it ends."""
-    try:
-        with changes.transaction():
-            yield
-            raise _TakeBack
-    except _TakeBack:
-        pass
-
-
-class _TakeBack(Exception):
-    """Ends a :func:`_taken_back` transaction, undoing it."""
-
-
 def _time_levels(
     model: nn.Module,
     inputs: Any,
@@ -609,7 +593,7 @@ def _time_levels(
             for level in rounds:
                 spent = dict.fromkeys(level, 0.0)
                 started: dict[str, list[float]] = {name: [] for name in level}
-                with _taken_back():
+                with changes.trial():
                     for name in level:
                         module = modules[name]
                         changes.hook(
