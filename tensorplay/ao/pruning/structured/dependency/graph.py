@@ -79,6 +79,7 @@ from tensorplay.ao.pruning.structured.dependency.families.family import (
     is_conv1d,
     is_linear,
     join,
+    read_tensor_names,
 )
 from tensorplay.ao.pruning.structured.dependency.hidden_width import (
     HIDDEN,
@@ -320,7 +321,7 @@ class DependencyGraph:
         held = {id(tied.parameter): tied for tied in aliases.values()}
         for name, block in zip(found.block_names(), found.blocks, strict=True):
             units = found.family.units(name, block)
-            tensors = _tensor_names(name, block, held)
+            tensors = read_tensor_names(name, block, held)
             _check_known(name, tensors, units.groups(), units.shared, found)
             for group in units.groups():
                 groups[group.kind].append(group)
@@ -376,21 +377,6 @@ def _hidden_or_why(
         return hidden_width_of(found, table, model_name)
     except ValueError as error:
         return str(error)
-
-
-def _tensor_names(prefix: str, block: nn.Module, held: Mapping[int, TiedParameter]) -> list[str]:
-    """The qualified names of every parameter of ``block`` (a pruned one under its own name, as
-    the model's parameters were read: ``held`` by ``id``), each once, in the block's order."""
-    names: dict[str, None] = {}
-    for module_name, sub in block.named_modules():
-        for key, param in sub._parameters.items():
-            if param is None:
-                continue
-            base = key.removesuffix("_orig")
-            pairs = held[id(param)].pairs
-            own = base if base != key and not any(m is sub and n == key for m, n in pairs) else key
-            names[join(prefix, module_name, own)] = None
-    return list(names)
 
 
 def _layer_scored(name: str, block: nn.Module, aliases: Mapping[str, TiedParameter]) -> set[str]:

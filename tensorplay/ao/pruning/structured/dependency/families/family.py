@@ -26,7 +26,7 @@ from typing import Protocol
 
 from torch import Tensor, nn
 
-from tensorplay.ao.pruning.parity.aliases import tensor_name
+from tensorplay.ao.pruning.parity.aliases import TiedParameter, parameter_groups
 from tensorplay.ao.pruning.parity.reparametrization import parameter_of
 from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup
 
@@ -46,6 +46,7 @@ __all__ = [
     "parameter_children",
     "set_present",
     "submodule",
+    "read_tensor_names",
     "tensor_names",
     "weight_of",
 ]
@@ -273,11 +274,35 @@ def tensor_names(prefix: str, module: nn.Module) -> list[str]:
         >>> tensor_names("fc", nn.Linear(2, 2))
         ['fc.weight', 'fc.bias']
     """
+    held = {id(tied.parameter): tied for tied in parameter_groups(module)}
+    return read_tensor_names(prefix, module, held)
+
+
+def read_tensor_names(
+    prefix: str, module: nn.Module, held: Mapping[int, TiedParameter]
+) -> list[str]:
+    """:func:`tensor_names` of ``module``, whose parameters were read into ``held`` (a
+    :class:`~tensorplay.ao.pruning.parity.aliases.ParameterTable`'s, by ``id``): a pruned one's
+    own name is the one it was read under, ``w`` for ``w_orig`` where its module holds it as
+    ``w``.
+
+    Example:
+        >>> from tensorplay.ao.pruning.parity.aliases import ParameterTable
+        >>> from tensorplay.ao.pruning.parity.methods import identity
+        >>> layer = identity(nn.Linear(2, 2), "weight")
+        >>> held = {id(t.parameter): t for t in ParameterTable.of(layer).aliases.values()}
+        >>> read_tensor_names("fc", layer, held)
+        ['fc.bias', 'fc.weight']
+    """
     names: dict[str, None] = {}
     for module_name, sub in module.named_modules():
-        for param_name, param in sub._parameters.items():
-            if param is not None:
-                names[join(prefix, module_name, tensor_name(sub, param_name))] = None
+        for key, param in sub._parameters.items():
+            if param is None:
+                continue
+            base = key.removesuffix("_orig")
+            pairs = held[id(param)].pairs
+            own = base if base != key and not any(m is sub and n == key for m, n in pairs) else key
+            names[join(prefix, module_name, own)] = None
     return list(names)
 
 
