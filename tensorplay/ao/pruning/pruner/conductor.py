@@ -367,21 +367,12 @@ class Pruner(OptimizerLinks):
             >>> [every_other.step(s) for s in (0, 2, 4, 6, 8)], every_other.history
             ([0, 0, 0, 50, 0], [(6, 0.5, 50)])
         """
-        self._check_not_spent("step()")
-        self._check_not_permanent("the reparametrization is gone, so nothing more can be pruned")
-        step = self.last_step + 1 if step is None else check_int("step", step, 0)
+        step = self.check_step(step)
         pruning = self._progress.pruning_due(self.schedule, step)
-        own = counts_itself(self.method)
-        if pruning and self.importance_fn is None and (own or self.schedule(step) > 0):
-            self._importance.check_ready(self._scored_targets)  # a target of 0 needs no scores
-        attached = bool(self._optimizers.hooks)
-        if pruning or not attached:
-            self._mode.check_weights(self._targets, attached=attached)
         if snapshot_due(self.config, step, self.last_step, self._progress.snapshot is not None):
             self.take_snapshot()
         newly_pruned = 0
         if pruning:
-            self._mode.check_step(self._targets, self.method)
             target = self.schedule(step)
             devices = cuda_devices([target.parameter() for target in self._targets])
             with seeded(self.seed, step, devices):
@@ -395,6 +386,35 @@ class Pruner(OptimizerLinks):
                 self._optimizers.after_pruning()
         self._progress.last_step = step
         return newly_pruned
+
+    def check_step(self, step: int | None = None) -> int:
+        """Raise what :meth:`step` would refuse ``step`` for, before it changes anything; the
+        step it would take (``None``: the last one plus 1). A conductor of several pruners asks
+        each before any of them steps, so that a refusal leaves none of them a step ahead.
+
+        Raises:
+            As :meth:`step`, but scores the method rejects (known only as it ranks them).
+
+        Example:
+            >>> from torch import nn
+            >>> from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
+            >>> pruner = Pruner(nn.Linear(4, 4), OneShotSchedule(0.5))
+            >>> pruner.check_step(), pruner.last_step
+            (0, -1)
+        """
+        self._check_not_spent("step()")
+        self._check_not_permanent("the reparametrization is gone, so nothing more can be pruned")
+        step = self.last_step + 1 if step is None else check_int("step", step, 0)
+        pruning = self._progress.pruning_due(self.schedule, step)
+        own = counts_itself(self.method)
+        if pruning and self.importance_fn is None and (own or self.schedule(step) > 0):
+            self._importance.check_ready(self._scored_targets)  # a target of 0 needs no scores
+        attached = bool(self._optimizers.hooks)
+        if pruning or not attached:
+            self._mode.check_weights(self._targets, attached=attached)
+        if pruning:
+            self._mode.check_step(self._targets, self.method)
+        return step
 
     def _check_reachable(self) -> None:
         """Refuse, when the pruner is built, a schedule whose final target its units can never
