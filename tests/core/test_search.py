@@ -326,3 +326,21 @@ def test_kl_scores_each_candidate_by_its_divergence_from_the_dense_model() -> No
             for p, batch in zip(reference, batches, strict=True)
         ]
     assert float(sum(by_hand)) / len(by_hand) == pytest.approx(result.chosen["score"], abs=1e-6)
+
+
+def test_hidden_units_are_planned_in_the_multiple_the_hidden_pruner_prunes_in() -> None:
+    """Llama states ``head_dim`` apart from ``hidden_size``: its hidden width goes in multiples
+    of the 4 query heads, and every candidate's hidden count is one (none is lost to a count
+    the pruner cannot take)."""
+    model = FAMILY_MODELS["llama"].build()
+    mixes = [{"layer": 0.5, "hidden": 0.25, "channel": 0.25},
+             {"layer": 0.5, "hidden": 0.5, "channel": 0.0},
+             {"layer": 0.34, "hidden": 0.33, "channel": 0.33}]  # fmt: skip
+    result = prune_one_shot(
+        model, _batches(2), target_params=0.5, structure=("layer", "hidden", "channel"),
+        search=True, search_grid=mixes, make_permanent=False,
+    )  # fmt: skip
+    rows = result.search_report()[: len(mixes)]  # then each kind alone
+    assert [row["reason"] for row in rows] == [None, None, None]
+    assert all(row["units"].get("hidden", 0) % 4 == 0 for row in rows)
+    assert [row["units"].get("hidden", 0) for row in rows] == [4, 12, 4]

@@ -62,6 +62,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -78,6 +79,7 @@ from tensorplay.ao.pruning.structured.dependency.graph import DependencyGraph
 from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup
 from tensorplay.ao.pruning.structured.shrinking.shrink import shrink
 from tensorplay.ao.pruning.structured.units.budget import model_params, resolve_budget
+from tensorplay.ao.pruning.structured.units.hidden import hidden_step
 from tensorplay.ao.pruning.structured.units.kept_grid import (
     kept_count,
     kept_extents,
@@ -93,10 +95,12 @@ from tensorplay.ao.pruning.structured.units.latency_setting import LatencyBudget
 from tensorplay.ao.pruning.structured.units.measures import measures_of, routed_experts
 from tensorplay.ao.pruning.structured.units.memory_setting import MemoryBudget
 
-__all__ = ["SEARCH_ORDER", "SearchResult", "check_search", "search_mix"]
+__all__ = ["SEARCH_ORDER", "MixChoice", "SearchResult", "check_search", "choose_mix", "search_mix"]
 
 SEARCH_ORDER = ("layer", "hidden", "head", "channel", "expert")
 """The kinds a search mixes, in the order a candidate prunes them."""
+
+_Found = tuple[dict[str, Any], dict[str, float]]
 
 OneShot = Callable[..., Pruner]
 """:func:`~tensorplay.ao.pruning.prune_one_shot`, passed in by its module."""
@@ -186,6 +190,29 @@ def check_search(
     return kinds, check_grid(grid, kinds)
 
 
+@dataclass(frozen=True)
+class MixChoice:
+    """What the search chose, before anything is kept: the candidates' rows (the chosen one
+    marked) and what realizing the chosen allocation again needs.
+
+    Args:
+        rows: One plain dict per candidate (:meth:`SearchResult.search_report`).
+        allocation: The chosen allocation.
+        shares: Each kind's fraction of the units of every one of its groups that the chosen
+            candidate pruned (for ``"layer"``: of the blocks), in :data:`SEARCH_ORDER`.
+        graph: The model's dependency graph, read once.
+        total: The dense model's parameters.
+        remove: The parameters the budgets ask the candidates to remove.
+    """
+
+    rows: list[dict[str, Any]]
+    allocation: Allocation
+    shares: dict[str, float]
+    graph: DependencyGraph
+    total: int
+    remove: int
+
+
 def search_mix(
     one_shot: OneShot,
     model: nn.Module,
@@ -209,6 +236,42 @@ def search_mix(
         ValueError: No candidate meets every budget (the model is as it was), naming the
             closest.
     """
+    choice = choose_mix(
+        one_shot, model, batches, kinds, grid, budgets=budgets, importance=importance,
+        forward=forward, options=options, score=score,
+    )  # fmt: skip
+    if forward is not None:  # each kind's calibration pass runs the batches as the caller does
+        options = {**options, "forward": forward}
+    with changes.transaction():
+        pruners = _realize(
+            one_shot, model, batches, choice.allocation, choice.graph, choice.total,
+            choice.remove, importance, options,
+        )  # fmt: skip
+        if make_permanent:
+            for pruner in pruners.values():
+                pruner.make_permanent()
+    return SearchResult(pruners, choice.rows)
+
+
+def choose_mix(
+    one_shot: OneShot,
+    model: nn.Module,
+    batches: Sequence[Any],
+    kinds: Sequence[str],
+    grid: Sequence[Allocation],
+    *,
+    budgets: Mapping[str, int | float | MemoryBudget | LatencyBudget | None],
+    importance: str | Mapping[str, str] | None,
+    forward: Forward | None,
+    options: Mapping[str, Any],
+    score: str = "loss",
+) -> MixChoice:
+    """Score every allocation of ``grid`` and choose the best that meets every budget, each
+    candidate taken back: the model is left as it was (see the module).
+
+    Raises:
+        TypeError, ValueError: As :func:`search_mix`.
+    """
     loss = _kl_fn(model, batches) if score == "kl" else _loss_fn(forward, batches)
     if forward is not None:  # each kind's calibration pass runs the batches as the caller does
         options = {**options, "forward": forward}
@@ -222,11 +285,12 @@ def search_mix(
     remove = total - min(planned, total)
     graph = DependencyGraph(model)
     rows: list[dict[str, Any]] = []
+    shares: list[dict[str, float]] = []
     for allocation in grid:
         started = time.perf_counter()
         row: dict[str, Any] = {"allocation": {k: float(v) for k, v in allocation.items()}}
         try:
-            found = _trial(
+            found, realized = _trial(
                 functools.partial(
                     _candidate, one_shot, model, batches, allocation, graph, total, remove,
                     limits, active, setting, importance, loss, options, table,
@@ -234,6 +298,7 @@ def search_mix(
             )  # fmt: skip
         except (ValueError, RuntimeError) as error:  # a kind that cannot take its share
             row.update(units=None, params=None, score=None, meets=False, reason=str(error))
+            realized = {}
         else:
             row.update(found)
             row["meets"] = all(row[key] <= limit for key, limit in limits.items())
@@ -241,6 +306,7 @@ def search_mix(
         row["seconds"] = float(f"{time.perf_counter() - started:.3f}")
         row["chosen"] = False
         rows.append(row)
+        shares.append(realized)
     feasible = [row for row in rows if row["meets"]]
     if not feasible:
         closest = min(
@@ -254,15 +320,8 @@ def search_mix(
         )
     best = min(feasible, key=lambda row: row["score"])
     best["chosen"] = True
-    allocation = grid[rows.index(best)]
-    with changes.transaction():
-        pruners = _realize(
-            one_shot, model, batches, allocation, graph, total, remove, importance, options
-        )
-        if make_permanent:
-            for pruner in pruners.values():
-                pruner.make_permanent()
-    return SearchResult(pruners, rows)
+    index = rows.index(best)
+    return MixChoice(rows, grid[index], shares[index], graph, total, remove)
 
 
 def _limits(
@@ -299,7 +358,7 @@ def _limits(
     return found, planned
 
 
-def _trial(run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+def _trial(run: Callable[[], _Found]) -> _Found:
     """``run()`` inside a transaction that is then taken back; what it returned."""
     with changes.trial(keep_values=True):
         return run()
@@ -320,14 +379,16 @@ def _candidate(
     loss: Callable[[nn.Module, Any], Tensor],
     options: Mapping[str, Any],
     table: LatencyTable | None = None,
-) -> dict[str, Any]:
-    """Realize ``allocation`` in masks, shrink, measure and score (the caller takes it back);
-    the latency is estimated from ``table`` on the masks, before shrinking."""
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """Realize ``allocation`` in masks, shrink, measure and score (the caller takes it back):
+    the candidate's row entries, and each kind's share of its groups' units (the target of its
+    pruner); the latency is estimated from ``table`` on the masks, before shrinking."""
     pruners = _realize(
         one_shot, model, batches, allocation, graph, total, remove, importance,
         {**options, "masking": "reparametrize"},
     )  # fmt: skip
     units = {kind: pruner.pruned_count() for kind, pruner in pruners.items()}
+    shares = {kind: pruner.target_sparsity() for kind, pruner in pruners.items()}
     latency = None if table is None else estimate_latency(model, table)
     shrink(model)
     found: dict[str, Any] = {"units": units, "params": model_params(model)}
@@ -341,7 +402,7 @@ def _candidate(
         found["latency"] = latency
         found["latency_fraction"] = latency / table.dense
     found["score"] = _score(model, batches, loss)
-    return found
+    return found, shares
 
 
 def _realize(
@@ -369,7 +430,10 @@ def _realize(
         dropped = masked_blocks(model)
         groups = _live_groups(graph, kind, dropped)
         need = kept_count(model, experts) - goal
-        per_group, size = _units_for(model, kind, groups, need, experts, at_least=kind == last)
+        step = hidden_step(model, groups) if kind == "hidden" else 1
+        per_group, size = _units_for(
+            model, kind, groups, need, experts, at_least=kind == last, step=step
+        )
         if per_group == 0:
             continue
         if per_group >= size:
@@ -419,11 +483,13 @@ def _units_for(
     experts: Collection[str],
     *,
     at_least: bool,
+    step: int = 1,
 ) -> tuple[int, int]:
     """The units per group (every group of ``groups`` as many; the blocks, for layers, as one
-    group) that remove ``need`` elements at their current price, and the units a group holds:
-    the fewest that remove at least as many (``at_least``: the candidate's last kind, which
-    lands on the budget), else the nearest count (a kind before leaves the rest to the next).
+    group), a multiple of ``step`` (the multiple the kind's pruner prunes in), that remove
+    ``need`` elements at their current price, and the units a group holds: the fewest that
+    remove at least as many (``at_least``: the candidate's last kind, which lands on the
+    budget), else the nearest count (a kind before leaves the rest to the next).
 
     Raises:
         ValueError: Groups of different sizes (a model whose layers differ), or units that free
@@ -446,8 +512,8 @@ def _units_for(
     if priced == 0:
         raise ValueError(f"Expected {kind!r} units that free parameters, but none left does.")
     if at_least:
-        return math.ceil(need / priced), size
-    return math.floor(need / priced + Fraction(1, 2)), size
+        return math.ceil(need / priced / step) * step, size
+    return math.floor(need / priced / step + Fraction(1, 2)) * step, size
 
 
 def _loss_fn(forward: Forward | None, batches: Sequence[Any]) -> Callable[[nn.Module, Any], Tensor]:

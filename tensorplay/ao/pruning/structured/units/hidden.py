@@ -57,9 +57,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+import torch
 from torch import nn
 
 from tensorplay.ao.pruning.parity.aliases import alias_map
@@ -68,13 +69,17 @@ from tensorplay.ao.pruning.selection.sharding import first_sharded
 from tensorplay.ao.pruning.structured.dependency.blocks import hf_config_of
 from tensorplay.ao.pruning.structured.dependency.graph import DependencyGraph
 from tensorplay.ao.pruning.structured.dependency.hidden_width import HIDDEN, NormKind
-from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup, expert_width_step
+from tensorplay.ao.pruning.structured.dependency.unit_groups import (
+    UnitGroup,
+    expert_width_step,
+    shapes_of,
+)
 from tensorplay.ao.pruning.structured.units.kept_grid import masked_blocks
 from tensorplay.ao.pruning.structured.units.stream_norms import install_stream_norms
 from tensorplay.ao.pruning.structured.units.structured import UnitStructure
 from tensorplay.ao.pruning.targets.tied import Target
 
-__all__ = ["HIDDEN_IMPORTANCES", "HiddenStructure"]
+__all__ = ["HIDDEN_IMPORTANCES", "HiddenStructure", "hidden_step"]
 
 HIDDEN_IMPORTANCES = ("magnitude", "taylor", "activation")
 """The ``importance=`` values hidden channels are ranked by."""
@@ -116,11 +121,7 @@ class HiddenStructure(UnitStructure):
             tied = aliases[name]
             found.setdefault(id(tied.parameter), Target(tied.names, tied.pairs))
         self.scored = list(found.values())
-        # transformers' experts kernel needs 16-byte rows: the fused tensors' hidden width too;
-        # and a config states hidden_size only as a multiple of the query heads.
-        sizes = {name: tied.parameter.element_size() for name, tied in aliases.items()}
-        step = max(expert_width_step(g, sizes, self._shapes) for g in self.groups)
-        self._multiple = math.lcm(self._multiple, step, _heads_step(model))
+        self._multiple = math.lcm(self._multiple, hidden_step(model, self.groups, self._shapes))
         install_stream_norms(self._norms)
 
     @classmethod
@@ -195,6 +196,26 @@ def _without(group: UnitGroup, blocks: Sequence[str]) -> UnitGroup:
         return group
     kept = tuple(piece for piece in group.slices if not _within(piece.parameter, blocks))
     return dataclasses.replace(group, slices=kept)
+
+
+def hidden_step(
+    model: nn.Module,
+    groups: Sequence[UnitGroup],
+    shapes: Mapping[str, torch.Size] | None = None,
+) -> int:
+    """The multiple of hidden channels ``groups`` (the model's hidden group) are pruned in:
+    transformers' experts kernel needs 16-byte rows, the fused expert tensors' hidden width
+    too, and a config states ``hidden_size`` only as a multiple of the query heads where it
+    states ``head_dim`` apart (``shapes``: :func:`shapes_of` the model, if read already).
+
+    Example:
+        >>> hidden_step(nn.Linear(2, 2), [])
+        1
+    """
+    shapes = shapes_of(model) if shapes is None else shapes
+    sizes = {name: tied.parameter.element_size() for name, tied in alias_map(model).items()}
+    step = max((expert_width_step(group, sizes, shapes) for group in groups), default=1)
+    return math.lcm(step, _heads_step(model))
 
 
 def _heads_step(model: nn.Module) -> int:
