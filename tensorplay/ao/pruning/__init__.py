@@ -52,6 +52,7 @@ from tensorplay.ao.pruning.parity.methods import (
 )
 from tensorplay.ao.pruning.pruner.budget_target import BudgetReport
 from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.gradual_search import SearchedPruner
 from tensorplay.ao.pruning.pruner.one_shot import calibrate, prune_one_shot
 from tensorplay.ao.pruning.pruner.schedules import (
     CallableSchedule,
@@ -119,6 +120,7 @@ __all__ = [
     "prune_one_shot",
     "calibrate",
     "SearchResult",
+    "SearchedPruner",
     "MemoryBudget",
     "LatencyBudget",
     "LatencyTable",

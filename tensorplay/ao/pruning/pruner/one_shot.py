@@ -92,7 +92,7 @@ from tensorplay.ao.pruning.structured.units import STRUCTURES
 from tensorplay.ao.pruning.structured.units.latency_setting import LatencyBudget
 from tensorplay.ao.pruning.structured.units.memory_setting import MemoryBudget
 
-__all__ = ["calibrate", "one_shot_schedule", "prune_one_shot"]
+__all__ = ["calibrate", "one_shot_importance", "one_shot_schedule", "prune_one_shot"]
 
 
 def _loss_of(output: Any) -> Tensor:
@@ -397,7 +397,7 @@ def prune_one_shot(
         raise TypeError(f"Expected `importance` to be a name, but got {importance!r}.")
     kind = STRUCTURES.get(structure) if isinstance(structure, str) else STRUCTURES["channel"]
     chosen: Any = scope or (kind.one_shot_scope if kind is not None else "row")
-    score = importance or str(getattr(kind, "one_shot_importance", "wanda"))
+    score = importance or one_shot_importance(structure)
     data = list(batches) if reconstruct and isinstance(batches, Iterator) else batches
     reference = dense_copy(model) if reconstruct else None  # before any hook is on the model
     # A refusal anywhere below (a reconstruction that cannot solve, say) takes back every
@@ -435,6 +435,18 @@ def prune_one_shot(
         if make_permanent:
             pruner.make_permanent()
     return pruner
+
+
+def one_shot_importance(structure: str | tuple[str, ...]) -> str:
+    """The score :func:`prune_one_shot` ranks ``structure``'s units by when none is given:
+    the structure's own (activations for ``"hidden"``, REAP for ``"expert"``), else Wanda.
+
+    Example:
+        >>> one_shot_importance("hidden"), one_shot_importance("channel")
+        ('activation', 'wanda')
+    """
+    kind = STRUCTURES.get(structure) if isinstance(structure, str) else STRUCTURES["channel"]
+    return str(getattr(kind, "one_shot_importance", "wanda"))
 
 
 def _consumers(

@@ -18,7 +18,7 @@ import itertools
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 
-__all__ = ["Allocation", "SearchGrid", "allocations", "check_grid"]
+__all__ = ["Allocation", "SearchGrid", "allocations", "check_allocation", "check_grid"]
 
 Allocation = dict[str, Fraction]
 """One share per kind, summing to 1."""
@@ -70,7 +70,7 @@ def check_grid(grid: object, kinds: Sequence[str]) -> list[Allocation]:
     else:
         if not grid:
             raise ValueError("Expected `search_grid` to hold at least one allocation, but got [].")
-        found = [_allocation(entry, kinds) for entry in grid]
+        found = [check_allocation(entry, kinds) for entry in grid]
     for kind in kinds:
         alone = {other: Fraction(int(other == kind)) for other in kinds}
         if alone not in found:
@@ -78,7 +78,17 @@ def check_grid(grid: object, kinds: Sequence[str]) -> list[Allocation]:
     return found
 
 
-def _allocation(entry: object, kinds: Sequence[str]) -> Allocation:
+def check_allocation(entry: object, kinds: Sequence[str]) -> Allocation:
+    """``entry``, a mapping from each kind to its share, as an allocation over ``kinds``.
+
+    Raises:
+        TypeError, ValueError: Not a mapping, a kind not among ``kinds``, a share outside
+            ``[0, 1]``, shares that do not sum to 1; naming ``search_grid`` and the value.
+
+    Example:
+        >>> check_allocation({"layer": 0.25, "channel": 0.75}, ("layer", "hidden", "channel"))
+        {'layer': Fraction(1, 4), 'hidden': Fraction(0, 1), 'channel': Fraction(3, 4)}
+    """
     if not isinstance(entry, Mapping):
         raise TypeError(
             f"Expected each allocation of `search_grid` to be a mapping from kind to share, "
