@@ -21,7 +21,7 @@ from torch import nn
 from tensorplay.ao.pruning import SearchResult, prune_one_shot, shrink
 from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.structured.units.budget import model_params
-from tensorplay.ao.pruning.structured.units.kept_grid import kept_count
+from tensorplay.ao.pruning.structured.units.kept_grid import read_kept_grid
 from tests.family_models import FAMILY_MODELS
 from tests.model_state import unchanged
 
@@ -90,7 +90,9 @@ def test_llama_layer_head_channel() -> None:
         if row["meets"]:
             assert budget - row["params"] < layer, row  # within one unit of the coarsest kind
     masked = _logits(model, batches[0])
-    assert kept_count(model) == result.chosen["params"]  # the plan's count is the shrunk count
+    assert (
+        read_kept_grid(model).count == result.chosen["params"]
+    )  # the plan's count is the shrunk count
     report = shrink(model)
     assert report.parameters_after == result.chosen["params"] <= budget
     torch.testing.assert_close(_logits(model, batches[0]), masked, atol=1e-5, rtol=1e-5)
@@ -171,7 +173,7 @@ def test_shrink_taken_back_exactly() -> None:
     with pytest.raises(KeyError), changes.transaction(keep_values=True):
         for kind in ("layer", "hidden", "head", "channel"):
             prune_one_shot(model, batches, 0.25, structure=kind, make_permanent=False)
-        counted = kept_count(model)
+        counted = read_kept_grid(model).count
         assert shrink(model).parameters_after == counted
         raise KeyError("taken back")
     check()

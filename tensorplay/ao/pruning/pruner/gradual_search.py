@@ -59,7 +59,7 @@ from tensorplay.ao.pruning.pruner.one_shot import one_shot_importance, prune_one
 from tensorplay.ao.pruning.pruner.schedules import Schedule, schedule_from_dict
 from tensorplay.ao.pruning.pruner.search import SEARCH_ORDER, check_search, choose_mix
 from tensorplay.ao.pruning.pruner.search_grid import SearchGrid, check_allocation
-from tensorplay.ao.pruning.structured.units.kept_grid import kept_count, masked_blocks
+from tensorplay.ao.pruning.structured.units.kept_grid import masked_blocks, read_kept_grid
 from tensorplay.ao.pruning.structured.units.latency_setting import LatencyBudget
 from tensorplay.ao.pruning.structured.units.measures import routed_experts
 from tensorplay.ao.pruning.structured.units.memory_setting import MemoryBudget
@@ -347,7 +347,7 @@ class SearchedPruner:
     def kept_params(self) -> int:
         """The parameters :func:`~tensorplay.ao.pruning.shrink` would leave now (the
         chosen row's ``params`` once the schedule has ended)."""
-        return kept_count(self.model, set(routed_experts(self.model)))
+        return read_kept_grid(self.model, tuple(routed_experts(self.model))).count
 
     def reports(self) -> dict[str, SparsityReport]:
         """Each kind's :meth:`~tensorplay.ao.pruning.pruner.Pruner.report`, by kind."""

@@ -76,7 +76,12 @@ from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.pruner.conductor import Pruner
 from tensorplay.ao.pruning.pruner.config import Scope, Structure
 from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
-from tensorplay.ao.pruning.pruner.search import SearchResult, check_search, search_mix
+from tensorplay.ao.pruning.pruner.search import (
+    SearchResult,
+    check_search,
+    choose_mix,
+    realize_mix,
+)
 from tensorplay.ao.pruning.pruner.search_grid import SearchGrid
 from tensorplay.ao.pruning.structured.dependency.hidden_width import HIDDEN
 from tensorplay.ao.pruning.structured.reconstruction import (
@@ -492,10 +497,13 @@ def _search(
         )
     kinds, allocations = check_search(structure, budgets, 4 if grid is None else grid, importance)
     data = list(batches)
-    return search_mix(
+    choice = choose_mix(
         prune_one_shot, model, data, kinds, allocations, budgets=budgets,
-        importance=importance, forward=forward, make_permanent=make_permanent, options=options,
-        score=score,
+        importance=importance, forward=forward, options=options, score=score,
+    )  # fmt: skip
+    return realize_mix(
+        prune_one_shot, model, data, choice, importance=importance, forward=forward,
+        make_permanent=make_permanent, options=options,
     )  # fmt: skip
 
 

@@ -61,7 +61,7 @@ import functools
 import math
 import re
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -72,30 +72,26 @@ from torch import Tensor, nn
 from tensorplay.ao.pruning.calibration.batches import Forward
 from tensorplay.ao.pruning.calibration.padding import real_tokens
 from tensorplay.ao.pruning.edits import changes
-from tensorplay.ao.pruning.parity.aliases import alias_map
 from tensorplay.ao.pruning.pruner.conductor import Pruner
 from tensorplay.ao.pruning.pruner.search_grid import Allocation, check_grid
-from tensorplay.ao.pruning.structured.dependency.graph import DependencyGraph
 from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup
 from tensorplay.ao.pruning.structured.shrinking.shrink import shrink
-from tensorplay.ao.pruning.structured.units.budget import model_params, resolve_budget
-from tensorplay.ao.pruning.structured.units.hidden import hidden_step
-from tensorplay.ao.pruning.structured.units.kept_grid import (
-    kept_count,
-    kept_extents,
-    masked_blocks,
-    unit_price,
-)
-from tensorplay.ao.pruning.structured.units.latency import (
-    LatencyTable,
-    estimate_latency,
-    latency_table,
-)
+from tensorplay.ao.pruning.structured.units.budget import model_params
+from tensorplay.ao.pruning.structured.units.kept_grid import KeptGrid, read_kept_grid
+from tensorplay.ao.pruning.structured.units.latency import estimate_latency
 from tensorplay.ao.pruning.structured.units.latency_setting import LatencyBudget
-from tensorplay.ao.pruning.structured.units.measures import measures_of, routed_experts
+from tensorplay.ao.pruning.structured.units.measures import measures_of
 from tensorplay.ao.pruning.structured.units.memory_setting import MemoryBudget
+from tensorplay.ao.pruning.structured.units.search_reading import SearchReading, read_search
 
-__all__ = ["SEARCH_ORDER", "MixChoice", "SearchResult", "check_search", "choose_mix", "search_mix"]
+__all__ = [
+    "SEARCH_ORDER",
+    "MixChoice",
+    "SearchResult",
+    "check_search",
+    "choose_mix",
+    "realize_mix",
+]
 
 SEARCH_ORDER = ("layer", "hidden", "head", "channel", "expert")
 """The kinds a search mixes, in the order a candidate prunes them."""
@@ -200,57 +196,13 @@ class MixChoice:
         allocation: The chosen allocation.
         shares: Each kind's fraction of the units of every one of its groups that the chosen
             candidate pruned (for ``"layer"``: of the blocks), in :data:`SEARCH_ORDER`.
-        graph: The model's dependency graph, read once.
-        total: The dense model's parameters.
-        remove: The parameters the budgets ask the candidates to remove.
+        reading: What the search read of the dense model.
     """
 
     rows: list[dict[str, Any]]
     allocation: Allocation
     shares: dict[str, float]
-    graph: DependencyGraph
-    total: int
-    remove: int
-
-
-def search_mix(
-    one_shot: OneShot,
-    model: nn.Module,
-    batches: Sequence[Any],
-    kinds: Sequence[str],
-    grid: Sequence[Allocation],
-    *,
-    budgets: Mapping[str, int | float | MemoryBudget | LatencyBudget | None],
-    importance: str | Mapping[str, str] | None,
-    forward: Forward | None,
-    make_permanent: bool,
-    options: Mapping[str, Any],
-    score: str = "loss",
-) -> SearchResult:
-    """Score every allocation of ``grid``, then realize the best that meets every budget (see
-    the module); ``score``: ``"loss"`` or ``"kl"`` (from the dense model's logits).
-
-    Raises:
-        TypeError: No ``forward`` and batches that are not mappings holding ``input_ids`` (the
-            causal LM loss cannot be asked for).
-        ValueError: No candidate meets every budget (the model is as it was), naming the
-            closest.
-    """
-    choice = choose_mix(
-        one_shot, model, batches, kinds, grid, budgets=budgets, importance=importance,
-        forward=forward, options=options, score=score,
-    )  # fmt: skip
-    if forward is not None:  # each kind's calibration pass runs the batches as the caller does
-        options = {**options, "forward": forward}
-    with changes.transaction():
-        pruners = _realize(
-            one_shot, model, batches, choice.allocation, choice.graph, choice.total,
-            choice.remove, importance, options,
-        )  # fmt: skip
-        if make_permanent:
-            for pruner in pruners.values():
-                pruner.make_permanent()
-    return SearchResult(pruners, choice.rows)
+    reading: SearchReading
 
 
 def choose_mix(
@@ -267,38 +219,34 @@ def choose_mix(
     score: str = "loss",
 ) -> MixChoice:
     """Score every allocation of ``grid`` and choose the best that meets every budget, each
-    candidate taken back: the model is left as it was (see the module).
+    candidate taken back: the model is left as it was (see the module); ``score``: ``"loss"``
+    or ``"kl"`` (from the dense model's logits).
 
     Raises:
-        TypeError, ValueError: As :func:`search_mix`.
+        TypeError: No ``forward`` and batches that are not mappings holding ``input_ids`` (the
+            causal LM loss cannot be asked for).
+        ValueError: No candidate meets every budget, naming the closest.
     """
     loss = _kl_fn(model, batches) if score == "kl" else _loss_fn(forward, batches)
     if forward is not None:  # each kind's calibration pass runs the batches as the caller does
         options = {**options, "forward": forward}
-    memory = budgets.get("target_memory")
-    setting = memory if isinstance(memory, MemoryBudget) else None
-    total = model_params(model)
-    latency = budgets.get("target_latency")
-    table = latency_table(model, latency) if isinstance(latency, LatencyBudget) else None
-    limits, planned = _limits(model, budgets, setting, table)
-    active = "active_params" in limits or bool(routed_experts(model))
-    remove = total - min(planned, total)
-    graph = DependencyGraph(model)
+    reading = read_search(model, budgets, kinds)
+    limits = reading.limits
     rows: list[dict[str, Any]] = []
     shares: list[dict[str, float]] = []
     for allocation in grid:
         started = time.perf_counter()
         row: dict[str, Any] = {"allocation": {k: float(v) for k, v in allocation.items()}}
+        realized: dict[str, float] = {}
         try:
             found, realized = _trial(
                 functools.partial(
-                    _candidate, one_shot, model, batches, allocation, graph, total, remove,
-                    limits, active, setting, importance, loss, options, table,
+                    _candidate, one_shot, model, batches, allocation, reading, importance, loss,
+                    options,
                 )
             )  # fmt: skip
         except (ValueError, RuntimeError) as error:  # a kind that cannot take its share
             row.update(units=None, params=None, score=None, meets=False, reason=str(error))
-            realized = {}
         else:
             row.update(found)
             row["meets"] = all(row[key] <= limit for key, limit in limits.items())
@@ -321,41 +269,37 @@ def choose_mix(
     best = min(feasible, key=lambda row: row["score"])
     best["chosen"] = True
     index = rows.index(best)
-    return MixChoice(rows, grid[index], shares[index], graph, total, remove)
+    return MixChoice(rows, grid[index], shares[index], reading)
 
 
-def _limits(
+def realize_mix(
+    one_shot: OneShot,
     model: nn.Module,
-    budgets: Mapping[str, object],
-    setting: MemoryBudget | None,
-    table: LatencyTable | None = None,
-) -> tuple[dict[str, int | float], int]:
-    """Each budget given, resolved against the dense model, by the row key it bounds (the
-    latency in seconds, estimated from ``table``); and the parameters the candidates plan to
-    keep: the parameter budget, or else the fraction of the parameters that the first other
-    budget keeps of its measure."""
-    measures = measures_of(model, setting, active=budgets.get("target_active_params") is not None)
-    keys = {"target_params": "params", "target_active_params": "active_params",
-            "target_memory": "memory"}  # fmt: skip
-    found: dict[str, int | float] = {}
-    planned: int | None = None
-    for option, measure in measures.items():
-        value = budgets.get(option)
-        if value is None:
-            continue
-        if isinstance(value, MemoryBudget):
-            value = value.bytes
-        real = measure.total // measure.scale
-        found[keys[option]] = resolve_budget(value, real, option, measure.unit)  # type: ignore[arg-type]
-        if planned is None:
-            planned = measures["target_params"].total * int(found[keys[option]]) // real
-    latency = budgets.get("target_latency")
-    if table is not None and isinstance(latency, LatencyBudget):
-        found["latency"] = latency.fraction * table.dense
-        if planned is None:
-            planned = math.floor(measures["target_params"].total * latency.fraction)
-    assert planned is not None  # check_search refused a search without a budget
-    return found, planned
+    batches: Sequence[Any],
+    choice: MixChoice,
+    *,
+    importance: str | Mapping[str, str] | None,
+    forward: Forward | None,
+    make_permanent: bool,
+    options: Mapping[str, Any],
+) -> SearchResult:
+    """Realize the chosen candidate of :func:`choose_mix` on ``model`` and keep it (made
+    permanent if asked), all or nothing.
+
+    Raises:
+        ValueError, RuntimeError: A kind that cannot take its share again (the model is as it
+            was).
+    """
+    if forward is not None:  # each kind's calibration pass runs the batches as the caller does
+        options = {**options, "forward": forward}
+    with changes.transaction():
+        pruners = _realize(
+            one_shot, model, batches, choice.allocation, choice.reading, importance, options
+        )
+        if make_permanent:
+            for pruner in pruners.values():
+                pruner.make_permanent()
+    return SearchResult(pruners, choice.rows)
 
 
 def _trial(run: Callable[[], _Found]) -> _Found:
@@ -369,34 +313,30 @@ def _candidate(
     model: nn.Module,
     batches: Sequence[Any],
     allocation: Allocation,
-    graph: DependencyGraph,
-    total: int,
-    remove: int,
-    limits: Mapping[str, int | float],
-    active: bool,
-    setting: MemoryBudget | None,
+    reading: SearchReading,
     importance: str | Mapping[str, str] | None,
     loss: Callable[[nn.Module, Any], Tensor],
     options: Mapping[str, Any],
-    table: LatencyTable | None = None,
-) -> tuple[dict[str, Any], dict[str, float]]:
+) -> _Found:
     """Realize ``allocation`` in masks, shrink, measure and score (the caller takes it back):
     the candidate's row entries, and each kind's share of its groups' units (the target of its
-    pruner); the latency is estimated from ``table`` on the masks, before shrinking."""
+    pruner); the latency is estimated from the reading's table on the masks, before
+    shrinking."""
     pruners = _realize(
-        one_shot, model, batches, allocation, graph, total, remove, importance,
+        one_shot, model, batches, allocation, reading, importance,
         {**options, "masking": "reparametrize"},
     )  # fmt: skip
     units = {kind: pruner.pruned_count() for kind, pruner in pruners.items()}
     shares = {kind: pruner.target_sparsity() for kind, pruner in pruners.items()}
+    table = reading.latency
     latency = None if table is None else estimate_latency(model, table)
     shrink(model)
     found: dict[str, Any] = {"units": units, "params": model_params(model)}
-    measures = measures_of(model, setting, active=active)
-    if active:
+    measures = measures_of(model, reading.memory, active=reading.active)
+    if reading.active:
         measure = measures["target_active_params"]
         found["active_params"] = measure.total // measure.scale
-    if setting is not None:
+    if reading.memory is not None:
         found["memory"] = measures["target_memory"].total
     if latency is not None and table is not None:
         found["latency"] = latency
@@ -410,29 +350,27 @@ def _realize(
     model: nn.Module,
     batches: Sequence[Any],
     allocation: Allocation,
-    graph: DependencyGraph,
-    total: int,
-    remove: int,
+    reading: SearchReading,
     importance: str | Mapping[str, str] | None,
     options: Mapping[str, Any],
 ) -> dict[str, Pruner]:
-    """Prune each kind of ``allocation`` its share of ``remove`` parameters, in
-    :data:`SEARCH_ORDER` (see the module)."""
+    """Prune each kind of ``allocation`` its share of the parameters the search removes
+    (:attr:`~tensorplay.ao.pruning.structured.units.search_reading.SearchReading.remove`), in
+    :data:`SEARCH_ORDER`, each sized on the grids the kinds before it left (see the module)."""
     pruners: dict[str, Pruner] = {}
-    experts = set(routed_experts(model))
     share = Fraction(0)
     last = [kind for kind in SEARCH_ORDER if allocation.get(kind)][-1]
     for kind in SEARCH_ORDER:
         if not allocation.get(kind):
             continue
         share += allocation[kind]
-        goal = total - math.floor(share * remove)
-        dropped = masked_blocks(model)
-        groups = _live_groups(graph, kind, dropped)
-        need = kept_count(model, experts) - goal
-        step = hidden_step(model, groups) if kind == "hidden" else 1
+        goal = reading.total - math.floor(share * reading.remove)
+        groups = reading.graph.groups(kind)
+        kept = read_kept_grid(model, reading.experts)
+        groups = _live_groups(kind, groups, kept.dropped)
+        step = reading.hidden_step if kind == "hidden" else 1
         per_group, size = _units_for(
-            model, kind, groups, need, experts, at_least=kind == last, step=step
+            kind, groups, kept.count - goal, kept, at_least=kind == last, step=step
         )
         if per_group == 0:
             continue
@@ -445,7 +383,7 @@ def _realize(
         count = per_group * (1 if kind == "layer" else len(groups))
         exclude = [*(options.get("exclude") or ())]
         if kind != "hidden":  # the hidden group leaves those blocks out itself
-            exclude += [rf"^{re.escape(block)}\." for block in dropped]
+            exclude += [rf"^{re.escape(block)}\." for block in kept.dropped]
         chosen = importance.get(kind) if isinstance(importance, Mapping) else importance
         pruner = one_shot(
             model, batches, per_group / size,
@@ -461,35 +399,31 @@ def _realize(
     return pruners
 
 
-def _live_groups(graph: DependencyGraph, kind: str, dropped: Sequence[str]) -> list[UnitGroup]:
-    """The groups of ``kind`` outside the ``dropped`` blocks (the hidden group without its
+def _live_groups(kind: str, groups: Sequence[UnitGroup], dropped: Sequence[str]) -> list[UnitGroup]:
+    """The ``groups`` of ``kind`` outside the ``dropped`` blocks (the hidden group without its
     slices there)."""
     inside = tuple(f"{block}." for block in dropped)
     if kind == "hidden":
-        group = graph.hidden().group
+        (group,) = groups
         kept = tuple(piece for piece in group.slices if not piece.parameter.startswith(inside))
         return [UnitGroup(group.name, group.kind, group.size, kept, group.min_kept)]
-    groups = graph.groups(kind)
-    if kind == "layer":
-        return [group for group in groups if not group.name.startswith(inside)]
     return [group for group in groups if not group.name.startswith(inside)]
 
 
 def _units_for(
-    model: nn.Module,
     kind: str,
     groups: Sequence[UnitGroup],
     need: int,
-    experts: Collection[str],
+    kept: KeptGrid,
     *,
     at_least: bool,
     step: int = 1,
 ) -> tuple[int, int]:
     """The units per group (every group of ``groups`` as many; the blocks, for layers, as one
     group), a multiple of ``step`` (the multiple the kind's pruner prunes in), that remove
-    ``need`` elements at their current price, and the units a group holds: the fewest that
-    remove at least as many (``at_least``: the candidate's last kind, which lands on the
-    budget), else the nearest count (a kind before leaves the rest to the next).
+    ``need`` elements at their price in the ``kept`` grids, and the units a group holds: the
+    fewest that remove at least as many (``at_least``: the candidate's last kind, which lands
+    on the budget), else the nearest count (a kind before leaves the rest to the next).
 
     Raises:
         ValueError: Groups of different sizes (a model whose layers differ), or units that free
@@ -501,9 +435,7 @@ def _units_for(
             f"Expected {kind!r} groups of one size to prune as many units of each, but got "
             f"sizes {sorted(sizes)}."
         )
-    extents = kept_extents(model, experts)
-    aliases = {name: tied.names[0] for name, tied in alias_map(model).items()}
-    priced = Fraction(sum(unit_price(group, extents, aliases) for group in groups))
+    priced = Fraction(sum(kept.price(group) for group in groups))
     size = sizes.pop()
     if kind == "layer":  # one group of blocks: a layer at the blocks' mean price
         priced, size = priced / len(groups), len(groups)

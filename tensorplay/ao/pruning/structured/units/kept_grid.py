@@ -4,12 +4,13 @@ Structured masks keep whole index ranges: a tensor masked by channels, heads, hi
 layers keeps, along each dimension, the indices some kept element lies on, and the elements it
 keeps after :func:`~tensorplay.ao.pruning.shrink` are the product of those extents (zero for a
 tensor masked whole: a removed layer's; a fused expert tensor's experts each as wide as the
-widest). :func:`kept_extents` reads the extents of every
-tensor (tied ones once, a tensor without a mask whole), :func:`kept_count` their sum, and
-:func:`unit_price` what one more unit of a group would remove from them: the planner of a search
-(:mod:`~tensorplay.ao.pruning.pruner.search`) sizes each kind's share with it, on the model as the
-kinds before left it. The count is the shrunk model's where every group keeps at least one unit;
-the search still counts each candidate by shrinking it.
+widest). :func:`read_kept_grid` reads the model's masks once into a :class:`KeptGrid`: the
+extents of every tensor (tied ones once, a tensor without a mask whole), the blocks masked whole,
+their sum (:attr:`KeptGrid.count`) and what one more unit of a group would remove from them
+(:meth:`KeptGrid.price`): the planner of a search (:mod:`~tensorplay.ao.pruning.pruner.search`)
+sizes each kind's share with it, on the model as the kinds before left it. The count is the
+shrunk model's where every group keeps at least one unit; the search still counts each candidate
+by shrinking it.
 
 Example:
     >>> import torch
@@ -19,64 +20,121 @@ Example:
     >>> mask = torch.ones(3, 4)
     >>> mask[1] = 0  # one output row
     >>> _ = custom_from_mask(layer, "weight", mask)
-    >>> kept_extents(layer)["weight"], kept_count(layer)  # 2 rows of 4, and 3 biases
+    >>> grid = read_kept_grid(layer)
+    >>> grid.extents["weight"], grid.count  # 2 rows of 4, and 3 biases
     ((2, 4), 11)
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 
-import torch
 from torch import Tensor, nn
 
-from tensorplay.ao.pruning.masking.held_tensors import kept_elements
-from tensorplay.ao.pruning.masking.readers import masked_values
+from tensorplay.ao.pruning.masking.held_tensors import kept_elements, read_kept
 from tensorplay.ao.pruning.parity.aliases import TiedParameter, alias_map
 from tensorplay.ao.pruning.structured.dependency.blocks import find_blocks
 from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup
 
-__all__ = ["kept_count", "kept_extents", "masked_blocks", "unit_price"]
+__all__ = ["KeptGrid", "masked_blocks", "read_kept_grid"]
 
 
-def kept_extents(model: nn.Module, experts: Collection[str] = ()) -> dict[str, tuple[int, ...]]:
-    """Per tensor of ``model`` (its canonical name, tied ones once), the indices kept along each
-    dimension: those some element its mask keeps lies on (all of them without a mask; zeros for a
+@dataclass(frozen=True)
+class KeptGrid:
+    """What a model's masks keep, read once (:func:`read_kept_grid`).
+
+    Args:
+        extents: Per tensor (its canonical name, tied ones once), the indices kept along each
+            dimension.
+        canonical: Each parameter name's canonical one.
+        dropped: The blocks whose every parameter is masked whole (:func:`masked_blocks`).
+
+    Example:
+        >>> grid = KeptGrid({"weight": (3, 2), "bias": (3,)}, {}, ())
+        >>> grid.count
+        9
+    """
+
+    extents: Mapping[str, tuple[int, ...]]
+    canonical: Mapping[str, str]
+    dropped: tuple[str, ...]
+
+    @property
+    def count(self) -> int:
+        """The elements the kept grids hold, summed over the tensors (tied ones once)."""
+        return sum(math.prod(extents) for extents in self.extents.values())
+
+    def price(self, group: UnitGroup) -> int:
+        """The elements one unit of ``group`` removes from the grids (a whole tensor slice: all
+        it keeps; a slice along a dimension: its width times the other dimensions' kept
+        extents; one expert's slice: that expert's part).
+
+        Example:
+            >>> from tensorplay.ao.pruning.structured.dependency.unit_groups import Slice
+            >>> row = UnitGroup("fc", "channel", 3, (Slice("weight", 0), Slice("bias", 0)))
+            >>> KeptGrid({"weight": (3, 2), "bias": (3,)}, {}, ()).price(row)
+            3
+        """
+        seen: set[tuple[str, int | None, int, int | None]] = set()
+        price = 0
+        for piece in group.slices:
+            name = self.canonical.get(piece.parameter, piece.parameter)
+            key = (name, piece.dim, piece.offset, piece.expert)
+            if key in seen:
+                continue
+            seen.add(key)
+            kept = self.extents[name]
+            if piece.dim is None:
+                price += math.prod(kept)
+                continue
+            others = [size for dim, size in enumerate(kept) if dim != piece.dim]
+            if piece.expert is not None:
+                others = [size for dim, size in enumerate(kept) if dim not in (0, piece.dim)]
+            price += piece.width * math.prod(others)
+        return price
+
+
+def read_kept_grid(model: nn.Module, experts: Collection[str] = ()) -> KeptGrid:
+    """The grids ``model``'s masks keep, each tensor's mask read once: per tensor the indices
+    some kept element lies on along each dimension (all of them without a mask; zeros for a
     tensor masked whole). A fused expert tensor named in ``experts`` (dim 0 indexes its experts)
     keeps its experts that keep something and, along each other dimension, as many indices as
     its widest expert: what shrinking leaves, each expert padded to the widest.
 
     Example:
-        >>> kept_extents(nn.Linear(2, 3))
-        {'weight': (3, 2), 'bias': (3,)}
+        >>> grid = read_kept_grid(nn.Linear(2, 3))
+        >>> grid.extents, grid.count, grid.dropped
+        ({'weight': (3, 2), 'bias': (3,)}, 9, ())
     """
-    found: dict[str, tuple[int, ...]] = {}
-    with torch.no_grad():
-        for name, tied in alias_map(model).items():
-            if name != tied.name:  # a tied parameter once, under its canonical name
-                continue
-            mask = None
-            for module, local in tied.pairs:
-                held = masked_values(module, local)
-                if held is not None:
-                    mask = held[1] != 0
-                    break
-            shape = tuple(tied.parameter.shape)
-            if mask is None:
-                found[name] = shape
-            elif not bool(mask.any()):
-                found[name] = tuple(0 for _ in shape)
-            elif name in experts:
-                kept = mask.flatten(1).any(dim=1)
-                widths = [
-                    max(_extents(mask[index])[dim] for index in kept.nonzero().flatten().tolist())
-                    for dim in range(mask.dim() - 1)
-                ]
-                found[name] = (int(kept.sum()), *widths)
-            else:
-                found[name] = _extents(mask)
-    return found
+    aliases = alias_map(model)
+    reads = {name: read_kept(tied) for name, tied in aliases.items() if name == tied.name}
+    extents = {
+        name: _grid(kept, tuple(aliases[name].parameter.shape), name in experts)
+        if masked
+        else tuple(aliases[name].parameter.shape)
+        for name, (kept, masked) in reads.items()
+    }
+    found = find_blocks(model)
+    names = found.block_names() if found is not None else []
+    dropped = _dropped(names, aliases, lambda tied: reads[tied.name][0])
+    canonical = {name: tied.name for name, tied in aliases.items()}
+    return KeptGrid(extents, canonical, tuple(dropped))
+
+
+def _grid(kept: Tensor, shape: tuple[int, ...], expert: bool) -> tuple[int, ...]:
+    """The extents of one masked tensor's ``kept`` elements (see :func:`read_kept_grid`)."""
+    if not bool(kept.any()):
+        return tuple(0 for _ in shape)
+    if not expert:
+        return _extents(kept)
+    alive = kept.flatten(1).any(dim=1)
+    widths = [
+        max(_extents(kept[index])[dim] for index in alive.nonzero().flatten().tolist())
+        for dim in range(kept.dim() - 1)
+    ]
+    return (int(alive.sum()), *widths)
 
 
 def _extents(mask: Tensor) -> tuple[int, ...]:
@@ -87,50 +145,6 @@ def _extents(mask: Tensor) -> tuple[int, ...]:
         int(mask.any(dim=[d for d in range(mask.dim()) if d != dim]).sum())
         for dim in range(mask.dim())
     )
-
-
-def kept_count(model: nn.Module, experts: Collection[str] = ()) -> int:
-    """The elements the kept grids hold, summed over the tensors (tied ones once; ``experts``
-    as :func:`kept_extents`).
-
-    Example:
-        >>> kept_count(nn.Linear(2, 3))
-        9
-    """
-    return sum(math.prod(extents) for extents in kept_extents(model, experts).values())
-
-
-def unit_price(
-    group: UnitGroup, extents: Mapping[str, tuple[int, ...]], aliases: Mapping[str, str]
-) -> int:
-    """The elements one unit of ``group`` removes from the grids ``extents`` (a whole tensor
-    slice: all it keeps; a slice along a dimension: its width times the other dimensions' kept
-    extents; one expert's slice: that expert's part); ``aliases`` maps each name to its
-    canonical one.
-
-    Example:
-        >>> from tensorplay.ao.pruning.structured.dependency.unit_groups import Slice
-        >>> row = UnitGroup("fc", "channel", 3, (Slice("weight", 0), Slice("bias", 0)))
-        >>> unit_price(row, {"weight": (3, 2), "bias": (3,)}, {})
-        3
-    """
-    seen: set[tuple[str, int | None, int, int | None]] = set()
-    price = 0
-    for piece in group.slices:
-        name = aliases.get(piece.parameter, piece.parameter)
-        key = (name, piece.dim, piece.offset, piece.expert)
-        if key in seen:
-            continue
-        seen.add(key)
-        kept = extents[name]
-        if piece.dim is None:
-            price += math.prod(kept)
-            continue
-        others = [size for dim, size in enumerate(kept) if dim != piece.dim]
-        if piece.expert is not None:
-            others = [size for dim, size in enumerate(kept) if dim not in (0, piece.dim)]
-        price += piece.width * math.prod(others)
-    return price
 
 
 def masked_blocks(
@@ -149,9 +163,18 @@ def masked_blocks(
     if found is None:
         return []
     aliases = alias_map(model) if aliases is None else aliases
+    return _dropped(found.block_names(), aliases, kept_elements)
+
+
+def _dropped(
+    blocks: Collection[str],
+    aliases: Mapping[str, TiedParameter],
+    kept: Callable[[TiedParameter], Tensor],
+) -> list[str]:
+    """The ``blocks`` that hold parameters and keep none of their elements (``kept``)."""
     dropped = []
-    for name in found.block_names():
+    for name in blocks:
         held = [tied for param, tied in aliases.items() if param.startswith(f"{name}.")]
-        if held and not any(bool(kept_elements(tied).any()) for tied in held):
+        if held and not any(bool(kept(tied).any()) for tied in held):
             dropped.append(name)
     return dropped

@@ -35,7 +35,7 @@ ones (a routed expert tensor counted per expert: a token still uses ``top_k`` ex
 experts keeps its work, narrowing them does not); each core's time times the fraction of its first
 projection's outputs kept (the heads, or an MLP's channels); each block's rest unless the block is
 removed; the rest outside blocks always. The kept elements are those the masks keep
-(:func:`~tensorplay.ao.pruning.structured.units.kept_grid.kept_extents`), so the model is read as
+(:func:`~tensorplay.ao.pruning.structured.units.kept_grid.read_kept_grid`), so the model is read as
 masked, before :func:`~tensorplay.ao.pruning.shrink`. It is an estimate: small matrices run below
 the peak rate, so shrinking them saves less than their share of work (the benchmark
 ``benchmarks/bench_latency.py`` measures the gap); the table is only as steady as the device it
@@ -74,7 +74,7 @@ from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.parity.aliases import ParameterTable
 from tensorplay.ao.pruning.structured.dependency.blocks import find_blocks
 from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup
-from tensorplay.ao.pruning.structured.units.kept_grid import kept_extents, masked_blocks
+from tensorplay.ao.pruning.structured.units.kept_grid import read_kept_grid
 from tensorplay.ao.pruning.structured.units.latency_setting import LatencyBudget
 from tensorplay.ao.pruning.structured.units.measures import Measure, routed_experts
 
@@ -360,7 +360,8 @@ def estimate_latency(model: nn.Module, table: LatencyTable) -> float:
     table.check_model(model)
     experts = {param for leaf in table.leaves for param, r in zip(leaf.params, leaf.routed,
                                                                    strict=True) if r}  # fmt: skip
-    return table.estimate(kept_extents(model, experts), masked_blocks(model))
+    grid = read_kept_grid(model, experts)
+    return table.estimate(grid.extents, grid.dropped)
 
 
 class LatencyMeasure(Measure):
