@@ -45,8 +45,7 @@ from tensorplay.ao.pruning.distillation.left_out import (
 from tensorplay.ao.pruning.distillation.sharded_copy import sharded_copy
 from tensorplay.ao.pruning.masking.frozen_copies import FrozenCopies
 from tensorplay.ao.pruning.masking.module_masks import read_masks
-from tensorplay.ao.pruning.selection import is_dtensor
-from tensorplay.ao.pruning.selection.sharding import first_sharded
+from tensorplay.ao.pruning.selection.sharding import first_dtensor
 
 __all__ = ["dense_copy"]
 
@@ -95,25 +94,28 @@ def dense_copy(model: nn.Module, dtype: torch.dtype | None = None) -> nn.Module:
         raise TypeError(
             f"Expected `dtype` to be a floating-point torch.dtype or None, but got {dtype!r}."
         )
-    if first_sharded(model) is not None:
+    found = first_dtensor(model)  # the one question the choice of copy asks of the model
+    if found is not None:
+        name, parameter = found
+        if not parameter:
+            raise ValueError(
+                f"Expected a model whose DTensors include its parameters (sharded with FSDP2, "
+                f"copied shard by shard) or plain tensors only, but {name} is a DTensor and no "
+                "parameter is: pass a teacher you built yourself."
+            )
         return sharded_copy(model, dtype)
-    _refuse_dtensors(model)
+    return _plain_copy(model, dtype)
+
+
+def _plain_copy(model: nn.Module, dtype: torch.dtype | None) -> nn.Module:
+    """:func:`dense_copy` of a model of plain tensors: its masked tensors frozen as they
+    compute, then everything else deep-copied, the hooks it leaves out dropped."""
     memo = _left_out_hooks(model)
     FrozenCopies(read_masks(model), dtype, memo).fill(model)
     clone: nn.Module = copy.deepcopy(model, memo)
     for module in clone.modules():
         drop_left_out_hooks(module)
     return clone.eval()
-
-
-def _refuse_dtensors(model: nn.Module) -> None:
-    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
-        if is_dtensor(tensor):
-            raise ValueError(
-                f"Expected a model whose DTensors include its parameters (sharded with FSDP2, "
-                f"copied shard by shard) or plain tensors only, but {name} is a DTensor and no "
-                "parameter is: pass a teacher you built yourself."
-            )
 
 
 def _left_out_hooks(model: nn.Module) -> dict[int, Any]:

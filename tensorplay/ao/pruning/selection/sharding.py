@@ -25,6 +25,7 @@ __all__ = [
     "SelectionCost",
     "ShardLayout",
     "check_placement",
+    "first_dtensor",
     "first_sharded",
     "fsdp_wrapped_class",
     "global_counts",
@@ -93,6 +94,25 @@ def first_sharded(model: torch.nn.Module) -> str | None:
         True
     """
     return next((name for name, param in model.named_parameters() if is_dtensor(param)), None)
+
+
+def first_dtensor(model: torch.nn.Module) -> tuple[str, bool] | None:
+    """The name of ``model``'s first ``DTensor`` parameter, else of its first ``DTensor``
+    buffer, and whether it is a parameter (the model is sharded, as under FSDP2); ``None`` for a
+    model of plain tensors. One read of everything a copy of the model must know of its
+    sharding.
+
+    Example:
+        >>> first_dtensor(torch.nn.BatchNorm1d(2)) is None
+        True
+    """
+    for name, param in model.named_parameters():
+        if is_dtensor(param):
+            return name, True
+    for name, buffer in model.named_buffers():
+        if is_dtensor(buffer):
+            return name, False
+    return None
 
 
 def fsdp_wrapped_class(module: torch.nn.Module) -> type[torch.nn.Module] | None:
