@@ -151,6 +151,22 @@ class UnitGroup:
         """The names of the parameters its scored slices lie in, each once, in order."""
         return tuple(dict.fromkeys(piece.parameter for piece in self.slices if piece.scored))
 
+    def distinct_slices(self, canonical: Mapping[str, str]) -> list[tuple[str, Slice]]:
+        """Each slice with the canonical name of its tensor (``canonical``: by any name of a
+        tied tensor; a name not in it is its own), a slice that a tie repeats once: what a
+        unit frees, counted once per tensor.
+
+        Example:
+            >>> group = UnitGroup("fc", "channel", 4, (Slice("a", 0), Slice("b", 0)))
+            >>> [(name, piece.parameter) for name, piece in group.distinct_slices({"b": "a"})]
+            [('a', 'a')]
+        """
+        found: dict[tuple[str, int | None, int, int | None], tuple[str, Slice]] = {}
+        for piece in self.slices:
+            name = canonical.get(piece.parameter, piece.parameter)
+            found.setdefault((name, piece.dim, piece.offset, piece.expert), (name, piece))
+        return list(found.values())
+
     def to_dict(self) -> dict[str, Any]:
         """Plain data (JSON: names, integers, booleans, lists), read back by :meth:`from_dict`.
 

@@ -77,14 +77,8 @@ class KeptGrid:
             >>> KeptGrid({"weight": (3, 2), "bias": (3,)}, {}, ()).price(row)
             3
         """
-        seen: set[tuple[str, int | None, int, int | None]] = set()
         price = 0
-        for piece in group.slices:
-            name = self.canonical.get(piece.parameter, piece.parameter)
-            key = (name, piece.dim, piece.offset, piece.expert)
-            if key in seen:
-                continue
-            seen.add(key)
+        for name, piece in group.distinct_slices(self.canonical):
             kept = self.extents[name]
             if piece.dim is None:
                 price += math.prod(kept)

@@ -415,13 +415,7 @@ class LatencyMeasure(Measure):
         removed: dict[str, Fraction] = {}  # leaf -> work removed, in its elements
         outputs: dict[str, int] = {}  # core -> outputs removed
         whole: set[str] = set()
-        seen: set[tuple[str, int | None, int, int | None]] = set()
-        for piece in group.slices:
-            name = self._aliases.get(piece.parameter, piece.parameter)
-            key = (name, piece.dim, piece.offset, piece.expert)
-            if key in seen:
-                continue
-            seen.add(key)
+        for name, piece in group.distinct_slices(self._aliases):
             if piece.dim is None:
                 whole.add(name)
             for leaf in self._holders.get(name, ()):
