@@ -57,7 +57,12 @@ from tensorplay.ao.pruning.masking.stats import SparsityReport
 from tensorplay.ao.pruning.pruner.conductor import Pruner
 from tensorplay.ao.pruning.pruner.one_shot import one_shot_importance, prune_one_shot
 from tensorplay.ao.pruning.pruner.schedules import Schedule, schedule_from_dict
-from tensorplay.ao.pruning.pruner.search import SEARCH_ORDER, check_search, choose_mix
+from tensorplay.ao.pruning.pruner.search import (
+    SEARCH_ORDER,
+    check_search,
+    choose_mix,
+    kind_importance,
+)
 from tensorplay.ao.pruning.pruner.search_grid import SearchGrid, check_allocation
 from tensorplay.ao.pruning.structured.units.kept_grid import masked_blocks, read_kept_grid
 from tensorplay.ao.pruning.structured.units.latency_setting import LatencyBudget
@@ -263,7 +268,7 @@ class SearchedPruner:
         """The chosen candidate's layers pruned now, as the search pruned them."""
         pruner = prune_one_shot(
             self.model, batches, share, structure="layer", scope="layerwise",
-            importance=importance.get("layer") if isinstance(importance, Mapping) else importance,
+            importance=kind_importance(importance, "layer"),
             forward=forward, make_permanent=False, **options,
         )  # fmt: skip
         expected = self.chosen["units"]["layer"]
@@ -435,5 +440,4 @@ def _check_options(options: Mapping[str, Any], score: object) -> None:
 
 def _importance_of(importance: str | Mapping[str, str] | None, kind: str) -> str:
     """The score ranking ``kind``: the caller's, or the one ``prune_one_shot`` gives it."""
-    chosen = importance.get(kind) if isinstance(importance, Mapping) else importance
-    return chosen or one_shot_importance(kind)
+    return kind_importance(importance, kind) or one_shot_importance(kind)

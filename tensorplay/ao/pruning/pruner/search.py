@@ -90,6 +90,7 @@ __all__ = [
     "SearchResult",
     "check_search",
     "choose_mix",
+    "kind_importance",
     "realize_mix",
 ]
 
@@ -384,11 +385,11 @@ def _realize(
         exclude = [*(options.get("exclude") or ())]
         if kind != "hidden":  # the hidden group leaves those blocks out itself
             exclude += [rf"^{re.escape(block)}\." for block in kept.dropped]
-        chosen = importance.get(kind) if isinstance(importance, Mapping) else importance
         pruner = one_shot(
             model, batches, per_group / size,
             **{**options, "exclude": exclude or None},
-            structure=kind, importance=chosen, scope="layerwise", make_permanent=False,
+            structure=kind, importance=kind_importance(importance, kind), scope="layerwise",
+            make_permanent=False,
         )  # fmt: skip
         if pruner.pruned_count() != count:
             raise RuntimeError(
@@ -397,6 +398,17 @@ def _realize(
             )
         pruners[kind] = pruner
     return pruners
+
+
+def kind_importance(importance: str | Mapping[str, str] | None, kind: str) -> str | None:
+    """The score a search's ``importance`` names for ``kind``: its entry of a mapping, or the
+    one name; ``None`` for the kind's own default.
+
+    Example:
+        >>> kind_importance({"hidden": "magnitude"}, "channel"), kind_importance("taylor", "head")
+        (None, 'taylor')
+    """
+    return importance.get(kind) if isinstance(importance, Mapping) else importance
 
 
 def _live_groups(kind: str, groups: Sequence[UnitGroup], dropped: Sequence[str]) -> list[UnitGroup]:

@@ -63,7 +63,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from tensorplay.ao.pruning.parity.aliases import alias_map
+from tensorplay.ao.pruning.parity.aliases import TiedParameter, alias_map
 from tensorplay.ao.pruning.parity.base import BasePruningMethod
 from tensorplay.ao.pruning.selection.sharding import first_sharded
 from tensorplay.ao.pruning.structured.dependency.blocks import hf_config_of
@@ -121,7 +121,8 @@ class HiddenStructure(UnitStructure):
             tied = aliases[name]
             found.setdefault(id(tied.parameter), Target(tied.names, tied.pairs))
         self.scored = list(found.values())
-        self._multiple = math.lcm(self._multiple, hidden_step(model, self.groups, self._shapes))
+        step = hidden_step(model, self.groups, self._shapes, aliases)
+        self._multiple = math.lcm(self._multiple, step)
         install_stream_norms(self._norms)
 
     @classmethod
@@ -202,18 +203,21 @@ def hidden_step(
     model: nn.Module,
     groups: Sequence[UnitGroup],
     shapes: Mapping[str, torch.Size] | None = None,
+    aliases: Mapping[str, TiedParameter] | None = None,
 ) -> int:
     """The multiple of hidden channels ``groups`` (the model's hidden group) are pruned in:
     transformers' experts kernel needs 16-byte rows, the fused expert tensors' hidden width
     too, and a config states ``hidden_size`` only as a multiple of the query heads where it
-    states ``head_dim`` apart (``shapes``: :func:`shapes_of` the model, if read already).
+    states ``head_dim`` apart (``shapes``: :func:`shapes_of` the model, ``aliases``:
+    :func:`~tensorplay.ao.pruning.parity.aliases.alias_map` of it, if read already).
 
     Example:
         >>> hidden_step(nn.Linear(2, 2), [])
         1
     """
     shapes = shapes_of(model) if shapes is None else shapes
-    sizes = {name: tied.parameter.element_size() for name, tied in alias_map(model).items()}
+    aliases = alias_map(model) if aliases is None else aliases
+    sizes = {name: tied.parameter.element_size() for name, tied in aliases.items()}
     step = max((expert_width_step(group, sizes, shapes) for group in groups), default=1)
     return math.lcm(step, _heads_step(model))
 
