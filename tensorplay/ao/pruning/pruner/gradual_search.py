@@ -57,13 +57,13 @@ from tensorplay.ao.pruning.masking.stats import SparsityReport
 from tensorplay.ao.pruning.pruner.conductor import Pruner
 from tensorplay.ao.pruning.pruner.one_shot import one_shot_importance, prune_one_shot
 from tensorplay.ao.pruning.pruner.schedules import Schedule, schedule_from_dict
-from tensorplay.ao.pruning.pruner.search import (
+from tensorplay.ao.pruning.pruner.search import choose_mix, kind_importance
+from tensorplay.ao.pruning.pruner.search_grid import (
     SEARCH_ORDER,
+    SearchGrid,
+    check_allocation,
     check_search,
-    choose_mix,
-    kind_importance,
 )
-from tensorplay.ao.pruning.pruner.search_grid import SearchGrid, check_allocation
 from tensorplay.ao.pruning.structured.units.kept_grid import masked_blocks, read_kept_grid
 from tensorplay.ao.pruning.structured.units.latency_setting import LatencyBudget
 from tensorplay.ao.pruning.structured.units.measures import routed_experts

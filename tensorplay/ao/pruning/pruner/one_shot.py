@@ -76,13 +76,8 @@ from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.pruner.conductor import Pruner
 from tensorplay.ao.pruning.pruner.config import Scope, Structure
 from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
-from tensorplay.ao.pruning.pruner.search import (
-    SearchResult,
-    check_search,
-    choose_mix,
-    realize_mix,
-)
-from tensorplay.ao.pruning.pruner.search_grid import SearchGrid
+from tensorplay.ao.pruning.pruner.search import SearchResult, choose_mix, realize_mix
+from tensorplay.ao.pruning.pruner.search_grid import SearchGrid, check_search
 from tensorplay.ao.pruning.structured.dependency.hidden_width import HIDDEN
 from tensorplay.ao.pruning.structured.reconstruction import (
     DEFAULT_DAMPING,

@@ -73,7 +73,7 @@ from tensorplay.ao.pruning.calibration.batches import Forward
 from tensorplay.ao.pruning.calibration.padding import real_tokens
 from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.pruner.conductor import Pruner
-from tensorplay.ao.pruning.pruner.search_grid import Allocation, check_grid
+from tensorplay.ao.pruning.pruner.search_grid import SEARCH_ORDER, Allocation
 from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup
 from tensorplay.ao.pruning.structured.shrinking.shrink import shrink
 from tensorplay.ao.pruning.structured.units.budget import model_params
@@ -85,17 +85,12 @@ from tensorplay.ao.pruning.structured.units.memory_setting import MemoryBudget
 from tensorplay.ao.pruning.structured.units.search_reading import SearchReading, read_search
 
 __all__ = [
-    "SEARCH_ORDER",
     "MixChoice",
     "SearchResult",
-    "check_search",
     "choose_mix",
     "kind_importance",
     "realize_mix",
 ]
-
-SEARCH_ORDER = ("layer", "hidden", "head", "channel", "expert")
-"""The kinds a search mixes, in the order a candidate prunes them."""
 
 _Found = tuple[dict[str, Any], dict[str, float]]
 
@@ -144,47 +139,6 @@ class SearchResult:
             [{'score': 1.0, 'chosen': True}]
         """
         return [dict(row) for row in self._rows]
-
-
-def check_search(
-    structure: object, budgets: Mapping[str, object], grid: object, importance: object
-) -> tuple[tuple[str, ...], list[Allocation]]:
-    """The kinds (in :data:`SEARCH_ORDER`) and the allocations of a search, checked.
-
-    Raises:
-        TypeError, ValueError: A ``structure`` that is not a tuple of at least two distinct
-            kinds of :data:`SEARCH_ORDER`; no budget; a bad ``search_grid``; an ``importance``
-            that is neither a name nor a mapping from kind to name. Each names the option.
-
-    Example:
-        >>> kinds, grid = check_search(("channel", "layer"), {"target_params": 0.5}, 4, None)
-        >>> kinds, len(grid)
-        (('layer', 'channel'), 5)
-    """
-    if not isinstance(structure, (tuple, list)) or len(structure) < 2:
-        raise ValueError(
-            "Expected `structure` to be a tuple of at least two kinds with search=True (the "
-            f"kinds whose mix is searched), but got {structure!r}."
-        )
-    unknown = [kind for kind in structure if kind not in SEARCH_ORDER]
-    if unknown or len(set(structure)) < len(structure):
-        raise ValueError(
-            f"Expected `structure` to name distinct kinds among {SEARCH_ORDER} with "
-            f"search=True, but got {tuple(structure)!r}."
-        )
-    if all(value is None for value in budgets.values()):
-        raise ValueError(
-            "Expected a budget (`target_params`, `target_active_params`, `target_memory` or "
-            "`target_latency`) with search=True: the candidates share what it asks to remove, "
-            "but got none."
-        )
-    if not (importance is None or isinstance(importance, (str, Mapping))):
-        raise TypeError(
-            "Expected `importance` to be a name or a mapping from kind to name with "
-            f"search=True, but got {importance!r}."
-        )
-    kinds = tuple(kind for kind in SEARCH_ORDER if kind in structure)
-    return kinds, check_grid(grid, kinds)
 
 
 @dataclass(frozen=True)

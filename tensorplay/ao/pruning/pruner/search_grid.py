@@ -18,7 +18,18 @@ import itertools
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 
-__all__ = ["Allocation", "SearchGrid", "allocations", "check_allocation", "check_grid"]
+__all__ = [
+    "SEARCH_ORDER",
+    "Allocation",
+    "SearchGrid",
+    "allocations",
+    "check_allocation",
+    "check_grid",
+    "check_search",
+]
+
+SEARCH_ORDER = ("layer", "hidden", "head", "channel", "expert")
+"""The kinds a search mixes, in the order a candidate prunes them."""
 
 Allocation = dict[str, Fraction]
 """One share per kind, summing to 1."""
@@ -115,3 +126,44 @@ def check_allocation(entry: object, kinds: Sequence[str]) -> Allocation:
             f"{dict(entry)!r} sums to {float(sum(shares.values()))}."
         )
     return shares
+
+
+def check_search(
+    structure: object, budgets: Mapping[str, object], grid: object, importance: object
+) -> tuple[tuple[str, ...], list[Allocation]]:
+    """The kinds (in :data:`SEARCH_ORDER`) and the allocations of a search, checked.
+
+    Raises:
+        TypeError, ValueError: A ``structure`` that is not a tuple of at least two distinct
+            kinds of :data:`SEARCH_ORDER`; no budget; a bad ``search_grid``; an ``importance``
+            that is neither a name nor a mapping from kind to name. Each names the option.
+
+    Example:
+        >>> kinds, grid = check_search(("channel", "layer"), {"target_params": 0.5}, 4, None)
+        >>> kinds, len(grid)
+        (('layer', 'channel'), 5)
+    """
+    if not isinstance(structure, (tuple, list)) or len(structure) < 2:
+        raise ValueError(
+            "Expected `structure` to be a tuple of at least two kinds with search=True (the "
+            f"kinds whose mix is searched), but got {structure!r}."
+        )
+    unknown = [kind for kind in structure if kind not in SEARCH_ORDER]
+    if unknown or len(set(structure)) < len(structure):
+        raise ValueError(
+            f"Expected `structure` to name distinct kinds among {SEARCH_ORDER} with "
+            f"search=True, but got {tuple(structure)!r}."
+        )
+    if all(value is None for value in budgets.values()):
+        raise ValueError(
+            "Expected a budget (`target_params`, `target_active_params`, `target_memory` or "
+            "`target_latency`) with search=True: the candidates share what it asks to remove, "
+            "but got none."
+        )
+    if not (importance is None or isinstance(importance, (str, Mapping))):
+        raise TypeError(
+            "Expected `importance` to be a name or a mapping from kind to name with "
+            f"search=True, but got {importance!r}."
+        )
+    kinds = tuple(kind for kind in SEARCH_ORDER if kind in structure)
+    return kinds, check_grid(grid, kinds)
