@@ -167,6 +167,51 @@ def test_a_resumed_run_ends_bit_for_bit_where_the_unbroken_run_does() -> None:
         assert torch.equal(found[key], value), key
 
 
+def test_a_run_of_depth_alone_counts_its_steps_and_resumes_them() -> None:
+    """With the layers alone chosen, no width pruner counts the steps: the run does, and its
+    state carries them."""
+    options = {"target_params": 0.8, "structure": ("layer", "channel"),
+               "allocation": {"layer": 1.0}}  # fmt: skip
+    schedule = LinearSchedule(end_step=4, frequency=2)
+    pruner = SearchedPruner(FAMILY_MODELS["llama"].build(), schedule, _batches(), **options)
+    assert pruner.kinds == ("layer",) and pruner.last_step == -1
+    assert [pruner.step() for _ in range(3)] == [0, 0, 0]
+    assert pruner.last_step == 2 and pruner.target_sparsity() == schedule(2) == 0.5
+    pruner.step(5)
+    state = pruner.state_dict()
+    assert state["last_step"] == 5 and state["pruners"] == {}
+    again = SearchedPruner(FAMILY_MODELS["llama"].build(), schedule, _batches(), **options)
+    again.load_state_dict(state)
+    assert again.last_step == 5
+    with pytest.raises(TypeError, match="`step` to be an int"):
+        again.step(1.5)  # type: ignore[arg-type]
+
+
+def test_the_report_holds_every_kind_and_the_optimizers_reach_every_width() -> None:
+    model = FAMILY_MODELS["llama"].build()
+    pruner = SearchedPruner(
+        model, LinearSchedule(end_step=2), _batches(), target_params=0.5,
+        structure=("layer", "hidden", "channel"),
+        allocation={"layer": 0.4, "hidden": 0.4, "channel": 0.2},
+    )  # fmt: skip
+    _run(pruner, range(3))
+    report = pruner.report()
+    kinds = {row.name.split("/")[0] for row in report.rows}
+    assert kinds == {"layer", "hidden", "channel"} and report.target is None
+    assert report.pruned == sum(part.report().pruned for part in pruner.pruners.values())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    held = pruner.held_by(optimizer)
+    assert len(held) == len(set(held)) and set(held) == {
+        name for part in pruner.pruners.values() for name in part.held_by(optimizer)
+    }
+    pruner.optimizers = [optimizer]
+    assert pruner.optimizers == [optimizer]
+    assert [pruner.pruners[kind].optimizers for kind in ("hidden", "channel")] == [[optimizer]] * 2
+    assert pruner.mode.name == "reparametrize" and not pruner.permanent
+    pruner.make_permanent()
+    assert pruner.permanent
+
+
 def test_a_state_of_another_search_is_refused_before_anything_changes() -> None:
     pruner = SearchedPruner(FAMILY_MODELS["llama"].build(), LinearSchedule(end_step=2),
                             _batches(), target_params=0.75, structure=("layer", "channel"),

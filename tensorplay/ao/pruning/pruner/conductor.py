@@ -30,7 +30,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from torch import Tensor, nn
 from torch.optim import Optimizer
@@ -195,7 +195,8 @@ class Pruner(OptimizerLinks):
         self._shrink_watch = ShrinkWatch(pair for target in self._targets for pair in target.pairs)
         self._mode.check_targets(self._targets)
         self._budget = make_budget(model, config, self._structure, self._mode)
-        self._importance = make_importance(config.importance, config.accumulator_dtype)
+        score = cast(str, config.importance)  # one name: only a searched run's is a mapping
+        self._importance = make_importance(score, config.accumulator_dtype)
         self._importance.bind(self._scored_targets, self._structure.groups)
         self._optimizers = AttachedOptimizers(optimizers)
         self._progress = Progress(seed=config.seed)

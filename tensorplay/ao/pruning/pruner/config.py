@@ -17,7 +17,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from functools import cached_property
 from typing import Any, Literal
@@ -28,6 +28,7 @@ from tensorplay.ao.pruning.parity.method_selection import counts_itself
 from tensorplay.ao.pruning.parity.methods import RandomUnstructured
 from tensorplay.ao.pruning.pruner.schedules import Schedule
 from tensorplay.ao.pruning.pruner.scopes import SCOPES, scope_choices
+from tensorplay.ao.pruning.pruner.search_grid import check_search
 from tensorplay.ao.pruning.structured.units import STRUCTURES, structure_choices
 from tensorplay.ao.pruning.structured.units.budget import check_target_params
 from tensorplay.ao.pruning.structured.units.combined import CombinedStructure, check_kinds
@@ -178,6 +179,60 @@ def _structure_of(structure: object) -> object:
     return structure
 
 
+def _single_importance(importance: object) -> str:
+    """A pruner's one score: ``None`` is ``"magnitude"``; a mapping (a score per kind) is a
+    searched run's."""
+    if importance is None:
+        return "magnitude"
+    if isinstance(importance, Mapping):
+        raise ValueError(
+            f"Expected `importance` to be a score's name, but got {dict(importance)!r}: a score "
+            "per kind is for search=True, which ranks each kind on its own."
+        )
+    if not isinstance(importance, str):
+        raise ValueError(
+            f"Expected `importance` to be one of {tuple(IMPORTANCES)}, but got {importance!r}."
+        )
+    return importance
+
+
+def _check_search_flag(search: object) -> bool:
+    if not isinstance(search, bool):
+        raise TypeError(f"Expected `search` to be a bool, but got {search!r}.")
+    return search
+
+
+_SEARCH_DEFAULTS = {
+    "scope": "global",
+    "multiple_of": 1,
+    "masking": "reparametrize",
+    "rewind": "none",
+}
+"""The options a searched run sets itself (every kind layerwise, masks in the forward) or
+does not take, at their defaults."""
+
+
+def _check_searched(config: PrunerConfig, budgets: Mapping[str, object]) -> None:
+    """With ``search=True``: the searched kinds, a budget, a score per kind (or each kind's
+    own), and none of the options the search sets."""
+    check_search(config.structure, budgets, 1, config.importance)
+    importance = config.importance
+    names = importance.values() if isinstance(importance, Mapping) else [importance]
+    unknown = [name for name in names if name is not None and name not in IMPORTANCES]
+    if unknown:
+        raise ValueError(
+            f"Expected `importance` to name scores among {tuple(IMPORTANCES)}, but got "
+            f"{unknown[0]!r}."
+        )
+    for name, default in _SEARCH_DEFAULTS.items():
+        if getattr(config, name) != default:
+            raise ValueError(
+                f"Expected {name}={default!r} (the default) with search=True, but got "
+                f"{name}={getattr(config, name)!r}: a searched run prunes every kind "
+                "layerwise to the shares the search chose, with the masks in the forward."
+            )
+
+
 BUDGETS = ("target_params", "target_active_params", "target_memory", "target_latency")
 """The budgets, each usable alone or with the others."""
 
@@ -305,7 +360,10 @@ class PrunerConfig:
             2024, from forward hooks; ``structure="channel"`` or ``"head"`` only:
             :mod:`~tensorplay.ao.pruning.importance.activation`), or,
             with ``structure="expert"`` only, ``"reap"`` and ``"frequency"`` (observed routing:
-            :mod:`~tensorplay.ao.pruning.importance.expert_routing`).
+            :mod:`~tensorplay.ao.pruning.importance.expert_routing`). ``None``: ``"magnitude"``;
+            with ``search=True``, each kind's own score (as
+            :func:`~tensorplay.ao.pruning.prune_one_shot` ranks it), and a mapping from kind to
+            name may give some kinds theirs.
         accumulator_dtype: ``"float32"`` (4 bytes per pruned parameter) or ``"bfloat16"`` (2)
             for the accumulated gradient scores and Wanda's input norms.
         structure: What one unit is (:mod:`~tensorplay.ao.pruning.structured.units`): ``"element"``
@@ -354,6 +412,12 @@ class PrunerConfig:
             :class:`~tensorplay.ao.pruning.structured.units.latency_setting.LatencyBudget` (or a
             mapping of its fields), alone or with the other budgets
             (:mod:`~tensorplay.ao.pruning.structured.units.latency`).
+        search: Search the mix of the kinds of a ``structure`` tuple under the budgets (any of
+            ``"layer"``, ``"hidden"``, ``"head"``, ``"channel"``, ``"expert"``), as
+            :class:`~tensorplay.ao.pruning.pruner.gradual_search.SearchedPruner` does: for the
+            training-framework adapters, which build one in place of a
+            :class:`~tensorplay.ao.pruning.pruner.Pruner`. ``scope``, ``multiple_of``,
+            ``masking`` and ``rewind`` stay at their defaults then.
 
     Raises:
         TypeError: A value of the wrong type (``schedule``, ``min_density``, ``rewind_step``,
@@ -364,13 +428,19 @@ class PrunerConfig:
             decides its own count, ``scope="row"`` with a method other than L1 or random, an
             importance with ``random_unstructured``, an unknown ``structure``, or a structured
             one with a method other than L1 or random, ``scope="row"``, ``"movement"`` or
-            ``multiple_of`` on layers; ``multiple_of`` other than 1 on elements.
+            ``multiple_of`` on layers; ``multiple_of`` other than 1 on elements; with
+            ``search=True``, a ``structure`` that is not a tuple of searched kinds, no budget,
+            or an option the search sets.
 
     Example:
         >>> from tensorplay.ao.pruning.pruner.schedules import CubicSchedule
         >>> config = PrunerConfig(CubicSchedule(0.8, end_step=100), method="random_unstructured")
-        >>> config.method_class.__name__, config.scope
-        ('RandomUnstructured', 'global')
+        >>> config.method_class.__name__, config.scope, config.importance
+        ('RandomUnstructured', 'global', 'magnitude')
+        >>> searched = PrunerConfig(CubicSchedule(end_step=100), structure=["layer", "hidden"],
+        ...                         target_params=0.75, search=True)
+        >>> searched.structure, searched.importance
+        (('layer', 'hidden'), None)
     """
 
     schedule: Schedule
@@ -387,7 +457,7 @@ class PrunerConfig:
     rewind_step: int = 0
     seed: int | None = None
     masking: Masking = "reparametrize"
-    importance: str = "magnitude"
+    importance: str | Mapping[str, str] | None = None
     accumulator_dtype: AccumulatorDtype = "float32"
     structure: Structure | tuple[Structure, ...] = "element"
     multiple_of: int = 1
@@ -395,6 +465,7 @@ class PrunerConfig:
     target_active_params: int | float | None = None
     target_memory: MemoryBudget | None = None
     target_latency: LatencyBudget | None = None
+    search: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "structure", _structure_of(self.structure))
@@ -417,23 +488,35 @@ class PrunerConfig:
         _check_seed(self.seed)
         _check_masking(self.masking)
         _check_method_options(self.method_class, self.min_density, self.scope)
-        _check_importance(self.importance, self.accumulator_dtype, self.method_class)
-        _check_structure(
-            self.structure, self.multiple_of, self.method_class, self.scope, self.importance
-        )
         budgets = {name: getattr(self, name) for name in BUDGETS}
+        if _check_search_flag(self.search):
+            _check_searched(self, budgets)
+        else:
+            importance = _single_importance(self.importance)
+            object.__setattr__(self, "importance", importance)
+            _check_importance(importance, self.accumulator_dtype, self.method_class)
+            _check_structure(
+                self.structure, self.multiple_of, self.method_class, self.scope, importance
+            )
         _check_budgets(budgets, self.schedule, self.structure, self.multiple_of)
 
     def as_kwargs(self) -> dict[str, Any]:
-        """The fields by name: the keyword arguments of
-        :class:`~tensorplay.ao.pruning.pruner.Pruner` that made this configuration.
+        """The fields by name but ``search``: the keyword arguments of
+        :class:`~tensorplay.ao.pruning.pruner.Pruner` that made this configuration (with
+        ``search=True``: those of
+        :class:`~tensorplay.ao.pruning.pruner.gradual_search.SearchedPruner`, the options
+        among them).
 
         Example:
             >>> from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
             >>> sorted(PrunerConfig(OneShotSchedule(0.5)).as_kwargs())[:4]
             ['accumulator_dtype', 'exclude', 'importance', 'include']
         """
-        return {field.name: getattr(self, field.name) for field in fields(self)}
+        return {
+            field.name: getattr(self, field.name)
+            for field in fields(self)
+            if field.name != "search"
+        }
 
     @cached_property
     def method_class(self) -> type[BasePruningMethod]:

@@ -44,7 +44,7 @@ Example:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -53,8 +53,10 @@ from torch.optim import Optimizer
 
 from tensorplay.ao.pruning.calibration.batches import Forward
 from tensorplay.ao.pruning.edits import changes
-from tensorplay.ao.pruning.masking.stats import SparsityReport
+from tensorplay.ao.pruning.masking import MaskingMode
+from tensorplay.ao.pruning.masking.stats import SparsityReport, TensorSparsity
 from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.config import check_int
 from tensorplay.ao.pruning.pruner.one_shot import one_shot_importance, prune_one_shot
 from tensorplay.ao.pruning.pruner.schedules import Schedule, schedule_from_dict
 from tensorplay.ao.pruning.pruner.search import choose_mix, kind_importance
@@ -69,7 +71,7 @@ from tensorplay.ao.pruning.structured.units.latency_setting import LatencyBudget
 from tensorplay.ao.pruning.structured.units.measures import routed_experts
 from tensorplay.ao.pruning.structured.units.memory_setting import MemoryBudget
 
-__all__ = ["STATE_VERSION", "KindSchedule", "SearchedPruner"]
+__all__ = ["STATE_VERSION", "KindSchedule", "RunPruner", "SearchedPruner", "pruner_parts"]
 
 STATE_VERSION = 1
 """The version of :meth:`SearchedPruner.state_dict`."""
@@ -247,6 +249,7 @@ class SearchedPruner:
                 data, shares["layer"], importance, forward, options
             )
         self.dropped = masked_blocks(model)
+        self._steps = -1  # the last step taken, while no width has a pruner to count it
         exclude = [*(options.get("exclude") or ())]
         exclude += [rf"^{re.escape(block)}\." for block in self.dropped]
         for kind in SEARCH_ORDER:
@@ -303,7 +306,7 @@ class SearchedPruner:
     @property
     def last_step(self) -> int:
         """The last step taken (-1 before the first)."""
-        return min((pruner.last_step for pruner in self._widths.values()), default=-1)
+        return min((pruner.last_step for pruner in self._widths.values()), default=self._steps)
 
     @property
     def history(self) -> list[tuple[int, str, int]]:
@@ -331,6 +334,9 @@ class SearchedPruner:
             As :meth:`~tensorplay.ao.pruning.pruner.Pruner.step`, before any pruner steps.
         """
         widths = self._widths.values()
+        if not widths:  # the depth alone, pruned when built: the steps count the way
+            self._steps = self._steps + 1 if step is None else check_int("step", step, 0)
+            return 0
         taken = {pruner.check_step(step) for pruner in widths}
         if len(taken) > 1:
             raise RuntimeError(
@@ -358,6 +364,61 @@ class SearchedPruner:
         """Each kind's :meth:`~tensorplay.ao.pruning.pruner.Pruner.report`, by kind."""
         return {kind: pruner.report() for kind, pruner in self.pruners.items()}
 
+    def report(self) -> SparsityReport:
+        """Every kind's groups in one table (a row per group, named ``<kind>/<group>``, counting
+        its units; the layers removed when the pruner was built among them), against no target:
+        the budget counts parameters (:meth:`kept_params` says where the model stands)."""
+        rows = tuple(
+            TensorSparsity(f"{kind}/{row.name}", row.shape, row.numel, row.pruned)
+            for kind, report in self.reports().items()
+            for row in report.rows
+        )
+        return SparsityReport(rows, None, "group")
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The kinds the chosen candidate prunes, in the order pruned."""
+        return tuple(self.pruners)
+
+    def target_sparsity(self, step: int | None = None) -> float:
+        """The fraction of the way to the budget at ``step`` (default: the last step taken):
+        the schedule's value, as a budgeted :class:`~tensorplay.ao.pruning.pruner.Pruner`
+        reports it."""
+        return self.schedule(self.last_step if step is None else step)
+
+    @property
+    def permanent(self) -> bool:
+        """Whether :meth:`make_permanent` has been called."""
+        return all(pruner.permanent for pruner in self.pruners.values())
+
+    @property
+    def mode(self) -> MaskingMode:
+        """How the masks are held: the reparametrization, for every kind."""
+        return next(iter(self.pruners.values())).mode
+
+    @property
+    def optimizers(self) -> list[Optimizer]:
+        """Optimizers whose state every kind's pruner clears after each of its pruning steps
+        that pruned something (see :attr:`~tensorplay.ao.pruning.pruner.Pruner.optimizers`)."""
+        return next(iter(self._widths.values())).optimizers if self._widths else []
+
+    @optimizers.setter
+    def optimizers(self, optimizers: Sequence[Optimizer]) -> None:
+        for pruner in self._widths.values():
+            pruner.optimizers = optimizers
+
+    def held_by(self, optimizer: Optimizer) -> list[str]:
+        """The targets of any kind whose parameter ``optimizer`` holds (see
+        :meth:`~tensorplay.ao.pruning.pruner.Pruner.held_by`), each once."""
+        found = (name for pruner in self.pruners.values() for name in pruner.held_by(optimizer))
+        return list(dict.fromkeys(found))
+
+    def mask_gradients(self) -> None:
+        """Zero the pruned entries of every kind's gradients now (see
+        :meth:`~tensorplay.ao.pruning.pruner.Pruner.mask_gradients`)."""
+        for pruner in self.pruners.values():
+            pruner.mask_gradients()
+
     @changes.atomic
     def reparametrize(self) -> None:
         """Give every target of every kind an all-kept mask where it has none, so that a
@@ -375,8 +436,9 @@ class SearchedPruner:
 
     def state_dict(self) -> dict[str, Any]:
         """The run's state: ``version``, the chosen ``allocation``, ``shares`` and ``dropped``
-        blocks, the ``search_report``, and each width kind's pruner state under ``pruners``.
-        With the model's state_dict it resumes the run exactly (:meth:`load_state_dict`)."""
+        blocks, the ``search_report``, each width kind's pruner state under ``pruners`` and the
+        ``last_step``. With the model's state_dict it resumes the run exactly
+        (:meth:`load_state_dict`)."""
         return {
             "version": STATE_VERSION,
             "allocation": self.allocation,
@@ -384,6 +446,7 @@ class SearchedPruner:
             "dropped": list(self.dropped),
             "search_report": self.search_report(),
             "pruners": {kind: pruner.state_dict() for kind, pruner in self._widths.items()},
+            "last_step": self.last_step,
         }
 
     @changes.atomic
@@ -418,6 +481,25 @@ class SearchedPruner:
             )
         for kind, pruner in self._widths.items():
             pruner.load_state_dict(pruners[kind])
+        self._steps = int(state.get("last_step", -1))
+
+
+RunPruner = Pruner | SearchedPruner
+"""A pruner a training run steps: one structure's, or a searched mix's."""
+
+
+def pruner_parts(pruner: RunPruner) -> list[Pruner]:
+    """The :class:`~tensorplay.ao.pruning.pruner.Pruner` objects that hold ``pruner``'s masks:
+    itself, or a searched run's pruner of each kind (the layers' included).
+
+    Example:
+        >>> from torch import nn
+        >>> from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
+        >>> pruner = Pruner(nn.Linear(2, 2), OneShotSchedule(0.5))
+        >>> pruner_parts(pruner) == [pruner]
+        True
+    """
+    return list(pruner.pruners.values()) if isinstance(pruner, SearchedPruner) else [pruner]
 
 
 def _check_options(options: Mapping[str, Any], score: object) -> None:
