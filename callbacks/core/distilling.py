@@ -49,7 +49,7 @@ from torch import Tensor, nn
 from tensorplay.ao.pruning.distillation.dense_copy import dense_copy
 from tensorplay.ao.pruning.distillation.distill import Distillation
 from tensorplay.ao.pruning.distillation.left_out import LeftOutOfCopies
-from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.gradual_search import RunPruner
 from tensorplay.ao.pruning.selection import is_dtensor
 
 __all__ = ["SHARDED_TEACHER", "Distilling", "check_distill_arguments", "first_pruning_due"]
@@ -87,7 +87,7 @@ def _check_real(name: str, value: object, expected: str, ok: Callable[[float], b
         raise ValueError(f"Expected `{name}` to be {expected}, but got {value!r}.")
 
 
-def first_pruning_due(pruner: Pruner, step: int) -> bool:
+def first_pruning_due(pruner: RunPruner, step: int) -> bool:
     """Whether ``pruner.step(step)`` takes the pruner's first pruning step that removes units
     (none removed yet, a pruning step of its schedule between the last step taken and ``step``,
     and a target above 0 there).
@@ -130,6 +130,7 @@ class Distilling(LeftOutOfCopies):
         self._loaded: Mapping[str, Tensor] | None = None
         self._unsaved = False  # the checkpoint loaded had a sharded teacher, not found
         self._fill: Callable[[nn.Module], None] | None = None  # loads a sharded teacher
+        self._taken: nn.Module | None = None  # the dense copy taken before a searched run
 
     @property
     def attached(self) -> bool:
@@ -147,6 +148,7 @@ class Distilling(LeftOutOfCopies):
         teacher loaded from a checkpoint; a default teacher waits for :meth:`before_step`."""
         if weight <= 0 or self.attached:
             return
+        taken, self._taken = self._taken, None
         if self._loaded is not None or self._fill is not None:
             copy = dense_copy(student)
             if self._fill is not None:
@@ -157,8 +159,18 @@ class Distilling(LeftOutOfCopies):
             self._attach(student, copy, weight, temperature, copied=True)
         elif teacher is not None:
             self._attach(student, teacher, weight, temperature, copied=False)
+        elif taken is not None:
+            self._attach(student, taken, weight, temperature, copied=True)
 
-    def before_step(self, pruner: Pruner, step: int, *, weight: float, temperature: float) -> None:
+    def copy_teacher(self, student: nn.Module) -> None:
+        """Take the teacher now, a frozen dense copy of ``student`` as it is, to attach at
+        :meth:`start`: a searched run removes layers when its pruner is built, before
+        training starts (a teacher loaded from a checkpoint still comes first)."""
+        self._taken = dense_copy(student)
+
+    def before_step(
+        self, pruner: RunPruner, step: int, *, weight: float, temperature: float
+    ) -> None:
         """Before ``pruner.step(step)``: if it takes the first pruning step, take the teacher
         (a frozen dense copy of the model as it is now) and attach it.
 

@@ -39,12 +39,13 @@ import logging
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
 
+from tensorplay.ao.pruning.calibration.batches import Forward
 from tensorplay.ao.pruning.distillation.distill import attached_distillation
 from tensorplay.ao.pruning.distillation.sharded_copy import check_gatherable
 from tensorplay.ao.pruning.edits import changes
@@ -52,8 +53,10 @@ from tensorplay.ao.pruning.imports import import_path
 from tensorplay.ao.pruning.masking.optimizer_hooks import OptimizerAttachment
 from tensorplay.ao.pruning.masking.stats import SparsityReport
 from tensorplay.ao.pruning.pruner.conductor import Pruner
-from tensorplay.ao.pruning.pruner.config import PrunerConfig
+from tensorplay.ao.pruning.pruner.config import BUDGETS, PrunerConfig
+from tensorplay.ao.pruning.pruner.gradual_search import RunPruner, SearchedPruner, pruner_parts
 from tensorplay.ao.pruning.pruner.schedules import schedule_from_dict
+from tensorplay.ao.pruning.pruner.search_grid import SearchGrid, check_allocation, check_search
 from tensorplay.ao.pruning.saving.permanent_saves import (
     PermanentSaves,
     kept_zeros,
@@ -130,6 +133,19 @@ class AdapterOptions:
             inputs) that tracing it for ``structure="channel"`` takes; ``None``: the
             framework's, or those of the model's first training forward. Like ``teacher``, it
             has no plain-data form (a YAML config leaves it out).
+        search_batches: With ``search=True``, the calibration batches the candidates are
+            realized and scored on when the pruner is built (read into a list; no plain-data
+            form).
+        search_forward: With ``search=True``, how a batch runs through the model the adapter
+            prunes, returning a scalar loss: ``forward(model, batch)``; ``None``:
+            ``model(**batch)`` for a mapping (a causal LM's loss where it holds ``input_ids``),
+            ``model(*batch)`` for a tuple, else ``model(batch)`` (see
+            :func:`~tensorplay.ao.pruning.prune_one_shot`).
+        search_grid: With ``search=True``, the allocations searched (an int: shares in
+            multiples of its inverse; or a list of mappings from kind to share); ``None``: 4.
+        search_score: With ``search=True``, ``"loss"`` or ``"kl"`` (against the dense model).
+        search_allocation: With ``search=True``, the mix to prune to instead of a search (a
+            row's ``allocation`` of ``search_report()``); a resumed run passes its state's.
 
     Raises:
         TypeError: A distillation argument of the wrong type; ``example_inputs`` neither a
@@ -147,6 +163,11 @@ class AdapterOptions:
     distill_temperature: float = 2.0
     teacher: nn.Module | None = None
     example_inputs: ExampleInputs | None = field(default=None, compare=False)
+    search_batches: Sequence[Any] | None = field(default=None, compare=False)
+    search_forward: Forward | None = field(default=None, compare=False)
+    search_grid: SearchGrid | None = None
+    search_score: Literal["loss", "kl"] = "loss"
+    search_allocation: Mapping[str, float] | None = None
 
     def __post_init__(self) -> None:
         check_distill_arguments(self.distill_weight, self.distill_temperature, self.teacher)
@@ -244,6 +265,11 @@ class SessionOptions:
     distill_temperature = Option()
     teacher = Option()
     example_inputs = Option()
+    search_batches = Option()
+    search_forward = Option()
+    search_grid = Option()
+    search_score = Option()
+    search_allocation = Option()
 
 
 _CONFIG_FIELDS = tuple(field.name for field in fields(PrunerConfig))
@@ -287,11 +313,13 @@ def split_arguments(arguments: Mapping[str, Any]) -> tuple[PrunerConfig, Adapter
 
 def check_options(config: PrunerConfig, options: AdapterOptions) -> None:
     """Refuse options that contradict the configuration: ``shrink_at_end`` or
-    ``example_inputs`` with single weights.
+    ``example_inputs`` with single weights; a search without batches, or search options
+    without a search.
 
     Raises:
-        ValueError: Naming both.
+        TypeError, ValueError: Naming both.
     """
+    check_search_options(config, options)
     if options.example_inputs is not None and config.structure == "element":
         raise ValueError(
             "Expected `structure` to be 'channel' with `example_inputs` (they are traced to find "
@@ -304,6 +332,69 @@ def check_options(config: PrunerConfig, options: AdapterOptions) -> None:
             "but got structure='element': single weights leave no unit to remove, so nothing "
             "would shrink. Choose a structure, or make_permanent=True to keep the zeros."
         )
+
+
+_SEARCH_OPTIONS = (
+    "search_batches",
+    "search_forward",
+    "search_grid",
+    "search_score",
+    "search_allocation",
+)
+
+
+def check_search_options(config: PrunerConfig, options: AdapterOptions) -> None:
+    """With ``search=True``: calibration batches, a grid or an allocation (not both) over the
+    searched kinds, a known score; without it: none of the search's options (they would be
+    ignored).
+
+    Raises:
+        TypeError, ValueError: Naming the option and the value.
+
+    Example:
+        >>> from tensorplay.ao.pruning.pruner.schedules import CubicSchedule
+        >>> config = PrunerConfig(CubicSchedule(end_step=10), structure=("layer", "hidden"),
+        ...                       target_params=0.8, search=True)
+        >>> check_search_options(config, AdapterOptions())
+        Traceback (most recent call last):
+        ...
+        ValueError: Expected `search_batches` (the calibration batches the candidates are ...
+    """
+    if not config.search:
+        given = [name for name in _SEARCH_OPTIONS if getattr(options, name) != _DEFAULTS[name]]
+        if given:
+            raise ValueError(
+                f"Expected search=True with {given}, but got search=False: they set up the "
+                "search of the mix of kinds. Pass search=True, or leave them out."
+            )
+        return
+    if options.search_batches is None or isinstance(options.search_batches, (str, bytes)):
+        raise ValueError(
+            "Expected `search_batches` (the calibration batches the candidates are realized "
+            f"and scored on) with search=True, but got {options.search_batches!r}."
+        )
+    if options.search_forward is not None and not callable(options.search_forward):
+        raise TypeError(
+            f"Expected `search_forward` to be callable or None, but got {options.search_forward!r}."
+        )
+    if options.search_score not in ("loss", "kl"):
+        raise ValueError(
+            f"Expected `search_score` to be 'loss' or 'kl', but got {options.search_score!r}."
+        )
+    if options.search_grid is not None and options.search_allocation is not None:
+        raise ValueError(
+            "Expected either `search_grid` (a search) or `search_allocation` (the mix given), "
+            f"but got both: search_grid={options.search_grid!r}, "
+            f"search_allocation={options.search_allocation!r}."
+        )
+    budgets = {name: getattr(config, name) for name in BUDGETS}
+    grid = 4 if options.search_grid is None else options.search_grid
+    kinds, _ = check_search(config.structure, budgets, grid, config.importance)
+    if options.search_allocation is not None:
+        check_allocation(options.search_allocation, kinds)
+
+
+_DEFAULTS = {name: getattr(AdapterOptions(), name) for name in _SEARCH_OPTIONS}
 
 
 def plain_arguments(config: PrunerConfig, options: AdapterOptions) -> dict[str, Any] | None:
@@ -341,20 +432,27 @@ def plain_arguments(config: PrunerConfig, options: AdapterOptions) -> dict[str, 
             if None in value:
                 return None
         plain[name] = value
-    if options.teacher is not None or options.example_inputs is not None:
-        return None  # a module and tensors have no plain-data form
+    if any(getattr(options, name) is not None for name in _UNPLAIN_OPTIONS):
+        return None  # a module, tensors, batches and a function have no plain-data form
     plain.update({name: getattr(options, name) for name in _OPTION_FIELDS})
     return plain
 
 
+_UNPLAIN_OPTIONS = ("teacher", "example_inputs", "search_batches", "search_forward")
+
 _FAR_STEP = 2**62  # "any later step" for a schedule's latest pruning step
 
 
-def shrink_groups(pruner: Pruner, example_inputs: ExampleInputs | None = None) -> list[UnitGroup]:
+def shrink_groups(
+    pruner: RunPruner, example_inputs: ExampleInputs | None = None
+) -> list[UnitGroup] | None:
     """The groups of units of ``pruner``'s structure (channels, heads, layers or experts), whose
     pruned units shrinking removes: those the pruner recorded on the model when it was built
     (never re-derived), else the model's dependency graph (traced with ``example_inputs``, as the
-    pruner's was) asked for that kind."""
+    pruner's was) asked for that kind. A searched run's: ``None``, every group its kinds'
+    pruners recorded (:func:`~tensorplay.ao.pruning.shrink`'s default)."""
+    if isinstance(pruner, SearchedPruner):
+        return None
     kind = pruner.config.structure
     recorded = [group for group in recorded_groups(pruner.model) if group.kind == kind]
     return recorded or DependencyGraph(pruner.model, example_inputs).groups(kind)
@@ -398,6 +496,29 @@ def rank_zero_value(value: int) -> int:
     values = [value]
     torch.distributed.broadcast_object_list(values, src=0)
     return int(values[0])
+
+
+def check_one_choice(pruner: SearchedPruner, name: str) -> None:
+    """Refuse a searched run whose ranks chose different mixes or different layers (their
+    models or batches differed when the pruner was built), when a ``torch.distributed``
+    process group is up: each rank would prune a model of its own.
+
+    Raises:
+        RuntimeError: Naming each rank's choice and the fix.
+    """
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return
+    mine = {"allocation": pruner.allocation, "dropped": list(pruner.dropped)}
+    found: list[Any] = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(found, mine)
+    if any(choice != found[0] for choice in found):
+        raise RuntimeError(
+            f"{name}: expected every rank to choose one mix of kinds and the same layers, but "
+            f"they chose {found} (by rank): the model's weights or the calibration batches "
+            "differed between ranks when the pruner was built. Seed every rank alike before "
+            "the model is made (seed_everything, TrainingArguments(seed=...)) and give every "
+            "rank the same search_batches, or pass search_allocation=."
+        )
 
 
 def on_rank_zero() -> bool:
@@ -459,8 +580,8 @@ class PruningSession:
         self._inform = inform
         self._permanent_saves = permanent_saves
         self._rollback_hint = rollback_hint
-        self._pruner: Pruner | None = None
-        self._saves: PermanentSaves | None = None
+        self._pruner: RunPruner | None = None
+        self._saves: list[PermanentSaves] | None = None
         self._attachment: OptimizerAttachment | None = None
         self._pending: tuple[dict[str, Any], Mapping[str, Tensor] | None] | None = None
         self._report: SparsityReport | None = None  # the last counts, re-read when they change
@@ -482,8 +603,10 @@ class PruningSession:
         return self._pruner is not None
 
     @property
-    def pruner(self) -> Pruner:
-        """The pruner (before :meth:`build`, a ``RuntimeError``)."""
+    def pruner(self) -> RunPruner:
+        """The pruner (before :meth:`build`, a ``RuntimeError``): a
+        :class:`~tensorplay.ao.pruning.pruner.gradual_search.SearchedPruner` with
+        ``search=True``."""
         if self._pruner is None:
             raise RuntimeError(f"`{self.name}.pruner` exists once {self._built_when}.")
         return self._pruner
@@ -512,7 +635,7 @@ class PruningSession:
         example_inputs: ExampleInputs | None = None,
         *,
         broadcast: Callable[[int], int] = rank_zero_value,
-        check: Callable[[Pruner], None] | None = None,
+        check: Callable[[RunPruner], None] | None = None,
         permanent_saves: bool | None = None,
     ) -> bool:
         """:meth:`build` the pruner now and return ``True``; or, if tracing ``model`` needs
@@ -541,7 +664,7 @@ class PruningSession:
         self,
         *,
         broadcast: Callable[[int], int] = rank_zero_value,
-        check: Callable[[Pruner], None] | None = None,
+        check: Callable[[RunPruner], None] | None = None,
         permanent_saves: bool | None = None,
     ) -> bool:
         """If the pruner waits and the model's first training forward has given its inputs:
@@ -603,9 +726,9 @@ class PruningSession:
         example_inputs: ExampleInputs | None = None,
         *,
         broadcast: Callable[[int], int] = rank_zero_value,
-        check: Callable[[Pruner], None] | None = None,
+        check: Callable[[RunPruner], None] | None = None,
         permanent_saves: bool | None = None,
-    ) -> Pruner:
+    ) -> RunPruner:
         """Build the pruner of ``model`` and give every target its mask, so that a checkpoint's
         weights load into the keys the model has at every step; load a state given early.
 
@@ -629,15 +752,39 @@ class PruningSession:
         inputs = example_inputs if given is None else given
         if self.config.structure == "element":
             inputs = None  # single weights are not traced (the framework's inputs are ignored)
-        pruner = Pruner(model, **kwargs, example_inputs=inputs)
+        pruner: RunPruner
+        if self.config.search:
+            pruner = self._searched(model, kwargs)
+        else:
+            pruner = Pruner(model, **kwargs, example_inputs=inputs)
         self._inputs = inputs
         if check is not None:
             check(pruner)
         self._pruner = pruner
         pruner.reparametrize()
         if self._permanent_saves and permanent_saves is not False:
-            self._saves = save_permanent(pruner)
+            self._saves = [save_permanent(part) for part in pruner_parts(pruner)]
         self._load_pending()
+        return pruner
+
+    def _searched(self, model: nn.Module, kwargs: dict[str, Any]) -> SearchedPruner:
+        """The searched run's pruner: the search on the calibration batches, the layers it
+        chose removed, one pruner per width. With distillation from the dense model, the
+        teacher is copied first: the depth goes now, before training starts."""
+        options = self.options
+        if options.distilling and options.teacher is None:
+            self.distilling.copy_teacher(model)
+        given = {name: kwargs.pop(name) for name in BUDGETS}
+        for name in ("schedule", "structure", "importance", "scope"):
+            kwargs.pop(name)
+        pruner = SearchedPruner(
+            model, self.config.schedule, options.search_batches or (),
+            structure=self.config.structure,  # type: ignore[arg-type]  # checked: a tuple
+            importance=self.config.importance, forward=options.search_forward,
+            search_grid=options.search_grid, search_score=options.search_score,
+            allocation=options.search_allocation, **given, **kwargs,
+        )  # fmt: skip
+        check_one_choice(pruner, self.name)
         return pruner
 
     @changes.atomic
@@ -650,12 +797,13 @@ class PruningSession:
         self.detach()  # the optimizers of an earlier run
         self._optimizers = list(optimizers)
         holding = [optimizer for optimizer in optimizers if pruner.held_by(optimizer)]
-        if pruner.mode.hooks_optimizers and not pruner.permanent and holding:
-            self._attachment = pruner.attach(*holding, mask_gradients=False, accumulate=False)
         if self.options.reset_optimizer_state:
             pruner.optimizers = holding
-        if self.config.rewind == "init" and pruner.last_step < 0:
-            pruner.take_snapshot()
+        if isinstance(pruner, Pruner):  # lean masks and rewinding: a searched run has neither
+            if pruner.mode.hooks_optimizers and not pruner.permanent and holding:
+                self._attachment = pruner.attach(*holding, mask_gradients=False, accumulate=False)
+            if self.config.rewind == "init" and pruner.last_step < 0:
+                pruner.take_snapshot()
         options = self.options
         self.distilling.start(
             pruner.model,
@@ -873,12 +1021,16 @@ class PruningSession:
         it beside the model's weights."""
         if self._saves is None:
             return {}
-        return kept_zeros(self.pruner)
+        return {
+            name: zeros
+            for part in pruner_parts(self.pruner)
+            for name, zeros in kept_zeros(part).items()
+        }
 
     def weights_loaded(self) -> bool:
         """Whether weights in the permanent form were loaded into the targets since the last
         :meth:`load_state_dict`."""
-        return self._saves is not None and bool(self._saves.loaded())
+        return self._saves is not None and any(saves.loaded() for saves in self._saves)
 
     @changes.atomic
     def load_state_dict(
@@ -907,11 +1059,14 @@ class PruningSession:
         reached = self._reached()
         if state:
             pruner.load_state_dict(state)
-        if self._saves is not None:
-            loaded = self._saves.loaded()
+        for saves in self._saves or ():
+            loaded = saves.loaded()
             if loaded:
-                restore_masks(pruner, kept or {}, loaded)
-            self._saves.forget_loads()
+                part = saves.pruner
+                restore_masks(
+                    part, {n: z for n, z in (kept or {}).items() if n in part.targets}, loaded
+                )
+            saves.forget_loads()
         self._report = pruner.report()
         if reached is not None and self._report.pruned < reached[1]:
             self._warn_rollback(reached, self._report)

@@ -10,19 +10,22 @@ series overwrites another's.
 from __future__ import annotations
 
 from tensorplay.ao.pruning.masking.stats import SparsityReport
-from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.gradual_search import RunPruner
 
 __all__ = ["PREFIX", "metric_prefix", "pruning_metrics", "with_prefix"]
 
 PREFIX = "pruning/"
 
 
-def pruning_metrics(pruner: Pruner, report: SparsityReport, per_tensor: bool) -> dict[str, float]:
+def pruning_metrics(
+    pruner: RunPruner, report: SparsityReport, per_tensor: bool
+) -> dict[str, float]:
     """The metrics of ``report`` (the pruner's last :meth:`~Pruner.report`), per tensor first.
 
     Example:
         >>> from torch import nn
         >>> from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
+        >>> from tensorplay.ao.pruning import Pruner
         >>> pruner = Pruner(nn.Linear(4, 2), OneShotSchedule(0.25))
         >>> _ = pruner.step()
         >>> pruning_metrics(pruner, pruner.report(), per_tensor=True)

@@ -11,8 +11,8 @@ restores after set-up (``ModelParallelStrategy``, the model sharded in ``configu
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
 import lightning.pytorch as pl
 import torch
@@ -21,7 +21,6 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 from typing_extensions import override
 
-from tensorplay.ao.pruning.pruner.conductor import Pruner
 from tensorplay.ao.pruning.pruner.config import (
     AccumulatorDtype,
     Masking,
@@ -29,6 +28,7 @@ from tensorplay.ao.pruning.pruner.config import (
     Scope,
     Structure,
 )
+from tensorplay.ao.pruning.pruner.gradual_search import RunPruner
 from tensorplay.ao.pruning.pruner.schedules import Schedule
 from tensorplay.ao.pruning.structured.units.latency_setting import LatencyBudget
 from tensorplay.ao.pruning.structured.units.memory_setting import MemoryBudget
@@ -146,6 +146,24 @@ class GradualPruning(SessionOptions, Callback):
             ``example_input_array``, or else the inputs of its first training forward
             (``self(...)`` in ``training_step``): the pruner is then built after that forward,
             and its step 0 taken then. Not a YAML option (tensors have no plain-data form).
+        search: Search the mix of the kinds a ``structure`` list names (``"layer"``,
+            ``"hidden"``, ``"head"``, ``"channel"``, ``"expert"``) under the budgets, on
+            ``search_batches``, when the pruner is built, and prune to it along the schedule
+            (a schedule without its own target: the fraction of the way to the budget): the
+            layers chosen go then, each width on the schedule
+            (:class:`~tensorplay.ao.pruning.pruner.gradual_search.SearchedPruner`, which
+            :attr:`pruner` is; :doc:`/width`). With ``distill_weight`` > 0 and no ``teacher``,
+            the teacher is the dense model, copied before the search.
+        search_batches: The calibration batches the search realizes and scores the candidates
+            on (required with ``search``; not a YAML option).
+        search_forward: How a batch runs through the model, returning a scalar loss:
+            ``search_forward(model, batch)``; ``None`` (default): ``model(**batch)`` for a
+            mapping (a causal LM's loss where it holds ``input_ids``), see
+            :func:`~tensorplay.ao.pruning.prune_one_shot`. Not a YAML option.
+        search_grid: The allocations searched, as ``prune_one_shot``'s (default 4).
+        search_score: ``"loss"`` (default) or ``"kl"`` against the dense model.
+        search_allocation: The mix to prune to instead of searching (a row's ``allocation``
+            of :attr:`pruner`'s ``search_report()``); a resumed run passes its state's.
 
     Raises:
         TypeError: As :class:`~tensorplay.ao.pruning.pruner.config.PrunerConfig`; a distillation
@@ -198,9 +216,9 @@ class GradualPruning(SessionOptions, Callback):
         seed: int | None = None,
         verbose: bool = True,
         masking: Masking = "reparametrize",
-        importance: str = "magnitude",
+        importance: str | dict[str, str] | None = None,
         accumulator_dtype: AccumulatorDtype = "float32",
-        structure: Structure = "element",
+        structure: Structure | list[Structure] = "element",
         multiple_of: int = 1,
         target_params: int | float | None = None,
         target_active_params: int | float | None = None,
@@ -212,6 +230,12 @@ class GradualPruning(SessionOptions, Callback):
         distill_temperature: float = 2.0,
         teacher: nn.Module | None = None,
         example_inputs: Tensor | tuple[Any, ...] | None = None,
+        search: bool = False,
+        search_batches: Sequence[Any] | None = None,
+        search_forward: Callable[[nn.Module, Any], Any] | None = None,
+        search_grid: int | list[dict[str, float]] | None = None,
+        search_score: Literal["loss", "kl"] = "loss",
+        search_allocation: dict[str, float] | None = None,
     ) -> None:
         # Every argument, by name, to the one place that reads them (LightningCLI reads the
         # signature above, so it stays explicit; a test keeps it equal to the Trainer callback's).
@@ -232,7 +256,7 @@ class GradualPruning(SessionOptions, Callback):
         return self._generate_state_key(**state_key_fields(self.config))
 
     @property
-    def pruner(self) -> Pruner:
+    def pruner(self) -> RunPruner:
         """The pruner, built when ``Trainer.fit`` sets up (before, a ``RuntimeError``)."""
         return self._session.pruner
 
@@ -411,7 +435,7 @@ class GradualPruning(SessionOptions, Callback):
         # between those they are re-read on the steps the loggers write, not on every step.
         return max(1, int(getattr(trainer, "log_every_n_steps", 1)))  # set by the Trainer
 
-    def _check_disjoint(self, trainer: pl.Trainer, pruner: Pruner) -> None:
+    def _check_disjoint(self, trainer: pl.Trainer, pruner: RunPruner) -> None:
         callbacks = list(trainer.callbacks)  # type: ignore[attr-defined]
         others = [
             (index, other.pruner)

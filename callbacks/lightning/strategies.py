@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 from lightning.pytorch.strategies import DeepSpeedStrategy, FSDPStrategy, ModelParallelStrategy
 from lightning.pytorch.strategies.launchers.multiprocessing import _MultiProcessingLauncher
 
-from tensorplay.ao.pruning.pruner.conductor import Pruner
 from tensorplay.ao.pruning.pruner.config import PrunerConfig
+from tensorplay.ao.pruning.pruner.gradual_search import RunPruner, pruner_parts
 
 from ..core.fsdp2_config import check_fsdp2_config
 
@@ -101,7 +101,7 @@ def check_distilled_strategy(strategy: object, options: AdapterOptions) -> None:
         )
 
 
-def check_disjoint(pruner: Pruner, index: int, others: Sequence[tuple[int, Pruner]]) -> None:
+def check_disjoint(pruner: RunPruner, index: int, others: Sequence[tuple[int, RunPruner]]) -> None:
     """Refuse a pruner whose tensors the pruner of another ``GradualPruning`` already prunes,
     naming both callbacks by their index in ``trainer.callbacks`` and every shared tensor.
 
@@ -114,7 +114,14 @@ def check_disjoint(pruner: Pruner, index: int, others: Sequence[tuple[int, Prune
         ValueError: Two callbacks select a tensor in common.
     """
     for other_index, other in others:
-        shared = pruner.shared_targets(other)
+        shared = sorted(
+            {
+                name
+                for mine in pruner_parts(pruner)
+                for theirs in pruner_parts(other)
+                for name in mine.shared_targets(theirs)
+            }
+        )
         if shared:
             raise ValueError(
                 "Expected GradualPruning callbacks to prune disjoint tensors, but "

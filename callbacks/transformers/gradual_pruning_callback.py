@@ -20,7 +20,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -42,7 +42,6 @@ from typing_extensions import override
 from tensorplay.ao.pruning.distillation.left_out import LeftOutOfCopies
 from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.imports import import_path
-from tensorplay.ao.pruning.pruner.conductor import Pruner
 from tensorplay.ao.pruning.pruner.config import (
     AccumulatorDtype,
     Masking,
@@ -51,6 +50,7 @@ from tensorplay.ao.pruning.pruner.config import (
     Scope,
     Structure,
 )
+from tensorplay.ao.pruning.pruner.gradual_search import RunPruner
 from tensorplay.ao.pruning.pruner.schedules import Schedule
 from tensorplay.ao.pruning.structured.units.latency_setting import LatencyBudget
 from tensorplay.ao.pruning.structured.units.memory_setting import MemoryBudget
@@ -166,6 +166,24 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
             its first training forward (the keyword arguments the Trainer passes, put in the
             forward's order): the pruner is then built before the first optimizer step, and
             its step 0 taken then. Resuming such a run needs ``example_inputs``.
+        search: Search the mix of the kinds a ``structure`` list names (``"layer"``,
+            ``"hidden"``, ``"head"``, ``"channel"``, ``"expert"``) under the budgets, on
+            ``search_batches``, when the pruner is built, and prune to it along the schedule
+            (a schedule without its own target: the fraction of the way to the budget): the
+            layers chosen go then, each width on the schedule
+            (:class:`~tensorplay.ao.pruning.pruner.gradual_search.SearchedPruner`, which
+            :attr:`pruner` is; :doc:`/width`). With ``distill_weight`` > 0 and no ``teacher``,
+            the teacher is the dense model, copied before the search.
+        search_batches: The calibration batches the search realizes and scores the candidates
+            on (required with ``search``; not a YAML option).
+        search_forward: How a batch runs through the model, returning a scalar loss:
+            ``search_forward(model, batch)``; ``None`` (default): ``model(**batch)`` for a
+            mapping (a causal LM's loss where it holds ``input_ids``), see
+            :func:`~tensorplay.ao.pruning.prune_one_shot`. Not a YAML option.
+        search_grid: The allocations searched, as ``prune_one_shot``'s (default 4).
+        search_score: ``"loss"`` (default) or ``"kl"`` against the dense model.
+        search_allocation: The mix to prune to instead of searching (a row's ``allocation``
+            of :attr:`pruner`'s ``search_report()``); a resumed run passes its state's.
 
     Raises:
         TypeError: As :class:`~tensorplay.ao.pruning.pruner.config.PrunerConfig`; a distillation
@@ -217,9 +235,9 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         seed: int | None = None,
         verbose: bool = True,
         masking: Masking = "reparametrize",
-        importance: str = "magnitude",
+        importance: str | dict[str, str] | None = None,
         accumulator_dtype: AccumulatorDtype = "float32",
-        structure: Structure = "element",
+        structure: Structure | list[Structure] = "element",
         multiple_of: int = 1,
         target_params: int | float | None = None,
         target_active_params: int | float | None = None,
@@ -231,6 +249,12 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         distill_temperature: float = 2.0,
         teacher: nn.Module | None = None,
         example_inputs: Tensor | tuple[Any, ...] | None = None,
+        search: bool = False,
+        search_batches: Sequence[Any] | None = None,
+        search_forward: Callable[[nn.Module, Any], Any] | None = None,
+        search_grid: int | list[dict[str, float]] | None = None,
+        search_score: Literal["loss", "kl"] = "loss",
+        search_allocation: dict[str, float] | None = None,
     ) -> None:
         # Every argument, by name, to the one place that reads them (a test keeps the signature
         # equal to the Lightning callback's).
@@ -265,7 +289,7 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
         return _state_key(self.config)
 
     @property
-    def pruner(self) -> Pruner:
+    def pruner(self) -> RunPruner:
         """The pruner, built when the ``Trainer`` is made, under FSDP2 when training begins
         (before, a ``RuntimeError``)."""
         return self._session.pruner
