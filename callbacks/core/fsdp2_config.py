@@ -28,8 +28,17 @@ def check_fsdp2_config(config: PrunerConfig, where: str) -> None:
     strategy or set-up that shards the model, as the message names it).
 
     Raises:
-        ValueError: ``masking`` other than ``"inplace"``; ``rewind`` other than ``"none"``.
+        ValueError: ``search=True`` (a searched run holds its masks in the forward);
+            ``masking`` other than ``"inplace"``; ``rewind`` other than ``"none"``.
     """
+    if config.search:
+        raise ValueError(
+            f"Expected search=False under {where}, but got search=True: a searched run keeps "
+            "the layers it removes out of training by masks in the forward, which sharded "
+            "(DTensor) parameters cannot hold. Search and prune once on a full copy "
+            "(prune_one_shot(..., search=True)), shrink it, and train the shrunk model "
+            f"under {where}."
+        )
     if not masking_mode(config.masking).holds_dtensors:
         raise ValueError(
             f"Expected `masking='inplace'` under {where} (the reparametrization cannot hold "

@@ -81,12 +81,23 @@ def test_without_sharding_the_callback_builds_when_the_trainer_is_made(tmp_path:
         pytest.param(
             {"masking": "inplace", "rewind": "init"}, r"`rewind='none'`.*rewind='init'", id="rewind"
         ),
+        pytest.param(
+            {
+                "schedule": LinearSchedule(end_step=4),
+                "structure": ["layer", "hidden"],
+                "target_params": 0.8,
+                "search": True,
+                "search_batches": [torch.ones(1, 2)],
+            },
+            r"search=False under the Trainer's FSDP2.*masks in the forward",
+            id="search",
+        ),
     ],
 )
 def test_fsdp2_refuses_what_sharded_parameters_cannot_hold(
     arguments: dict[str, Any], match: str
 ) -> None:
-    config, _ = split_arguments({"schedule": SCHEDULE, **arguments})
+    config, _ = split_arguments({"schedule": SCHEDULE, **arguments})  # a schedule given wins
     with pytest.raises(ValueError, match=match):
         check_fsdp2_config(config, "the Trainer's FSDP2")
 
