@@ -24,6 +24,8 @@ from typing import Any
 
 from torch import nn
 
+from tensorplay.ao.pruning.edits import changes
+
 __all__ = ["LEFT_OUT", "LeftOutOfCopies", "drop_left_out_hooks", "hook_dicts", "is_left_out"]
 
 # Hook dicts whose keys are a hook's handle id in another hook dict (torch's flags per hook).
@@ -55,8 +57,11 @@ class LeftOutOfCopies:
 
 
 def is_left_out(hook: object) -> bool:
-    """A pruning method (or container) as a forward pre-hook, or a :class:`LeftOutOfCopies`'s
-    bound method."""
+    """A pruning method (or container) as a forward pre-hook, a :class:`LeftOutOfCopies`'s
+    bound method, or an observer of a score's statistics
+    (:class:`~tensorplay.ao.pruning.edits.changes.Observer`)."""
+    if changes.is_observer(hook):
+        return True
     is_pruning = isinstance(getattr(hook, "_tensor_name", None), str) and callable(
         getattr(hook, "apply_mask", None)
     )

@@ -56,11 +56,14 @@ from torch.utils.hooks import RemovableHandle
 
 __all__ = [
     "ChangeRecord",
+    "Observer",
     "atomic",
     "held_references",
     "hook",
+    "is_observer",
     "is_registered",
     "keep_values",
+    "observe",
     "on_undo",
     "pop_buffer",
     "register_buffer",
@@ -289,6 +292,79 @@ def hook(register: Callable[..., H], *args: Any, **kwargs: Any) -> H:
     if record is not None:
         record.add(handle.remove)
     return handle
+
+
+class Observer:
+    """A hook that watches a model for tensorplay without changing what it computes (the
+    statistics a score gathers from the forwards): it calls ``watch`` and returns ``None``. A
+    copy of the model (``copy.deepcopy``) holds an inert hook in its place, so the copy's
+    forwards never feed the statistics of the model it was copied from (an evaluation or EMA
+    copy, a teacher), and the copy computes as the model does.
+
+    Args:
+        watch: The hook's function (its arguments as the hook's).
+
+    Example:
+        >>> import copy
+        >>> import torch
+        >>> from torch import nn
+        >>> seen = []
+        >>> layer = nn.Linear(2, 2)
+        >>> _ = observe(layer.register_forward_hook, lambda module, args, output: seen.append(1))
+        >>> _ = layer(torch.ones(1, 2))
+        >>> _ = copy.deepcopy(layer)(torch.ones(1, 2))  # the copy's forward is not seen
+        >>> seen
+        [1]
+    """
+
+    def __init__(self, watch: Callable[..., Any]) -> None:
+        self.watch = watch
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        self.watch(*args, **kwargs)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Inert:
+        return _INERT
+
+
+class _Inert:
+    """What an :class:`Observer` is copied as: a hook that does nothing."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Inert:
+        return self
+
+    def __repr__(self) -> str:
+        return "<tensorplay observer left out of this copy>"
+
+
+_INERT = _Inert()
+
+
+def is_observer(hook: object) -> bool:
+    """Whether ``hook`` is an :class:`Observer`, or what one is copied as.
+
+    Example:
+        >>> is_observer(Observer(print)), is_observer(print)
+        (True, False)
+    """
+    return isinstance(hook, (Observer, _Inert))
+
+
+def observe(register: Callable[..., H], watch: Callable[..., Any], **kwargs: Any) -> H:
+    """:func:`hook` with ``watch`` as an :class:`Observer`: for the hooks that gather
+    statistics and change nothing.
+
+    Example:
+        >>> from torch import nn
+        >>> layer = nn.Linear(2, 2)
+        >>> handle = observe(layer.register_forward_hook, lambda module, args, output: None)
+        >>> is_observer(next(iter(layer._forward_hooks.values())))
+        True
+    """
+    return hook(register, Observer(watch), **kwargs)
 
 
 def on_undo(undo: Callable[[], None]) -> None:

@@ -226,10 +226,10 @@ class Activation(Importance):
         self.after_pruning()
         for module_name, (module, reads, pairs) in plans.items():
             observe = self._observer(module_name, reads, ShrinkWatch(pairs))
-            self._handles.append(changes.hook(module.register_forward_hook, observe))
+            self._handles.append(changes.observe(module.register_forward_hook, observe))
         for module_name, (module, reads, pairs) in norm_plans.items():
             observe = self._observer(module_name, reads, ShrinkWatch(pairs), at_output=True)
-            self._handles.append(changes.hook(module.register_forward_hook, observe))
+            self._handles.append(changes.observe(module.register_forward_hook, observe))
 
     @staticmethod
     def _plan_norm(

@@ -119,7 +119,9 @@ class _ExpertObserver(Importance):
             self._tokens[name] = 0
             self._batches[name] = 0
             hook = self._observer(name, ShrinkWatch(pairs))
-            self._handles.append(changes.hook(module.register_forward_hook, hook, with_kwargs=True))
+            self._handles.append(
+                changes.observe(module.register_forward_hook, hook, with_kwargs=True)
+            )
 
     def _observer(self, name: str, shrunk: ShrinkWatch) -> Any:
         def observe(

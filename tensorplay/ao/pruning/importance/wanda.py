@@ -110,7 +110,7 @@ class Wanda(Importance):
         for target, modules in plans:
             observe = self._observer(target.name, ShrinkWatch(target.pairs))
             for module in modules:
-                self._handles.append(changes.hook(module.register_forward_hook, observe))
+                self._handles.append(changes.observe(module.register_forward_hook, observe))
 
     def _observer(self, name: str, shrunk: ShrinkWatch) -> Any:
         layout = self._layouts[name]
