@@ -227,6 +227,23 @@ def test_a_state_of_another_search_is_refused_before_anything_changes() -> None:
     assert pruner.last_step == -1
 
 
+def test_a_state_one_kind_refuses_is_loaded_by_none() -> None:
+    options = {"target_params": 0.5, "structure": ("layer", "hidden", "channel"),
+               "allocation": {"layer": 0.4, "hidden": 0.4, "channel": 0.2}}  # fmt: skip
+    schedule = LinearSchedule(end_step=2)
+    ran = SearchedPruner(FAMILY_MODELS["llama"].build(), schedule, _batches(), **options)
+    _run(ran, range(2))
+    state = copy.deepcopy(ran.state_dict())
+    state["pruners"]["channel"]["version"] = 99  # the last kind loaded refuses its part
+    fresh = SearchedPruner(FAMILY_MODELS["llama"].build(), schedule, _batches(), **options)
+    assert list(fresh.pruners) == ["layer", "hidden", "channel"]
+    before = copy.deepcopy(fresh.state_dict())
+    with pytest.raises(ValueError, match="version"):
+        fresh.load_state_dict(state)
+    assert repr(fresh.state_dict()) == repr(before)
+    assert fresh.last_step == -1 and fresh.history == []
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [

@@ -479,8 +479,16 @@ class SearchedPruner:
             raise ValueError(
                 f"Expected a state of the kinds {sorted(self._widths)}, but got {sorted(pruners)}."
             )
-        for kind, pruner in self._widths.items():
-            pruner.load_state_dict(pruners[kind])
+        before = {kind: pruner.state_dict() for kind, pruner in self._widths.items()}
+        loaded: list[str] = []
+        try:
+            for kind, pruner in self._widths.items():
+                pruner.load_state_dict(pruners[kind])
+                loaded.append(kind)
+        except BaseException:
+            for kind in loaded:  # a kind refused: the kinds loaded before it go back
+                self._widths[kind].load_state_dict(before[kind])
+            raise
         self._steps = int(state.get("last_step", -1))
 
 
