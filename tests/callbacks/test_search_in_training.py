@@ -26,6 +26,7 @@ from tensorplay.callbacks.core.lifecycle import plain_arguments
 from tests.callbacks.hf_trainer_helpers import make_trainer, masks, transformers
 from tests.hf_models import tiny_llama
 from tests.model_state import unchanged
+from tests.moe_models import tiny_qwen3_moe
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -97,6 +98,27 @@ def test_the_trainer_prunes_to_the_searched_mix_distils_from_the_dense_model_and
     assert pruner.dropped and record.teacher_layers
     assert all(torch.equal(weight, dropped.detach()) for weight in record.teacher_layers)
     assert model_params(model) == pruner.chosen["params"] == pruning.shrink_report.parameters_after
+    assert record.logits is not None
+    torch.testing.assert_close(_logits(model), record.logits, atol=1e-5, rtol=1e-4)
+    trainer.save_model(str(tmp_path / "saved"))
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "saved")
+    torch.testing.assert_close(_logits(loaded), record.logits, atol=1e-5, rtol=1e-4)
+
+
+def test_the_trainer_prunes_experts_and_the_channels_inside_them_to_the_mix(
+    tmp_path: Path,
+) -> None:
+    model = tiny_qwen3_moe()
+    pruning = _hf_callback(
+        structure=["expert", "channel"], importance={"channel": "magnitude"},
+        search_allocation={"expert": 0.25, "channel": 0.75}, shrink_at_end=True,
+    )  # fmt: skip
+    record = _Record()
+    trainer = make_trainer(model, tmp_path / "run", [record, pruning], max_steps=6)
+    chosen = pruning.pruner.chosen
+    assert chosen["units"]["expert"] > 0 and chosen["units"]["channel"] > 0
+    trainer.train()
+    assert model_params(model) == chosen["params"] == pruning.shrink_report.parameters_after
     assert record.logits is not None
     torch.testing.assert_close(_logits(model), record.logits, atol=1e-5, rtol=1e-4)
     trainer.save_model(str(tmp_path / "saved"))
