@@ -110,8 +110,8 @@ def test_the_trainer_prunes_experts_and_the_channels_inside_them_to_the_mix(
 ) -> None:
     model = tiny_qwen3_moe()
     pruning = _hf_callback(
-        structure=["expert", "channel"], importance={"channel": "magnitude"},
-        search_allocation={"expert": 0.25, "channel": 0.75}, shrink_at_end=True,
+        structure=["expert", "channel"], search_allocation={"expert": 0.25, "channel": 0.75},
+        shrink_at_end=True,
     )  # fmt: skip
     record = _Record()
     trainer = make_trainer(model, tmp_path / "run", [record, pruning], max_steps=6)

@@ -274,3 +274,22 @@ def test_what_cannot_rank_or_shrink_an_experts_channels_is_refused_before_any_ch
     with pytest.raises(ValueError, match=match):
         prune_one_shot(model, _batches(), sparsity, structure="channel", **options)
     check()
+
+
+@pytest.mark.parametrize("name", ["qwen3_moe", "mixtral"])
+def test_one_shot_ranks_an_experts_channels_by_magnitude_unless_told(name: str) -> None:
+    """Wanda cannot read a fused tensor's inputs per expert: the one-shot default for channels
+    of a model with routed experts is magnitude, the masks of ``importance="magnitude"``."""
+    default = prune_one_shot(
+        MOE_MODELS[name](), _batches(), 0.5, structure="channel", scope="layerwise",
+        make_permanent=False,
+    )  # fmt: skip
+    told = prune_one_shot(
+        MOE_MODELS[name](), _batches(), 0.5, structure="channel", scope="layerwise",
+        importance="magnitude", make_permanent=False,
+    )  # fmt: skip
+    assert default.config.importance == "magnitude"
+    masks = {n: b for n, b in default.model.named_buffers() if n.endswith("_mask")}
+    expected = {n: b for n, b in told.model.named_buffers() if n.endswith("_mask")}
+    assert masks.keys() == expected.keys() and masks
+    assert all(torch.equal(masks[n], expected[n]) for n in masks)

@@ -254,10 +254,10 @@ class SearchedPruner:
         exclude += [rf"^{re.escape(block)}\." for block in self.dropped]
         for kind in SEARCH_ORDER:
             if kind in shares and kind != "layer":
+                score = kind_importance(importance, kind) or one_shot_importance(kind, model)
                 self.pruners[kind] = Pruner(
                     model, KindSchedule(schedule, shares[kind]), structure=kind,  # type: ignore[arg-type]
-                    importance=_importance_of(importance, kind), scope="layerwise",
-                    **{**options, "exclude": exclude or None},
+                    importance=score, scope="layerwise", **{**options, "exclude": exclude or None},
                 )  # fmt: skip
 
     def _drop_layers(
@@ -526,8 +526,3 @@ def _check_options(options: Mapping[str, Any], score: object) -> None:
         )
     if score not in ("loss", "kl"):
         raise ValueError(f"Expected `search_score` to be 'loss' or 'kl', but got {score!r}.")
-
-
-def _importance_of(importance: str | Mapping[str, str] | None, kind: str) -> str:
-    """The score ranking ``kind``: the caller's, or the one ``prune_one_shot`` gives it."""
-    return kind_importance(importance, kind) or one_shot_importance(kind)

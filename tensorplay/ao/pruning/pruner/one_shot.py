@@ -90,6 +90,7 @@ from tensorplay.ao.pruning.structured.reconstruction import (
 from tensorplay.ao.pruning.structured.reconstruction import reconstruct as reconstruct_consumers
 from tensorplay.ao.pruning.structured.units import STRUCTURES
 from tensorplay.ao.pruning.structured.units.latency_setting import LatencyBudget
+from tensorplay.ao.pruning.structured.units.measures import routed_experts
 from tensorplay.ao.pruning.structured.units.memory_setting import MemoryBudget
 
 __all__ = ["calibrate", "one_shot_importance", "one_shot_schedule", "prune_one_shot"]
@@ -312,8 +313,10 @@ def prune_one_shot(
             The budgets go alone or together: units go until every budget given is met, and
             :meth:`~tensorplay.ao.pruning.pruner.Pruner.budget_report` says where the model
             landed against each.
-        importance: The score (:mod:`~tensorplay.ao.pruning.importance`); by default Wanda,
-            and REAP (``"reap"``) for ``structure="expert"``.
+        importance: The score (:mod:`~tensorplay.ao.pruning.importance`); by default
+            :func:`one_shot_importance`'s: Wanda, activations for ``structure="hidden"``, REAP
+            (``"reap"``) for ``"expert"``, magnitude for the channels of a model with routed
+            experts.
         scope: ``"row"`` (Wanda's choice: each output row on its own), ``"layerwise"`` or
             ``"global"``; by default ``"row"`` for single weights and ``"global"`` for a
             ``structure`` of units (FLAP's choice: channels ranked across the model), but
@@ -397,7 +400,7 @@ def prune_one_shot(
         raise TypeError(f"Expected `importance` to be a name, but got {importance!r}.")
     kind = STRUCTURES.get(structure) if isinstance(structure, str) else STRUCTURES["channel"]
     chosen: Any = scope or (kind.one_shot_scope if kind is not None else "row")
-    score = importance or one_shot_importance(structure)
+    score = importance or one_shot_importance(structure, model)
     data = list(batches) if reconstruct and isinstance(batches, Iterator) else batches
     reference = dense_copy(model) if reconstruct else None  # before any hook is on the model
     # A refusal anywhere below (a reconstruction that cannot solve, say) takes back every
@@ -437,16 +440,35 @@ def prune_one_shot(
     return pruner
 
 
-def one_shot_importance(structure: str | tuple[str, ...]) -> str:
+def one_shot_importance(structure: str | tuple[str, ...], model: nn.Module | None = None) -> str:
     """The score :func:`prune_one_shot` ranks ``structure``'s units by when none is given:
-    the structure's own (activations for ``"hidden"``, REAP for ``"expert"``), else Wanda.
+    the structure's own (activations for ``"hidden"``, REAP for ``"expert"``); magnitude for
+    channels of a ``model`` with routed experts (Wanda scales by a layer's input norms, and
+    the inputs of a fused experts tensor differ per expert); else Wanda.
 
     Example:
+        >>> import sys; sys.path.insert(0, "tests")
+        >>> from moe_models import tiny_qwen3_moe
         >>> one_shot_importance("hidden"), one_shot_importance("channel")
         ('activation', 'wanda')
+        >>> one_shot_importance("channel", tiny_qwen3_moe())
+        'magnitude'
     """
     kind = STRUCTURES.get(structure) if isinstance(structure, str) else STRUCTURES["channel"]
-    return str(getattr(kind, "one_shot_importance", "wanda"))
+    own = getattr(kind, "one_shot_importance", None)
+    if own is not None:
+        return str(own)
+    kinds = structure if isinstance(structure, tuple) else (structure,)
+    if model is not None and "channel" in kinds and _has_routed_experts(model):
+        return "magnitude"
+    return "wanda"
+
+
+def _has_routed_experts(model: nn.Module) -> bool:
+    try:
+        return bool(routed_experts(model))
+    except ValueError:  # experts named but not found: the pruner says so when it is built
+        return False
 
 
 def _consumers(
