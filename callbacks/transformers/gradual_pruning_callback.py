@@ -166,24 +166,11 @@ class GradualPruningCallback(SessionOptions, TrainerCallback, ExportableState):
             its first training forward (the keyword arguments the Trainer passes, put in the
             forward's order): the pruner is then built before the first optimizer step, and
             its step 0 taken then. Resuming such a run needs ``example_inputs``.
-        search: Search the mix of the kinds a ``structure`` list names (``"layer"``,
-            ``"hidden"``, ``"head"``, ``"channel"``, ``"expert"``) under the budgets, on
-            ``search_batches``, when the pruner is built, and prune to it along the schedule
-            (a schedule without its own target: the fraction of the way to the budget): the
-            layers chosen go then, each width on the schedule
-            (:class:`~tensorplay.ao.pruning.pruner.gradual_search.SearchedPruner`, which
-            :attr:`pruner` is; :doc:`/width`). With ``distill_weight`` > 0 and no ``teacher``,
-            the teacher is the dense model, copied before the search.
-        search_batches: The calibration batches the search realizes and scores the candidates
-            on (required with ``search``; not a YAML option).
-        search_forward: How a batch runs through the model, returning a scalar loss:
-            ``search_forward(model, batch)``; ``None`` (default): ``model(**batch)`` for a
-            mapping (a causal LM's loss where it holds ``input_ids``), see
-            :func:`~tensorplay.ao.pruning.prune_one_shot`. Not a YAML option.
-        search_grid: The allocations searched, as ``prune_one_shot``'s (default 4).
-        search_score: ``"loss"`` (default) or ``"kl"`` against the dense model.
-        search_allocation: The mix to prune to instead of searching (a row's ``allocation``
-            of :attr:`pruner`'s ``search_report()``); a resumed run passes its state's.
+        search: Search the mix of depth and widths under the budgets when the ``Trainer``
+            is made, and prune to it along the schedule; as
+            :class:`~tensorplay.callbacks.GradualPruning`'s, and so are ``search_batches``,
+            ``search_forward``, ``search_grid``, ``search_score`` and ``search_allocation``
+            (:doc:`/width`). With ``"hidden"`` among the kinds, ``save_strategy="no"``.
 
     Raises:
         TypeError: As :class:`~tensorplay.ao.pruning.pruner.config.PrunerConfig`; a distillation

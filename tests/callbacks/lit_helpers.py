@@ -21,6 +21,7 @@ from tensorplay.callbacks import PrunableMixin
 
 __all__ = [
     "LIGHTNING_SETS",
+    "LlamaLM",
     "MaskRecorder",
     "PrunableTiny",
     "RankMaskWriter",
@@ -28,6 +29,7 @@ __all__ = [
     "TinyModule",
     "TOTAL",
     "ValidatedTiny",
+    "fit_with_checkpoints",
     "masks_of",
 ]
 
@@ -71,6 +73,38 @@ class TinyModule(pl.LightningModule):
         x = torch.randn(n, 8, generator=generator)
         y = torch.randint(0, 4, (n,), generator=generator)
         return DataLoader(TensorDataset(x, y), batch_size=8, shuffle=False)
+
+
+class LlamaLM(pl.LightningModule):
+    """A tiny Hugging Face Llama (``self.net``) trained as a causal LM on batches of token ids
+    (:func:`fit_with_checkpoints`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from tests.hf_models import tiny_llama
+
+        self.net = tiny_llama()
+
+    def training_step(self, batch: Tensor, index: int) -> Tensor:
+        loss: Tensor = self.net(input_ids=batch, labels=batch).loss
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def fit_with_checkpoints(
+    module: pl.LightningModule, pruning: Callback, folder: Path, steps: int, resume: str | None
+) -> None:
+    """Fit ``module`` with ``pruning`` for ``steps`` steps on fixed random tokens (batches of 4
+    sequences of 8), a checkpoint every 3 steps in ``folder``, from ``resume`` if given."""
+    saving = pl.callbacks.ModelCheckpoint(dirpath=folder, every_n_train_steps=3, save_top_k=-1)
+    trainer = pl.Trainer(
+        max_steps=steps, callbacks=[pruning, saving], logger=False, enable_progress_bar=False,
+        enable_model_summary=False, accelerator="cpu",
+    )  # fmt: skip
+    data = torch.randint(0, 50, (32, 8), generator=torch.Generator().manual_seed(1))
+    trainer.fit(module, DataLoader(data, batch_size=4), ckpt_path=resume)  # type: ignore[arg-type]
 
 
 class ValidatedTiny(TinyModule):

@@ -73,37 +73,17 @@ def test_the_trainer_prunes_the_hidden_size_and_saves_the_shrunk_model(tmp_path:
 def test_lightning_checkpoints_masked_hidden_channels_and_resumes_to_the_same_width(
     tmp_path: Path,
 ) -> None:
-    pl = pytest.importorskip("lightning.pytorch")
+    pytest.importorskip("lightning.pytorch")
     from tensorplay.callbacks import GradualPruning
+    from tests.callbacks.lit_helpers import LlamaLM, fit_with_checkpoints
 
-    class Module(pl.LightningModule):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = _llama()
-
-        def training_step(self, batch: torch.Tensor, index: int) -> torch.Tensor:
-            loss: torch.Tensor = self.net(input_ids=batch, labels=batch).loss
-            return loss
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.SGD(self.parameters(), lr=0.01)
-
-    data = torch.randint(0, 50, (32, 8), generator=torch.Generator().manual_seed(1))
-
-    def fit(resume: str | None) -> Module:
-        module = Module()
+    def fit(resume: str | None) -> LlamaLM:
+        module = LlamaLM()
         pruning = GradualPruning(
             LinearSchedule(0.5, end_step=4, frequency=2), structure="hidden",
             importance="magnitude", shrink_at_end=True, verbose=False,
         )  # fmt: skip
-        saving = pl.callbacks.ModelCheckpoint(
-            dirpath=tmp_path, every_n_train_steps=3, save_top_k=-1
-        )
-        trainer = pl.Trainer(
-            max_steps=6, callbacks=[pruning, saving], logger=False, enable_progress_bar=False,
-            enable_model_summary=False, accelerator="cpu",
-        )  # fmt: skip
-        trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=4), ckpt_path=resume)
+        fit_with_checkpoints(module, pruning, tmp_path, 6, resume)
         return module
 
     first = fit(None)

@@ -149,51 +149,31 @@ def test_a_resumed_trainer_run_ends_with_the_masks_of_the_unbroken_one(tmp_path:
 def test_lightning_prunes_to_the_searched_mix_and_resumes_to_the_same_width(
     tmp_path: Path,
 ) -> None:
-    pl = pytest.importorskip("lightning.pytorch")
+    pytest.importorskip("lightning.pytorch")
     from tensorplay.callbacks import GradualPruning
+    from tests.callbacks.lit_helpers import LlamaLM, fit_with_checkpoints
 
-    class Module(pl.LightningModule):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = tiny_llama()
-
-        def training_step(self, batch: torch.Tensor, index: int) -> torch.Tensor:
-            loss: torch.Tensor = self.net(input_ids=batch, labels=batch).loss
-            return loss
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.SGD(self.parameters(), lr=0.01)
-
-    data = torch.randint(3, 97, (32, 8), generator=torch.Generator().manual_seed(1))
     calibration = [batch["input_ids"] for batch in _batches()]
 
-    def fit(resume: str | None, steps: int) -> tuple[Module, Any]:
-        module = Module()
+    def fit(resume: str | None) -> tuple[LlamaLM, Any]:
+        module = LlamaLM()
         pruning = GradualPruning(
             LinearSchedule(end_step=4, frequency=2), structure=["layer", "hidden", "channel"],
             target_params=0.75, search=True, search_batches=calibration,
             search_forward=lambda model, ids: model.net(input_ids=ids, labels=ids).loss,
             search_allocation={"layer": 0.25, "hidden": 0.25, "channel": 0.5},
-            shrink_at_end=steps == 6, verbose=False,
+            shrink_at_end=True, verbose=False,
         )  # fmt: skip
-        saving = pl.callbacks.ModelCheckpoint(
-            dirpath=tmp_path, every_n_train_steps=3, save_top_k=-1
-        )
-        trainer = pl.Trainer(
-            max_steps=steps, callbacks=[pruning, saving], logger=False, enable_progress_bar=False,
-            enable_model_summary=False, accelerator="cpu",
-        )  # fmt: skip
-        trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=4), ckpt_path=resume)
+        fit_with_checkpoints(module, pruning, tmp_path, 6, resume)
         return module, pruning
 
-    first, pruning = fit(None, 6)
-    chosen = pruning.shrink_report
-    assert chosen is not None and model_params(first.net) == chosen.parameters_after
-    resumed, again = fit(str(tmp_path / "epoch=0-step=3.ckpt"), 6)
+    first, pruning = fit(None)
+    assert pruning.shrink_report is not None
+    assert model_params(first.net) == pruning.shrink_report.parameters_after
+    resumed, again = fit(str(tmp_path / "epoch=0-step=3.ckpt"))
     assert resumed.net.config.hidden_size == first.net.config.hidden_size
     assert resumed.net.config.num_hidden_layers == first.net.config.num_hidden_layers
     assert model_params(resumed.net) == model_params(first.net)
-    assert again.shrink_report is not None
     assert str(again.shrink_report) == str(pruning.shrink_report)
 
 

@@ -39,14 +39,19 @@ def _state(pruner: Pruner) -> str:
     return repr(pruner.importance.state_dict())
 
 
-def _observers(model: nn.Module) -> int:
-    """The live observers on ``model`` (an inert copy of one is not)."""
-    return sum(
-        isinstance(hook, Observer)
+def _hooks(model: nn.Module) -> list[object]:
+    """Every forward and forward pre-hook of ``model``'s modules."""
+    return [
+        hook
         for module in model.modules()
         for hooks in (module._forward_hooks, module._forward_pre_hooks)
         for hook in hooks.values()
-    )
+    ]
+
+
+def _observers(model: nn.Module) -> int:
+    """The live observers on ``model`` (an inert copy of one is not)."""
+    return sum(isinstance(hook, Observer) for hook in _hooks(model))
 
 
 @pytest.mark.parametrize(("importance", "build", "options"), CASES, ids=[c[0] for c in CASES])
@@ -80,10 +85,4 @@ def test_the_teacher_copy_leaves_the_observers_out(
     with torch.no_grad():
         teacher(_tokens(3))
     assert _state(pruner) == before
-    hooks = [
-        hook
-        for module in teacher.modules()
-        for hooks in (module._forward_hooks, module._forward_pre_hooks)
-        for hook in hooks.values()
-    ]
-    assert not any(is_observer(hook) for hook in hooks)
+    assert not any(is_observer(hook) for hook in _hooks(teacher))
