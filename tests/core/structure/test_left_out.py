@@ -100,3 +100,27 @@ def test_an_output_layer_spanned_as_a_consumer_is_not_named() -> None:
             model, OneShotSchedule(0.25), structure="channel", example_inputs=torch.randn(2, 4)
         )
     assert pruner.structure.notes == ()
+
+
+def test_the_tensors_of_a_layer_pruned_before_are_not_named() -> None:
+    """A block masked whole is removed with its tensors by ``shrink``: the hidden structure
+    built after a layer pruning, which leaves that block out, names none of them; the blocks
+    kept stay spanned."""
+    from tensorplay.ao.pruning import prune_one_shot
+    from tensorplay.ao.pruning.structured.units.kept_grid import masked_blocks
+
+    model = tiny_llama()
+    batches = [
+        torch.randint(3, 90, (2, 16), generator=torch.Generator().manual_seed(i)) for i in (0, 1)
+    ]
+    prune_one_shot(model, batches, 0.34, structure="layer", scope="layerwise", make_permanent=False)
+    pruner, messages = built(model, structure="hidden", importance="magnitude")
+    assert not [m for m in messages if "dense" in m]
+    assert pruner.report().notes == ()
+    (removed,) = masked_blocks(model)
+    (group,) = pruner.structure.groups
+    inside = {piece.parameter.startswith(f"{removed}.") for piece in group.slices}
+    assert inside == {False}
+    assert {
+        piece.parameter.split(".")[2] for piece in group.slices if ".layers." in piece.parameter
+    } == {str(i) for i in range(3) if f"model.layers.{i}" != removed}

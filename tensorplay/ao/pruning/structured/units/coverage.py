@@ -14,8 +14,10 @@ such tensor once, when the pruner is built, with why where known:
 What a known Hugging Face family leaves whole by design is not named: the units of another kind
 (a Llama's attention projections under ``structure="channel"``, its FFN under ``"head"``: the
 family's table says what each kind spans), the model's outputs (the LM head, a classifier) and
-the residual stream's width (a patch embedding). :meth:`Uncovered.warn` says it all in one
-:class:`UserWarning`, and the pruner's report shows :meth:`Uncovered.notes` under its table.
+the residual stream's width (a patch embedding). Nor are the tensors of a block masked whole
+(a layer pruned before): ``shrink`` removes them with their block. :meth:`Uncovered.warn` says
+it all in one :class:`UserWarning`, and the pruner's report shows :meth:`Uncovered.notes` under
+its table.
 
 Example:
     >>> import torch
@@ -39,9 +41,12 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from torch import nn
+
 from tensorplay.ao.pruning.frames import user_stacklevel
 from tensorplay.ao.pruning.structured.dependency.graph import DependencyGraph
 from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup
+from tensorplay.ao.pruning.structured.units.kept_grid import masked_blocks
 from tensorplay.ao.pruning.targets.tied import Target
 
 __all__ = ["Uncovered", "uncovered"]
@@ -117,7 +122,11 @@ class Uncovered:
 
 
 def uncovered(
-    kind: str, graph: DependencyGraph, taking_part: Sequence[UnitGroup], selected: Sequence[Target]
+    kind: str,
+    graph: DependencyGraph,
+    taking_part: Sequence[UnitGroup],
+    selected: Sequence[Target],
+    model: nn.Module | None = None,
 ) -> Uncovered:
     """The tensors of ``selected`` that no group of ``taking_part`` spans, with why (see the
     module).
@@ -127,6 +136,7 @@ def uncovered(
         graph: The model's dependency graph.
         taking_part: The groups of ``kind`` the pruner prunes.
         selected: The tensors the selection chose.
+        model: The model, whose blocks masked whole leave their tensors unnamed.
     """
     spanned = {name for group in taking_part for name in group.parameters()}
     reasons: dict[str, str] = {}
@@ -136,6 +146,9 @@ def uncovered(
         reason = _why(kind, graph, set(target.names), selected)
         if reason is not None:
             reasons[target.name] = reason
+    if reasons and model is not None:  # the masks are read only where a tensor is named
+        removed = tuple(f"{block}." for block in masked_blocks(model))
+        reasons = {name: why for name, why in reasons.items() if not name.startswith(removed)}
     numels = {target.name: target.parameter().numel() for target in selected}
     total = sum(numels.values())
     share = sum(numels[name] for name in reasons) / total if total else 0.0

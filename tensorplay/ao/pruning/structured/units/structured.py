@@ -117,7 +117,7 @@ class UnitStructure:
         graph = DependencyGraph(model, example_inputs)
         groups = self._selected_groups(graph, model, selected)
         _check_multiple(self.name, groups, multiple_of)
-        self.uncovered = uncovered(self.name, graph, groups, selected)
+        self.uncovered = uncovered(self.name, graph, groups, selected, model)
         self.notes = self.uncovered.notes()
         self.groups = tuple(groups)
         if self.ranks_together:
