@@ -346,3 +346,25 @@ def test_hidden_units_are_planned_in_the_multiple_the_hidden_pruner_prunes_in() 
     assert [row["reason"] for row in rows] == [None, None, None]
     assert all(row["units"].get("hidden", 0) % 4 == 0 for row in rows)
     assert [row["units"].get("hidden", 0) for row in rows] == [4, 12, 4]
+
+
+@pytest.mark.parametrize(("dtype", "step"), [(torch.float32, 4), (torch.bfloat16, 8)])
+def test_channels_inside_experts_are_planned_in_the_kernels_16_byte_rows(
+    dtype: torch.dtype, step: int
+) -> None:
+    """Shrinking keeps an expert's width a multiple of 16 bytes (4 channels in float32, 8 in
+    bfloat16): the search plans each expert's channels in that multiple, so what the masks
+    prune is what shrinking removes, and a channel candidate meets the budget it was sized
+    for."""
+    model = FAMILY_MODELS["qwen3_moe"].build().to(dtype)
+    experts = 2 * model.config.num_experts  # channel groups: one per expert of each layer
+    result = prune_one_shot(
+        model, _batches(3), target_params=0.8, structure=("expert", "channel"), search=True,
+        search_grid=[{"channel": 1.0}], make_permanent=False,
+    )  # fmt: skip
+    (row,) = [
+        r for r in result.search_report() if r["allocation"] == {"channel": 1.0, "expert": 0.0}
+    ]
+    assert row["reason"] is None and row["meets"]
+    assert row["units"]["channel"] % (step * experts) == 0
+    assert shrink(model).parameters_after == result.chosen["params"]
