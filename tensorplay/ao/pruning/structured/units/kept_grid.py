@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning.masking.held_tensors import kept_elements, read_kept
-from tensorplay.ao.pruning.parity.aliases import TiedParameter, alias_map
+from tensorplay.ao.pruning.parity.aliases import ParameterTable, TiedParameter, alias_map
 from tensorplay.ao.pruning.structured.dependency.blocks import find_blocks
 from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup
 
@@ -102,19 +102,19 @@ def read_kept_grid(model: nn.Module, experts: Collection[str] = ()) -> KeptGrid:
         >>> grid.extents, grid.count, grid.dropped
         ({'weight': (3, 2), 'bias': (3,)}, 9, ())
     """
-    aliases = alias_map(model)
+    table = ParameterTable.of(model)
+    aliases = table.aliases
     reads = {name: read_kept(tied) for name, tied in aliases.items() if name == tied.name}
     extents = {
-        name: _grid(kept, tuple(aliases[name].parameter.shape), name in experts)
+        name: _grid(kept, tuple(table.shapes[name]), name in experts)
         if masked
-        else tuple(aliases[name].parameter.shape)
+        else tuple(table.shapes[name])
         for name, (kept, masked) in reads.items()
     }
     found = find_blocks(model)
     names = found.block_names() if found is not None else []
     dropped = _dropped(names, aliases, lambda tied: reads[tied.name][0])
-    canonical = {name: tied.name for name, tied in aliases.items()}
-    return KeptGrid(extents, canonical, tuple(dropped))
+    return KeptGrid(extents, table.canonical, tuple(dropped))
 
 
 def _grid(kept: Tensor, shape: tuple[int, ...], expert: bool) -> tuple[int, ...]:
