@@ -30,12 +30,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from tensorplay.ao.pruning.distillation.left_out import (
-    LEFT_OUT,
-    drop_left_out_hooks,
-    hook_dicts,
-    is_left_out,
-)
+from tensorplay.ao.pruning.distillation.left_out import drop_left_out_hooks, left_out_memo
 from tensorplay.ao.pruning.masking.module_masks import ModuleMasks, read_masks
 from tensorplay.ao.pruning.selection import is_dtensor
 from tensorplay.ao.pruning.selection.sharding import fsdp_wrapped_class
@@ -254,8 +249,7 @@ def _meta_clone(
         for buffer in module._buffers.values():
             if buffer is not None and id(buffer) not in memo:
                 memo[id(buffer)] = _meta(buffer, dtype)
-        for hooks in hook_dicts(module):
-            memo.update((id(hook), LEFT_OUT) for hook in hooks.values() if _is_dropped(hook))
+    memo.update(left_out_memo(model, also=_is_fsdp_hook))
     for module in reversed(list(model.modules())):  # children first: they are in the memo
         dropped = frozenset() if keep_masks else sharding.masks[id(module)].lean_keys
         memo[id(module)] = _module_copy(module, sharding.classes[id(module)], memo, dropped)
@@ -271,11 +265,12 @@ def _meta(tensor: Tensor, dtype: torch.dtype | None) -> Tensor:
     return torch.empty(tensor.shape, dtype=to, device="meta")
 
 
-def _is_dropped(hook: object) -> bool:
-    """FSDP's own hooks (its state's methods, or functions of its modules), and the hooks
+def _is_fsdp_hook(hook: object) -> bool:
+    """FSDP's own hooks (its state's methods, or functions of its modules): a copy leaves them
+    out, as it does those
     :func:`~tensorplay.ao.pruning.distillation.dense_copy.dense_copy` leaves out."""
     where = getattr(hook, "__module__", None)
-    return is_left_out(hook) or (isinstance(where, str) and where.startswith(_FSDP_PACKAGE))
+    return isinstance(where, str) and where.startswith(_FSDP_PACKAGE)
 
 
 def _module_copy(
