@@ -31,17 +31,11 @@ Example:
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import torch
 from torch import nn
 
-from tensorplay.ao.pruning.distillation.left_out import (
-    LEFT_OUT,
-    drop_left_out_hooks,
-    hook_dicts,
-    is_left_out,
-)
+from tensorplay.ao.pruning.distillation.left_out import drop_left_out_hooks, left_out_memo
 from tensorplay.ao.pruning.distillation.sharded_copy import sharded_copy
 from tensorplay.ao.pruning.masking.frozen_copies import FrozenCopies
 from tensorplay.ao.pruning.masking.module_masks import read_masks
@@ -110,20 +104,9 @@ def dense_copy(model: nn.Module, dtype: torch.dtype | None = None) -> nn.Module:
 def _plain_copy(model: nn.Module, dtype: torch.dtype | None) -> nn.Module:
     """:func:`dense_copy` of a model of plain tensors: its masked tensors frozen as they
     compute, then everything else deep-copied, the hooks it leaves out dropped."""
-    memo = _left_out_hooks(model)
+    memo = left_out_memo(model)
     FrozenCopies(read_masks(model), dtype, memo).fill(model)
     clone: nn.Module = copy.deepcopy(model, memo)
     for module in clone.modules():
         drop_left_out_hooks(module)
     return clone.eval()
-
-
-def _left_out_hooks(model: nn.Module) -> dict[int, Any]:
-    """A ``copy.deepcopy`` memo that copies every hook the copy leaves out as ``LEFT_OUT``."""
-    return {
-        id(hook): LEFT_OUT
-        for module in model.modules()
-        for hooks in hook_dicts(module)
-        for hook in hooks.values()
-        if is_left_out(hook)
-    }

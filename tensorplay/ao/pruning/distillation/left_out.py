@@ -20,13 +20,21 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from torch import nn
 
 from tensorplay.ao.pruning.edits import changes
 
-__all__ = ["LEFT_OUT", "LeftOutOfCopies", "drop_left_out_hooks", "hook_dicts", "is_left_out"]
+__all__ = [
+    "LEFT_OUT",
+    "LeftOutOfCopies",
+    "drop_left_out_hooks",
+    "hook_dicts",
+    "is_left_out",
+    "left_out_memo",
+]
 
 # Hook dicts whose keys are a hook's handle id in another hook dict (torch's flags per hook).
 _HOOK_FLAGS = (
@@ -74,6 +82,29 @@ def hook_dicts(module: nn.Module) -> list[dict[int, Any]]:
         for key, value in vars(module).items()
         if key.endswith("_hooks") and isinstance(value, dict)
     ]
+
+
+def left_out_memo(model: nn.Module, also: Callable[[object], bool] | None = None) -> dict[int, Any]:
+    """A ``copy.deepcopy`` memo that copies as :data:`LEFT_OUT` every hook of ``model``'s
+    modules that a copy leaves out (:func:`is_left_out`, or ``also`` says so).
+
+    Example:
+        >>> class Watcher(LeftOutOfCopies):
+        ...     def hook(self, module, args, output):
+        ...         pass
+        >>> layer = nn.Linear(2, 2)
+        >>> _ = layer.register_forward_hook(Watcher().hook)
+        >>> _ = layer.register_forward_hook(lambda module, args, output: None)
+        >>> list(left_out_memo(layer).values()) == [LEFT_OUT]
+        True
+    """
+    return {
+        id(hook): LEFT_OUT
+        for module in model.modules()
+        for hooks in hook_dicts(module)
+        for hook in hooks.values()
+        if is_left_out(hook) or (also is not None and also(hook))
+    }
 
 
 def drop_left_out_hooks(module: nn.Module) -> None:

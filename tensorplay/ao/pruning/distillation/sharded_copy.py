@@ -25,17 +25,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
-from tensorplay.ao.pruning.distillation.left_out import (
-    LEFT_OUT,
-    drop_left_out_hooks,
-    hook_dicts,
-    is_left_out,
-)
+from tensorplay.ao.pruning.distillation.left_out import drop_left_out_hooks, left_out_memo
 from tensorplay.ao.pruning.masking.module_masks import ModuleMasks, read_masks
 from tensorplay.ao.pruning.selection import is_dtensor
 from tensorplay.ao.pruning.selection.sharding import fsdp_wrapped_class
@@ -50,6 +45,15 @@ _GATHER_REMEDY = (
 )
 _FSDP_STATE_KEY = "__composable_api_state_key"  # where fully_shard keeps its state
 _FSDP_PACKAGE = "torch.distributed.fsdp"
+
+
+class _Sharding(NamedTuple):
+    """What a copy reads of a sharded model before it builds anything
+    (:func:`_read_sharding`)."""
+
+    mesh: Any
+    masks: dict[int, ModuleMasks]
+    classes: dict[int, type[nn.Module]]  # by module id; an FSDPModule's is the class it wraps
 
 
 def sharded_copy(model: nn.Module, dtype: torch.dtype | None = None) -> nn.Module:
@@ -84,15 +88,15 @@ def sharded_copy(model: nn.Module, dtype: torch.dtype | None = None) -> nn.Modul
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
     _check_root(model)
-    mesh, masks = _check_shardable(model, _TEACHER_REMEDY)
+    sharding = _read_sharding(model, _TEACHER_REMEDY)
     sharded = [name for name, module in _children_first(model) if isinstance(module, FSDPModule)]
     options = {name: _shard_options(model.get_submodule(name)) for name in sharded}
     placements: dict[int, Any] = {}
-    clone = _meta_clone(model, masks, mesh, dtype, placements)
+    clone = _meta_clone(model, sharding, dtype, placements)
     for name in sharded:
         fully_shard(
             clone.get_submodule(name),
-            mesh=mesh,
+            mesh=sharding.mesh,
             shard_placement_fn=lambda param: placements.get(id(param)),
             **options[name],
         )
@@ -102,9 +106,11 @@ def sharded_copy(model: nn.Module, dtype: torch.dtype | None = None) -> nn.Modul
     return clone.eval()
 
 
-def _check_shardable(model: nn.Module, remedy: str) -> tuple[Any, dict[int, ModuleMasks]]:
-    """The model's one mesh and the masks of its modules, after refusing what the copy would
-    not reproduce exactly, each refusal ending with ``remedy``."""
+def _read_sharding(model: nn.Module, remedy: str) -> _Sharding:
+    """The model's one mesh, the masks of its modules and the class each module is (an
+    ``FSDPModule``: the class it wraps), after refusing what the copy would not reproduce
+    exactly, each refusal ending with ``remedy``: all a copy reads of the sharding, read once
+    before anything is built."""
     masks = read_masks(model)
     meshes: dict[Any, str] = {}  # each mesh and a parameter on it
     for module_name, module in model.named_modules():
@@ -131,7 +137,8 @@ def _check_shardable(model: nn.Module, remedy: str) -> tuple[Any, dict[int, Modu
             f"Expected one device mesh for every parameter, but {list(meshes.values())} are on "
             f"different ones: {remedy}."
         )
-    return next(iter(meshes)), masks
+    classes = {id(module): fsdp_wrapped_class(module) or type(module) for module in model.modules()}
+    return _Sharding(next(iter(meshes)), masks, classes)
 
 
 def _children_first(model: nn.Module, prefix: str = "") -> list[tuple[str, nn.Module]]:
@@ -184,8 +191,9 @@ def unsharded_meta_copy(
         ValueError: Expected a model sharded with FSDP2 (`fully_shard`), but Linear is not one: ...
     """
     _check_root(model)
-    mesh, masks = _check_shardable(model, _GATHER_REMEDY)
-    return _meta_clone(model, masks, mesh, dtype, {}, keep_masks=keep_masks)
+    return _meta_clone(
+        model, _read_sharding(model, _GATHER_REMEDY), dtype, {}, keep_masks=keep_masks
+    )
 
 
 def check_gatherable(model: nn.Module) -> Any:
@@ -203,7 +211,7 @@ def check_gatherable(model: nn.Module) -> Any:
         ValueError: Expected a model sharded with FSDP2 (`fully_shard`), but Linear is not one: ...
     """
     _check_root(model)
-    return _check_shardable(model, _GATHER_REMEDY)[0]
+    return _read_sharding(model, _GATHER_REMEDY).mesh
 
 
 def _check_root(model: nn.Module) -> None:
@@ -218,18 +226,19 @@ def _check_root(model: nn.Module) -> None:
 
 def _meta_clone(
     model: nn.Module,
-    masks: dict[int, ModuleMasks],
-    mesh: Any,
+    sharding: _Sharding,
     dtype: torch.dtype | None,
     placements: dict[int, Any],
     *,
     keep_masks: bool = False,
 ) -> nn.Module:
     """A copy of ``model`` with meta parameters and buffers of the full shapes (in ``dtype``),
-    its FSDP modules made instances of the classes they wrap, without FSDP's state, FSDP's hooks,
-    the hooks :func:`~tensorplay.ao.pruning.distillation.dense_copy.dense_copy` leaves out, or
-    (unless ``keep_masks``) lean masks; ``placements`` maps each meta parameter to its model
-    parameter's placement."""
+    its FSDP modules made instances of the classes they wrap (``sharding`` read them, with the
+    masks and the mesh), without FSDP's state, FSDP's hooks, the hooks
+    :func:`~tensorplay.ao.pruning.distillation.dense_copy.dense_copy` leaves out, or (unless
+    ``keep_masks``) lean masks; ``placements`` maps each meta parameter to its model parameter's
+    placement."""
+    mesh = sharding.mesh
     memo: dict[int, Any] = {id(mesh): mesh}  # shared, as a reference to it in a module is
     for module in model.modules():
         for param in module._parameters.values():
@@ -240,11 +249,10 @@ def _meta_clone(
         for buffer in module._buffers.values():
             if buffer is not None and id(buffer) not in memo:
                 memo[id(buffer)] = _meta(buffer, dtype)
-        for hooks in hook_dicts(module):
-            memo.update((id(hook), LEFT_OUT) for hook in hooks.values() if _is_dropped(hook))
+    memo.update(left_out_memo(model, also=_is_fsdp_hook))
     for module in reversed(list(model.modules())):  # children first: they are in the memo
-        dropped = frozenset() if keep_masks else masks[id(module)].lean_keys
-        memo[id(module)] = _module_copy(module, memo, dropped)
+        dropped = frozenset() if keep_masks else sharding.masks[id(module)].lean_keys
+        memo[id(module)] = _module_copy(module, sharding.classes[id(module)], memo, dropped)
     clone = memo[id(model)]
     assert isinstance(clone, nn.Module)  # for mypy: _module_copy makes modules
     for module in clone.modules():
@@ -257,17 +265,20 @@ def _meta(tensor: Tensor, dtype: torch.dtype | None) -> Tensor:
     return torch.empty(tensor.shape, dtype=to, device="meta")
 
 
-def _is_dropped(hook: object) -> bool:
-    """FSDP's own hooks (its state's methods, or functions of its modules), and the hooks
+def _is_fsdp_hook(hook: object) -> bool:
+    """FSDP's own hooks (its state's methods, or functions of its modules): a copy leaves them
+    out, as it does those
     :func:`~tensorplay.ao.pruning.distillation.dense_copy.dense_copy` leaves out."""
     where = getattr(hook, "__module__", None)
-    return is_left_out(hook) or (isinstance(where, str) and where.startswith(_FSDP_PACKAGE))
+    return isinstance(where, str) and where.startswith(_FSDP_PACKAGE)
 
 
-def _module_copy(module: nn.Module, memo: dict[int, Any], dropped: frozenset[str]) -> nn.Module:
-    """A copy of ``module`` (an ``FSDPModule``: of the class it wraps, without FSDP's state),
-    its tensors, children and hooks from ``memo``, without the buffers ``dropped``."""
-    cls = fsdp_wrapped_class(module) or type(module)
+def _module_copy(
+    module: nn.Module, cls: type[nn.Module], memo: dict[int, Any], dropped: frozenset[str]
+) -> nn.Module:
+    """A copy of ``module`` as an instance of ``cls`` (an ``FSDPModule``: the class it wraps,
+    without FSDP's state), its tensors, children and hooks from ``memo``, without the buffers
+    ``dropped``."""
     getstate: Callable[[], Any] | None = getattr(module, "__getstate__", None)
     state = dict(getstate() if getstate is not None else vars(module))  # a LightningModule's
     # leaves its trainer out

@@ -78,7 +78,7 @@ from tensorplay.ao.pruning.pruner.search_grid import SEARCH_ORDER, Allocation
 from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup, expert_width_step
 from tensorplay.ao.pruning.structured.shrinking.shrink import shrink
 from tensorplay.ao.pruning.structured.units.budget import model_params
-from tensorplay.ao.pruning.structured.units.kept_grid import KeptGrid, read_kept_grid
+from tensorplay.ao.pruning.structured.units.kept_grid import read_kept_grid
 from tensorplay.ao.pruning.structured.units.latency import estimate_latency
 from tensorplay.ao.pruning.structured.units.latency_setting import LatencyBudget
 from tensorplay.ao.pruning.structured.units.measures import measures_of
@@ -323,10 +323,10 @@ def _realize(
         goal = reading.total - math.floor(share * reading.remove)
         groups = reading.graph.groups(kind)
         kept = read_kept_grid(model, reading.experts)
-        groups = _live_groups(kind, groups, kept.dropped)
+        groups = kept.live_groups(kind, groups)
         step = _unit_step(kind, groups, reading, model)
-        per_group, size = _units_for(
-            kind, groups, kept.count - goal, kept, at_least=kind == last, step=step
+        per_group, size = kept.units_for(
+            kind, groups, kept.count - goal, at_least=kind == last, step=step
         )
         if per_group == 0:
             continue
@@ -378,55 +378,6 @@ def kind_importance(importance: str | Mapping[str, str] | None, kind: str) -> st
         (None, 'taylor')
     """
     return importance.get(kind) if isinstance(importance, Mapping) else importance
-
-
-def _live_groups(kind: str, groups: Sequence[UnitGroup], dropped: Sequence[str]) -> list[UnitGroup]:
-    """The ``groups`` of ``kind`` outside the ``dropped`` blocks (the hidden group without its
-    slices there)."""
-    inside = tuple(f"{block}." for block in dropped)
-    if kind == "hidden":
-        (group,) = groups
-        kept = tuple(piece for piece in group.slices if not piece.parameter.startswith(inside))
-        return [UnitGroup(group.name, group.kind, group.size, kept, group.min_kept)]
-    return [group for group in groups if not group.name.startswith(inside)]
-
-
-def _units_for(
-    kind: str,
-    groups: Sequence[UnitGroup],
-    need: int,
-    kept: KeptGrid,
-    *,
-    at_least: bool,
-    step: int = 1,
-) -> tuple[int, int]:
-    """The units per group (every group of ``groups`` as many; the blocks, for layers, as one
-    group), a multiple of ``step`` (the multiple the kind's pruner prunes in), that remove
-    ``need`` elements at their price in the ``kept`` grids, and the units a group holds: the
-    fewest that remove at least as many (``at_least``: the candidate's last kind, which lands
-    on the budget), else the nearest count (a kind before leaves the rest to the next).
-
-    Raises:
-        ValueError: Groups of different sizes (a model whose layers differ), or units that free
-            nothing.
-    """
-    sizes = {group.size for group in groups}
-    if len(sizes) != 1:
-        raise ValueError(
-            f"Expected {kind!r} groups of one size to prune as many units of each, but got "
-            f"sizes {sorted(sizes)}."
-        )
-    priced = Fraction(sum(kept.price(group) for group in groups))
-    size = sizes.pop()
-    if kind == "layer":  # one group of blocks: a layer at the blocks' mean price
-        priced, size = priced / len(groups), len(groups)
-    if need <= 0:
-        return 0, size
-    if priced == 0:
-        raise ValueError(f"Expected {kind!r} units that free parameters, but none left does.")
-    if at_least:
-        return math.ceil(need / priced / step) * step, size
-    return math.floor(need / priced / step + Fraction(1, 2)) * step, size
 
 
 def _loss_fn(forward: Forward | None, batches: Sequence[Any]) -> Callable[[nn.Module, Any], Tensor]:

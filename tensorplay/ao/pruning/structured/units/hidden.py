@@ -63,17 +63,13 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from tensorplay.ao.pruning.parity.aliases import TiedParameter, alias_map
+from tensorplay.ao.pruning.parity.aliases import ParameterTable, TiedParameter, alias_map
 from tensorplay.ao.pruning.parity.base import BasePruningMethod
 from tensorplay.ao.pruning.selection.sharding import first_sharded
 from tensorplay.ao.pruning.structured.dependency.blocks import hf_config_of
 from tensorplay.ao.pruning.structured.dependency.graph import DependencyGraph
 from tensorplay.ao.pruning.structured.dependency.hidden_width import HIDDEN, NormKind
-from tensorplay.ao.pruning.structured.dependency.unit_groups import (
-    UnitGroup,
-    expert_width_step,
-    shapes_of,
-)
+from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup, expert_width_step
 from tensorplay.ao.pruning.structured.units.kept_grid import masked_blocks
 from tensorplay.ao.pruning.structured.units.stream_norms import install_stream_norms
 from tensorplay.ao.pruning.structured.units.structured import UnitStructure
@@ -208,15 +204,18 @@ def hidden_step(
     """The multiple of hidden channels ``groups`` (the model's hidden group) are pruned in:
     transformers' experts kernel needs 16-byte rows, the fused expert tensors' hidden width
     too, and a config states ``hidden_size`` only as a multiple of the query heads where it
-    states ``head_dim`` apart (``shapes``: :func:`shapes_of` the model, ``aliases``:
-    :func:`~tensorplay.ao.pruning.parity.aliases.alias_map` of it, if read already).
+    states ``head_dim`` apart (``shapes`` and ``aliases``: those of the model's
+    :class:`~tensorplay.ao.pruning.parity.aliases.ParameterTable`, if read already; else its
+    parameters are read once here).
 
     Example:
         >>> hidden_step(nn.Linear(2, 2), [])
         1
     """
-    shapes = shapes_of(model) if shapes is None else shapes
-    aliases = alias_map(model) if aliases is None else aliases
+    if shapes is None or aliases is None:
+        table = ParameterTable.of(model)
+        shapes = table.shapes if shapes is None else shapes
+        aliases = table.aliases if aliases is None else aliases
     sizes = {name: tied.parameter.element_size() for name, tied in aliases.items()}
     step = max((expert_width_step(group, sizes, shapes) for group in groups), default=1)
     return math.lcm(step, _heads_step(model))

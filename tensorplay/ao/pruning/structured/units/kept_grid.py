@@ -6,8 +6,9 @@ keeps after :func:`~tensorplay.ao.pruning.shrink` are the product of those exten
 tensor masked whole: a removed layer's; a fused expert tensor's experts each as wide as the
 widest). :func:`read_kept_grid` reads the model's masks once into a :class:`KeptGrid`: the
 extents of every tensor (tied ones once, a tensor without a mask whole), the blocks masked whole,
-their sum (:attr:`KeptGrid.count`) and what one more unit of a group would remove from them
-(:meth:`KeptGrid.price`): the planner of a search (:mod:`~tensorplay.ao.pruning.pruner.search`)
+their sum (:attr:`KeptGrid.count`), what one more unit of a group would remove from them
+(:meth:`KeptGrid.price`) and how many units of each group remove a number of elements
+(:meth:`KeptGrid.units_for`): the planner of a search (:mod:`~tensorplay.ao.pruning.pruner.search`)
 sizes each kind's share with it, on the model as the kinds before left it. The count is the
 shrunk model's where every group keeps at least one unit; the search still counts each candidate
 by shrinking it.
@@ -28,13 +29,14 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 from torch import Tensor, nn
 
 from tensorplay.ao.pruning.masking.held_tensors import kept_elements, read_kept
-from tensorplay.ao.pruning.parity.aliases import TiedParameter, alias_map
+from tensorplay.ao.pruning.parity.aliases import ParameterTable, TiedParameter, alias_map
 from tensorplay.ao.pruning.structured.dependency.blocks import find_blocks
 from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup
 
@@ -89,6 +91,70 @@ class KeptGrid:
             price += piece.width * math.prod(others)
         return price
 
+    def live_groups(self, kind: str, groups: Sequence[UnitGroup]) -> list[UnitGroup]:
+        """The ``groups`` of ``kind`` outside the :attr:`dropped` blocks (the hidden group
+        without its slices there).
+
+        Example:
+            >>> from tensorplay.ao.pruning.structured.dependency.unit_groups import Slice
+            >>> rows = [UnitGroup(f"h.{i}.fc", "channel", 3, (Slice(f"h.{i}.fc.weight", 0),))
+            ...         for i in range(2)]
+            >>> [g.name for g in KeptGrid({}, {}, ("h.0",)).live_groups("channel", rows)]
+            ['h.1.fc']
+        """
+        inside = tuple(f"{block}." for block in self.dropped)
+        if kind == "hidden":
+            (group,) = groups
+            kept = tuple(piece for piece in group.slices if not piece.parameter.startswith(inside))
+            return [UnitGroup(group.name, group.kind, group.size, kept, group.min_kept)]
+        return [group for group in groups if not group.name.startswith(inside)]
+
+    def units_for(
+        self,
+        kind: str,
+        groups: Sequence[UnitGroup],
+        need: int,
+        *,
+        at_least: bool,
+        step: int = 1,
+    ) -> tuple[int, int]:
+        """The units per group (every group of ``groups`` as many; the blocks, for layers, as
+        one group), a multiple of ``step`` (the multiple the kind's pruner prunes in), that
+        remove ``need`` elements at their :meth:`price` in these grids, and the units a group
+        holds: the fewest that remove at least as many (``at_least``: a search candidate's last
+        kind, which lands on the budget), else the nearest count (a kind before leaves the rest
+        to the next).
+
+        Raises:
+            ValueError: Groups of different sizes (a model whose layers differ), or units that
+                free nothing.
+
+        Example:
+            >>> from tensorplay.ao.pruning.structured.dependency.unit_groups import Slice
+            >>> row = UnitGroup("fc", "channel", 3, (Slice("weight", 0), Slice("bias", 0)))
+            >>> grid = KeptGrid({"weight": (3, 2), "bias": (3,)}, {}, ())
+            >>> grid.units_for("channel", [row], 5, at_least=True), grid.units_for(
+            ...     "channel", [row], 5, at_least=False)
+            ((2, 3), (2, 3))
+        """
+        sizes = {group.size for group in groups}
+        if len(sizes) != 1:
+            raise ValueError(
+                f"Expected {kind!r} groups of one size to prune as many units of each, but got "
+                f"sizes {sorted(sizes)}."
+            )
+        priced = Fraction(sum(self.price(group) for group in groups))
+        size = sizes.pop()
+        if kind == "layer":  # one group of blocks: a layer at the blocks' mean price
+            priced, size = priced / len(groups), len(groups)
+        if need <= 0:
+            return 0, size
+        if priced == 0:
+            raise ValueError(f"Expected {kind!r} units that free parameters, but none left does.")
+        if at_least:
+            return math.ceil(need / priced / step) * step, size
+        return math.floor(need / priced / step + Fraction(1, 2)) * step, size
+
 
 def read_kept_grid(model: nn.Module, experts: Collection[str] = ()) -> KeptGrid:
     """The grids ``model``'s masks keep, each tensor's mask read once: per tensor the indices
@@ -102,19 +168,19 @@ def read_kept_grid(model: nn.Module, experts: Collection[str] = ()) -> KeptGrid:
         >>> grid.extents, grid.count, grid.dropped
         ({'weight': (3, 2), 'bias': (3,)}, 9, ())
     """
-    aliases = alias_map(model)
+    table = ParameterTable.of(model)
+    aliases = table.aliases
     reads = {name: read_kept(tied) for name, tied in aliases.items() if name == tied.name}
     extents = {
-        name: _grid(kept, tuple(aliases[name].parameter.shape), name in experts)
+        name: _grid(kept, tuple(table.shapes[name]), name in experts)
         if masked
-        else tuple(aliases[name].parameter.shape)
+        else tuple(table.shapes[name])
         for name, (kept, masked) in reads.items()
     }
     found = find_blocks(model)
     names = found.block_names() if found is not None else []
     dropped = _dropped(names, aliases, lambda tied: reads[tied.name][0])
-    canonical = {name: tied.name for name, tied in aliases.items()}
-    return KeptGrid(extents, canonical, tuple(dropped))
+    return KeptGrid(extents, table.canonical, tuple(dropped))
 
 
 def _grid(kept: Tensor, shape: tuple[int, ...], expert: bool) -> tuple[int, ...]:

@@ -108,7 +108,9 @@ def read_search(
     limits, planned = _limits(measures, budgets, table)
     experts = tuple(routed_experts(model, params))
     graph = DependencyGraph(model)
-    step = hidden_step(model, [graph.hidden().group]) if "hidden" in kinds else 1
+    step = 1
+    if "hidden" in kinds:  # the parameters read above, not read again
+        step = hidden_step(model, [graph.hidden().group], params.shapes, params.aliases)
     return SearchReading(
         total, limits, planned, experts, "active_params" in limits or bool(experts), setting,
         table, graph, step,
