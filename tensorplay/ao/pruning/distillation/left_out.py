@@ -68,7 +68,7 @@ def is_left_out(hook: object) -> bool:
     """A pruning method (or container) as a forward pre-hook, a :class:`LeftOutOfCopies`'s
     bound method, or an observer of a score's statistics
     (:class:`~tensorplay.ao.pruning.edits.changes.Observer`)."""
-    if changes.is_observer(hook):
+    if isinstance(hook, changes.OBSERVER_TYPES):
         return True
     is_pruning = isinstance(getattr(hook, "_tensor_name", None), str) and callable(
         getattr(hook, "apply_mask", None)

@@ -55,6 +55,7 @@ from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 __all__ = [
+    "OBSERVER_TYPES",
     "ChangeRecord",
     "Observer",
     "atomic",
@@ -342,6 +343,9 @@ class _Inert:
 
 _INERT = _Inert()
 
+OBSERVER_TYPES: tuple[type, ...] = (Observer, _Inert)
+"""The types of an observer hook, on a model or on a copy of it (:func:`is_observer`)."""
+
 
 def is_observer(hook: object) -> bool:
     """Whether ``hook`` is an :class:`Observer`, or what one is copied as.
@@ -350,7 +354,7 @@ def is_observer(hook: object) -> bool:
         >>> is_observer(Observer(print)), is_observer(print)
         (True, False)
     """
-    return isinstance(hook, (Observer, _Inert))
+    return isinstance(hook, OBSERVER_TYPES)
 
 
 def observe(register: Callable[..., H], watch: Callable[..., Any], **kwargs: Any) -> H:

@@ -90,8 +90,8 @@ from tensorplay.ao.pruning.structured.reconstruction import (
 from tensorplay.ao.pruning.structured.reconstruction import reconstruct as reconstruct_consumers
 from tensorplay.ao.pruning.structured.units import STRUCTURES
 from tensorplay.ao.pruning.structured.units.latency_setting import LatencyBudget
-from tensorplay.ao.pruning.structured.units.measures import routed_experts
 from tensorplay.ao.pruning.structured.units.memory_setting import MemoryBudget
+from tensorplay.ao.pruning.structured.units.one_shot_scores import one_shot_importance
 
 __all__ = ["calibrate", "one_shot_importance", "one_shot_schedule", "prune_one_shot"]
 
@@ -438,37 +438,6 @@ def prune_one_shot(
         if make_permanent:
             pruner.make_permanent()
     return pruner
-
-
-def one_shot_importance(structure: str | tuple[str, ...], model: nn.Module | None = None) -> str:
-    """The score :func:`prune_one_shot` ranks ``structure``'s units by when none is given:
-    the structure's own (activations for ``"hidden"``, REAP for ``"expert"``); magnitude for
-    channels of a ``model`` with routed experts (Wanda scales by a layer's input norms, and
-    the inputs of a fused experts tensor differ per expert); else Wanda.
-
-    Example:
-        >>> import sys; sys.path.insert(0, "tests")
-        >>> from moe_models import tiny_qwen3_moe
-        >>> one_shot_importance("hidden"), one_shot_importance("channel")
-        ('activation', 'wanda')
-        >>> one_shot_importance("channel", tiny_qwen3_moe())
-        'magnitude'
-    """
-    kind = STRUCTURES.get(structure) if isinstance(structure, str) else STRUCTURES["channel"]
-    own = getattr(kind, "one_shot_importance", None)
-    if own is not None:
-        return str(own)
-    kinds = structure if isinstance(structure, tuple) else (structure,)
-    if model is not None and "channel" in kinds and _has_routed_experts(model):
-        return "magnitude"
-    return "wanda"
-
-
-def _has_routed_experts(model: nn.Module) -> bool:
-    try:
-        return bool(routed_experts(model))
-    except ValueError:  # experts named but not found: the pruner says so when it is built
-        return False
 
 
 def _consumers(

@@ -72,10 +72,8 @@ from torch import Tensor, nn
 from tensorplay.ao.pruning.calibration.batches import Forward
 from tensorplay.ao.pruning.calibration.padding import real_tokens
 from tensorplay.ao.pruning.edits import changes
-from tensorplay.ao.pruning.parity.aliases import ParameterTable
 from tensorplay.ao.pruning.pruner.conductor import Pruner
 from tensorplay.ao.pruning.pruner.search_grid import SEARCH_ORDER, Allocation
-from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup, expert_width_step
 from tensorplay.ao.pruning.structured.shrinking.shrink import shrink
 from tensorplay.ao.pruning.structured.units.budget import model_params
 from tensorplay.ao.pruning.structured.units.kept_grid import read_kept_grid
@@ -324,7 +322,7 @@ def _realize(
         groups = reading.graph.groups(kind)
         kept = read_kept_grid(model, reading.experts)
         groups = kept.live_groups(kind, groups)
-        step = _unit_step(kind, groups, reading, model)
+        step = reading.hidden_step if kind == "hidden" else kept.expert_step(groups)
         per_group, size = kept.units_for(
             kind, groups, kept.count - goal, at_least=kind == last, step=step
         )
@@ -353,20 +351,6 @@ def _realize(
             )
         pruners[kind] = pruner
     return pruners
-
-
-def _unit_step(
-    kind: str, groups: Sequence[UnitGroup], reading: SearchReading, model: nn.Module
-) -> int:
-    """The multiple ``kind``'s units are planned in, so that shrinking keeps what the masks
-    keep: the hidden multiple; for the channels inside experts, the expert kernel's 16-byte
-    rows (8 channels in bfloat16; a width between two multiples shrinks to the wider)."""
-    if kind == "hidden":
-        return reading.hidden_step
-    if kind != "channel" or not reading.experts:
-        return 1
-    sizes = ParameterTable.of(model).element_sizes
-    return max((expert_width_step(group, sizes) for group in groups), default=1)
 
 
 def kind_importance(importance: str | Mapping[str, str] | None, kind: str) -> str | None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from torch import Tensor, nn
@@ -38,7 +38,7 @@ from torch import Tensor, nn
 from tensorplay.ao.pruning.masking.held_tensors import kept_elements, read_kept
 from tensorplay.ao.pruning.parity.aliases import ParameterTable, TiedParameter, alias_map
 from tensorplay.ao.pruning.structured.dependency.blocks import find_blocks
-from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup
+from tensorplay.ao.pruning.structured.dependency.unit_groups import UnitGroup, expert_width_step
 
 __all__ = ["KeptGrid", "masked_blocks", "read_kept_grid"]
 
@@ -52,6 +52,7 @@ class KeptGrid:
             dimension.
         canonical: Each parameter name's canonical one.
         dropped: The blocks whose every parameter is masked whole (:func:`masked_blocks`).
+        element_sizes: Each tensor's bytes per element, by name.
 
     Example:
         >>> grid = KeptGrid({"weight": (3, 2), "bias": (3,)}, {}, ())
@@ -62,6 +63,7 @@ class KeptGrid:
     extents: Mapping[str, tuple[int, ...]]
     canonical: Mapping[str, str]
     dropped: tuple[str, ...]
+    element_sizes: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def count(self) -> int:
@@ -108,6 +110,19 @@ class KeptGrid:
             kept = tuple(piece for piece in group.slices if not piece.parameter.startswith(inside))
             return [UnitGroup(group.name, group.kind, group.size, kept, group.min_kept)]
         return [group for group in groups if not group.name.startswith(inside)]
+
+    def expert_step(self, groups: Sequence[UnitGroup]) -> int:
+        """The multiple of units each of ``groups`` keeps after shrinking: for an expert's
+        channels, the expert kernel's 16-byte rows (8 channels in bfloat16); 1 for any other
+        group (:func:`~tensorplay.ao.pruning.structured.dependency.unit_groups.expert_width_step`).
+
+        Example:
+            >>> from tensorplay.ao.pruning.structured.dependency.unit_groups import Slice
+            >>> expert = UnitGroup("e[0]", "channel", 16, (Slice("down", 2, expert=0),))
+            >>> KeptGrid({}, {}, (), {"down": 2}).expert_step([expert])
+            8
+        """
+        return max((expert_width_step(group, self.element_sizes) for group in groups), default=1)
 
     def units_for(
         self,
@@ -180,7 +195,7 @@ def read_kept_grid(model: nn.Module, experts: Collection[str] = ()) -> KeptGrid:
     found = find_blocks(model)
     names = found.block_names() if found is not None else []
     dropped = _dropped(names, aliases, lambda tied: reads[tied.name][0])
-    return KeptGrid(extents, table.canonical, tuple(dropped))
+    return KeptGrid(extents, table.canonical, tuple(dropped), table.element_sizes)
 
 
 def _grid(kept: Tensor, shape: tuple[int, ...], expert: bool) -> tuple[int, ...]:
