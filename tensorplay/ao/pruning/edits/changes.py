@@ -61,7 +61,6 @@ __all__ = [
     "atomic",
     "held_references",
     "hook",
-    "is_observer",
     "is_registered",
     "keep_values",
     "observe",
@@ -344,17 +343,12 @@ class _Inert:
 _INERT = _Inert()
 
 OBSERVER_TYPES: tuple[type, ...] = (Observer, _Inert)
-"""The types of an observer hook, on a model or on a copy of it (:func:`is_observer`)."""
+"""The types of an observer hook, on a model or on a copy of it.
 
-
-def is_observer(hook: object) -> bool:
-    """Whether ``hook`` is an :class:`Observer`, or what one is copied as.
-
-    Example:
-        >>> is_observer(Observer(print)), is_observer(print)
-        (True, False)
-    """
-    return isinstance(hook, OBSERVER_TYPES)
+Example:
+    >>> isinstance(Observer(print), OBSERVER_TYPES), isinstance(print, OBSERVER_TYPES)
+    (True, False)
+"""
 
 
 def observe(register: Callable[..., H], watch: Callable[..., Any], **kwargs: Any) -> H:
@@ -365,7 +359,7 @@ def observe(register: Callable[..., H], watch: Callable[..., Any], **kwargs: Any
         >>> from torch import nn
         >>> layer = nn.Linear(2, 2)
         >>> handle = observe(layer.register_forward_hook, lambda module, args, output: None)
-        >>> is_observer(next(iter(layer._forward_hooks.values())))
+        >>> isinstance(next(iter(layer._forward_hooks.values())), OBSERVER_TYPES)
         True
     """
     return hook(register, Observer(watch), **kwargs)
