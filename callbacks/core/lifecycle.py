@@ -56,7 +56,7 @@ from tensorplay.ao.pruning.pruner.conductor import Pruner
 from tensorplay.ao.pruning.pruner.config import BUDGETS, PrunerConfig
 from tensorplay.ao.pruning.pruner.gradual_search import RunPruner, SearchedPruner, pruner_parts
 from tensorplay.ao.pruning.pruner.schedules import schedule_from_dict
-from tensorplay.ao.pruning.pruner.search_grid import SearchGrid, check_allocation, check_search
+from tensorplay.ao.pruning.pruner.search_grid import SearchGrid, check_search, check_search_score
 from tensorplay.ao.pruning.saving.permanent_saves import (
     PermanentSaves,
     kept_zeros,
@@ -377,21 +377,12 @@ def check_search_options(config: PrunerConfig, options: AdapterOptions) -> None:
         raise TypeError(
             f"Expected `search_forward` to be callable or None, but got {options.search_forward!r}."
         )
-    if options.search_score not in ("loss", "kl"):
-        raise ValueError(
-            f"Expected `search_score` to be 'loss' or 'kl', but got {options.search_score!r}."
-        )
-    if options.search_grid is not None and options.search_allocation is not None:
-        raise ValueError(
-            "Expected either `search_grid` (a search) or `search_allocation` (the mix given), "
-            f"but got both: search_grid={options.search_grid!r}, "
-            f"search_allocation={options.search_allocation!r}."
-        )
+    check_search_score(options.search_score)
     budgets = {name: getattr(config, name) for name in BUDGETS}
-    grid = 4 if options.search_grid is None else options.search_grid
-    kinds, _ = check_search(config.structure, budgets, grid, config.importance)
-    if options.search_allocation is not None:
-        check_allocation(options.search_allocation, kinds)
+    check_search(
+        config.structure, budgets, options.search_grid, config.importance,
+        options.search_allocation,
+    )  # fmt: skip
 
 
 _DEFAULTS = {name: getattr(AdapterOptions(), name) for name in _SEARCH_OPTIONS}
@@ -1021,11 +1012,12 @@ class PruningSession:
         it beside the model's weights."""
         if self._saves is None:
             return {}
-        return {
-            name: zeros
-            for part in pruner_parts(self.pruner)
-            for name, zeros in kept_zeros(part).items()
-        }
+        found: dict[str, Tensor] = {}
+        done: set[str] = set()  # a tensor two kinds prune holds one mask: read it once
+        for part in pruner_parts(self.pruner):
+            found.update(kept_zeros(part, [name for name in part.targets if name not in done]))
+            done.update(part.targets)
+        return found
 
     def weights_loaded(self) -> bool:
         """Whether weights in the permanent form were loaded into the targets since the last
@@ -1059,13 +1051,14 @@ class PruningSession:
         reached = self._reached()
         if state:
             pruner.load_state_dict(state)
+        restored: set[str] = set()  # a tensor two kinds prune holds one mask: write it once
         for saves in self._saves or ():
-            loaded = saves.loaded()
+            loaded = [name for name in saves.loaded() if name not in restored]
             if loaded:
-                part = saves.pruner
-                restore_masks(
-                    part, {n: z for n, z in (kept or {}).items() if n in part.targets}, loaded
-                )
+                names = set(saves.pruner.targets)
+                mine = {name: zeros for name, zeros in (kept or {}).items() if name in names}
+                restore_masks(saves.pruner, mine, loaded)
+                restored.update(loaded)
             saves.forget_loads()
         self._report = pruner.report()
         if reached is not None and self._report.pruned < reached[1]:

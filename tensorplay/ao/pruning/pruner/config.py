@@ -215,7 +215,7 @@ does not take, at their defaults."""
 def _check_searched(config: PrunerConfig, budgets: Mapping[str, object]) -> None:
     """With ``search=True``: the searched kinds, a budget, a score per kind (or each kind's
     own), and none of the options the search sets."""
-    check_search(config.structure, budgets, 1, config.importance)
+    check_search(config.structure, budgets, None, config.importance)
     importance = config.importance
     names = importance.values() if isinstance(importance, Mapping) else [importance]
     unknown = [name for name in names if name is not None and name not in IMPORTANCES]

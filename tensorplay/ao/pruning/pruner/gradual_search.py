@@ -63,8 +63,8 @@ from tensorplay.ao.pruning.pruner.search import choose_mix, kind_importance
 from tensorplay.ao.pruning.pruner.search_grid import (
     SEARCH_ORDER,
     SearchGrid,
-    check_allocation,
     check_search,
+    check_search_score,
 )
 from tensorplay.ao.pruning.structured.units.kept_grid import masked_blocks, read_kept_grid
 from tensorplay.ao.pruning.structured.units.latency_setting import LatencyBudget
@@ -227,15 +227,7 @@ class SearchedPruner:
             "target_memory": target_memory,
             "target_latency": target_latency,
         }
-        grid = 4 if search_grid is None else search_grid
-        kinds, allocations = check_search(structure, budgets, grid, importance)
-        if allocation is not None:
-            if search_grid is not None:
-                raise ValueError(
-                    "Expected either `search_grid` (a search) or `allocation` (the mix given), "
-                    f"but got both: search_grid={search_grid!r}, allocation={allocation!r}."
-                )
-            allocations = [check_allocation(allocation, kinds)]
+        kinds, allocations = check_search(structure, budgets, search_grid, importance, allocation)
         data = list(batches)
         self.model = model
         self._choice = choose_mix(
@@ -524,5 +516,4 @@ def _check_options(options: Mapping[str, Any], score: object) -> None:
             f"{options['masking']!r}: the layers it removes when built are held out of "
             "training by their masks in the forward, which lean masks do not do."
         )
-    if score not in ("loss", "kl"):
-        raise ValueError(f"Expected `search_score` to be 'loss' or 'kl', but got {score!r}.")
+    check_search_score(score)

@@ -77,7 +77,7 @@ from tensorplay.ao.pruning.pruner.conductor import Pruner
 from tensorplay.ao.pruning.pruner.config import Scope, Structure
 from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
 from tensorplay.ao.pruning.pruner.search import SearchResult, choose_mix, realize_mix
-from tensorplay.ao.pruning.pruner.search_grid import SearchGrid, check_search
+from tensorplay.ao.pruning.pruner.search_grid import SearchGrid, check_search, check_search_score
 from tensorplay.ao.pruning.structured.dependency.hidden_width import HIDDEN
 from tensorplay.ao.pruning.structured.reconstruction import (
     DEFAULT_DAMPING,
@@ -475,13 +475,12 @@ def _search(
     """``prune_one_shot(..., search=True)``, its options checked first."""
     if search is not True:
         raise TypeError(f"Expected `search` to be a bool, but got {search!r}.")
-    if score not in ("loss", "kl"):
-        raise ValueError(f"Expected `search_score` to be 'loss' or 'kl', but got {score!r}.")
+    score = check_search_score(score)
     if reconstruct:
         raise ValueError(
             "Expected reconstruct=False with search=True: the candidates are scored as pruned."
         )
-    kinds, allocations = check_search(structure, budgets, 4 if grid is None else grid, importance)
+    kinds, allocations = check_search(structure, budgets, grid, importance)
     data = list(batches)
     choice = choose_mix(
         prune_one_shot, model, data, kinds, allocations, budgets=budgets,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
+from typing import Literal
 
 __all__ = [
     "SEARCH_ORDER",
@@ -26,6 +27,7 @@ __all__ = [
     "check_allocation",
     "check_grid",
     "check_search",
+    "check_search_score",
 ]
 
 SEARCH_ORDER = ("layer", "hidden", "head", "channel", "expert")
@@ -128,20 +130,43 @@ def check_allocation(entry: object, kinds: Sequence[str]) -> Allocation:
     return shares
 
 
+def check_search_score(score: object) -> Literal["loss", "kl"]:
+    """``score``, a ``search_score``: ``"loss"`` or ``"kl"``.
+
+    Example:
+        >>> check_search_score("mse")
+        Traceback (most recent call last):
+        ...
+        ValueError: Expected `search_score` to be 'loss' or 'kl', but got 'mse'.
+    """
+    if score == "loss" or score == "kl":
+        return score
+    raise ValueError(f"Expected `search_score` to be 'loss' or 'kl', but got {score!r}.")
+
+
 def check_search(
-    structure: object, budgets: Mapping[str, object], grid: object, importance: object
+    structure: object,
+    budgets: Mapping[str, object],
+    grid: object,
+    importance: object,
+    allocation: object = None,
 ) -> tuple[tuple[str, ...], list[Allocation]]:
-    """The kinds (in :data:`SEARCH_ORDER`) and the allocations of a search, checked.
+    """The kinds (in :data:`SEARCH_ORDER`) and the allocations of a search, checked: those of
+    ``grid`` (``None``: 4), or the one ``allocation`` given in place of a search.
 
     Raises:
         TypeError, ValueError: A ``structure`` that is not a tuple of at least two distinct
             kinds of :data:`SEARCH_ORDER`; no budget; a bad ``search_grid``; an ``importance``
-            that is neither a name nor a mapping from kind to name. Each names the option.
+            that is neither a name nor a mapping from kind to name; both a grid and an
+            allocation, or a bad allocation. Each names the option.
 
     Example:
         >>> kinds, grid = check_search(("channel", "layer"), {"target_params": 0.5}, 4, None)
         >>> kinds, len(grid)
         (('layer', 'channel'), 5)
+        >>> check_search(("channel", "layer"), {"target_params": 0.5}, None, None,
+        ...              {"layer": 1.0})[1]
+        [{'layer': Fraction(1, 1), 'channel': Fraction(0, 1)}]
     """
     if not isinstance(structure, (tuple, list)) or len(structure) < 2:
         raise ValueError(
@@ -166,4 +191,11 @@ def check_search(
             f"search=True, but got {importance!r}."
         )
     kinds = tuple(kind for kind in SEARCH_ORDER if kind in structure)
-    return kinds, check_grid(grid, kinds)
+    if allocation is None:
+        return kinds, check_grid(4 if grid is None else grid, kinds)
+    if grid is not None:
+        raise ValueError(
+            "Expected either `search_grid` (a search) or the allocation to prune to (the mix "
+            f"given), but got both: search_grid={grid!r}, allocation={allocation!r}."
+        )
+    return kinds, [check_allocation(allocation, kinds)]

@@ -282,9 +282,10 @@ def save_permanent(pruner: Pruner) -> PermanentSaves:
     return PermanentSaves(pruner)
 
 
-def kept_zeros(pruner: Pruner) -> dict[str, Tensor]:
-    """Per target with any, the flat indices of its kept units whose value is exactly zero: what
-    the zeros of its permanent form cannot tell from pruned units.
+def kept_zeros(pruner: Pruner, targets: Iterable[str] | None = None) -> dict[str, Tensor]:
+    """Per target (of ``targets``, default all) with any, the flat indices of its kept units
+    whose value is exactly zero: what the zeros of its permanent form cannot tell from pruned
+    units.
 
     Example:
         >>> import torch
@@ -299,7 +300,10 @@ def kept_zeros(pruner: Pruner) -> dict[str, Tensor]:
         {'weight': tensor([0])}
     """
     out = {}
+    chosen = None if targets is None else set(targets)
     for target, (module, name) in zip(pruner.targets, pruner.pairs, strict=True):
+        if chosen is not None and target not in chosen:
+            continue
         found = masked_values(module, name)
         if found is None:
             continue
