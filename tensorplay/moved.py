@@ -53,6 +53,7 @@ MOVED: dict[str, str] = {
             "pruner_optimizers": "pruner.optimizers",
             "pruner_state": "pruner.state",
             "pruner_targets": "pruner.selected_targets",
+            "pruner.budget_target": "structured.units.budget_target",
             "reconstruction": "structured.reconstruction",
             "reparametrization": "parity.reparametrization",
             "rewind": "pruner.rewind",
@@ -70,7 +71,6 @@ MOVED: dict[str, str] = {
             "spent": "edits.spent",
             "stats": "masking.stats",
             "structures": "structured.units",
-            "structures.budget_target": "pruner.budget_target",
             "tied_targets": "targets.tied",
         }.items()
     },

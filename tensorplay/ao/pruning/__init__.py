@@ -50,7 +50,6 @@ from tensorplay.ao.pruning.parity.methods import (
     random_unstructured,
     remove,
 )
-from tensorplay.ao.pruning.pruner.budget_target import BudgetReport
 from tensorplay.ao.pruning.pruner.conductor import Pruner
 from tensorplay.ao.pruning.pruner.gradual_search import SearchedPruner
 from tensorplay.ao.pruning.pruner.one_shot import calibrate, prune_one_shot
@@ -71,6 +70,7 @@ from tensorplay.ao.pruning.structured.shrinking.gathered import gather_shrunk, s
 from tensorplay.ao.pruning.structured.shrinking.hf_config import load_shrunk
 from tensorplay.ao.pruning.structured.shrinking.shrink import shrink
 from tensorplay.ao.pruning.structured.shrinking.shrink_report import ShrinkReport
+from tensorplay.ao.pruning.structured.units.budget_target import BudgetReport
 from tensorplay.ao.pruning.structured.units.latency import (
     LatencyTable,
     estimate_latency,

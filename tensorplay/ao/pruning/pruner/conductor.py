@@ -45,7 +45,6 @@ from tensorplay.ao.pruning.masking.stats import SparsityReport, TensorSparsity
 from tensorplay.ao.pruning.pair import Pair
 from tensorplay.ao.pruning.parity.base import BasePruningMethod
 from tensorplay.ao.pruning.pruner.attached_optimizers import AttachedOptimizers
-from tensorplay.ao.pruning.pruner.budget_target import BudgetReport, make_budget
 from tensorplay.ao.pruning.pruner.config import (
     AccumulatorDtype,
     Masking,
@@ -64,6 +63,7 @@ from tensorplay.ao.pruning.pruner.seeding import cuda_devices, seeded
 from tensorplay.ao.pruning.pruner.selected_targets import resolve_targets
 from tensorplay.ao.pruning.pruner.state import Progress, load_progress, state_dict
 from tensorplay.ao.pruning.structured.units import PruningStructure, make_structure
+from tensorplay.ao.pruning.structured.units.budget_target import BudgetReport, make_budget
 from tensorplay.ao.pruning.structured.units.latency import LatencyTable
 from tensorplay.ao.pruning.structured.units.latency_setting import LatencyBudget
 from tensorplay.ao.pruning.structured.units.memory_setting import MemoryBudget
@@ -192,9 +192,9 @@ class Pruner(OptimizerLinks):
         )
         self._targets = self._structure.targets
         self._scored_targets = self._structure.scored
-        self._shrink_watch = ShrinkWatch(pair for target in self._targets for pair in target.pairs)
         self._mode.check_targets(self._targets)
         self._budget = make_budget(model, config, self._structure, self._mode)
+        self._shrink_watch = ShrinkWatch(pair for target in self._targets for pair in target.pairs)
         score = cast(str, config.importance)  # one name: only a searched run's is a mapping
         self._importance = make_importance(score, config.accumulator_dtype)
         self._importance.bind(self._scored_targets, self._structure.groups)
@@ -522,8 +522,8 @@ class Pruner(OptimizerLinks):
         ``target_memory``, ``target_latency``): its parameters always, its active parameters,
         memory and estimated latency (in seconds) where budgeted, each before pruning, as
         budgeted and after
-        (:class:`~tensorplay.ao.pruning.pruner.budget_target.BudgetReport`). Read it before
-        shrinking (the pruner is spent after).
+        (:class:`~tensorplay.ao.pruning.structured.units.budget_target.BudgetReport`). Read it
+        before shrinking (the pruner is spent after).
 
         Raises:
             ValueError: A pruner without a budget.

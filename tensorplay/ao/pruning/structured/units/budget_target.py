@@ -1,4 +1,4 @@
-"""The pruner's budgets: ``target_params=``, ``target_active_params=``, ``target_memory=`` and
+"""A pruner's budgets: ``target_params=``, ``target_active_params=``, ``target_memory=`` and
 ``target_latency=``, resolved once, reached step by step.
 
 :func:`make_budget` is called when the :class:`~tensorplay.ao.pruning.pruner.Pruner` is built:
@@ -29,13 +29,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Protocol
 
 from torch import nn
 
 from tensorplay.ao.pruning.masking.mode import MaskingMode
 from tensorplay.ao.pruning.parity.aliases import ParameterTable
 from tensorplay.ao.pruning.parity.methods import L1Unstructured
-from tensorplay.ao.pruning.pruner.config import PrunerConfig
 from tensorplay.ao.pruning.structured.units.budget import resolve_budget
 from tensorplay.ao.pruning.structured.units.budget_space import BudgetPlanner
 from tensorplay.ao.pruning.structured.units.latency import (
@@ -43,12 +43,14 @@ from tensorplay.ao.pruning.structured.units.latency import (
     LatencyTable,
     latency_table,
 )
+from tensorplay.ao.pruning.structured.units.latency_setting import LatencyBudget
 from tensorplay.ao.pruning.structured.units.measures import Measure, measures_of
+from tensorplay.ao.pruning.structured.units.memory_setting import MemoryBudget
 from tensorplay.ao.pruning.structured.units.space import UnitSpace
 from tensorplay.ao.pruning.structured.units.structure import PruningStructure
 from tensorplay.ao.pruning.structured.units.unit_space import StructuredSpace
 
-__all__ = ["BudgetLine", "BudgetReport", "BudgetTarget", "make_budget"]
+__all__ = ["BudgetLine", "BudgetOptions", "BudgetReport", "BudgetTarget", "make_budget"]
 
 
 @dataclass(frozen=True)
@@ -254,8 +256,37 @@ class BudgetTarget:
         return BudgetReport(tuple(lines))
 
 
+class BudgetOptions(Protocol):
+    """What :func:`make_budget` reads of a pruner's options: the budgets and the floors.
+
+    A :class:`~tensorplay.ao.pruning.pruner.config.PrunerConfig` is one; the budgets are
+    resolved without the pruner they serve.
+
+    Example:
+        >>> from tensorplay.ao.pruning.pruner.config import PrunerConfig
+        >>> from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
+        >>> options: BudgetOptions = PrunerConfig(OneShotSchedule(), structure="channel",
+        ...                                       target_params=0.5)
+        >>> options.target_params, options.min_density, options.scope
+        (0.5, 0.0, 'global')
+    """
+
+    @property
+    def target_params(self) -> int | float | None: ...
+    @property
+    def target_active_params(self) -> int | float | None: ...
+    @property
+    def target_memory(self) -> MemoryBudget | None: ...
+    @property
+    def target_latency(self) -> LatencyBudget | None: ...
+    @property
+    def min_density(self) -> float: ...
+    @property
+    def scope(self) -> str: ...
+
+
 def make_budget(
-    model: nn.Module, config: PrunerConfig, structure: PruningStructure, mode: MaskingMode
+    model: nn.Module, config: BudgetOptions, structure: PruningStructure, mode: MaskingMode
 ) -> BudgetTarget | None:
     """The budgets of ``config`` (``None`` without any), checked against the floors.
 
