@@ -301,6 +301,80 @@ def test_a_step_one_kind_refuses_is_taken_by_none() -> None:
     assert ("channel" in {entry[1] for entry in pruner.history}) and pruner.last_step == 1
 
 
+def _same(found: object, expected: object) -> bool:
+    """Equal plain data, with tensors compared bit for bit."""
+    if isinstance(expected, torch.Tensor):
+        return isinstance(found, torch.Tensor) and torch.equal(found, expected)
+    if isinstance(expected, dict):
+        return (
+            isinstance(found, dict)
+            and list(found) == list(expected)
+            and all(_same(found[key], value) for key, value in expected.items())
+        )
+    if isinstance(expected, (list, tuple)):
+        return (
+            type(found) is type(expected)
+            and len(found) == len(expected)
+            and all(_same(f, e) for f, e in zip(found, expected, strict=True))
+        )
+    return found == expected
+
+
+def test_a_step_refused_while_a_kind_ranks_is_taken_by_none() -> None:
+    """The hidden width ranks what it observed, the channels rank weights, and one weight is
+    NaN: the method refuses the channels' scores after the hidden width has pruned its share.
+    No kind takes the step (its counter, history, observed statistics and masks), and once the
+    weight is mended the run prunes exactly as a run that never saw the NaN."""
+
+    def build() -> SearchedPruner:
+        return SearchedPruner(
+            FAMILY_MODELS["llama"].build(), LinearSchedule(end_step=2), _batches(),
+            target_params=0.75, structure=("hidden", "channel"),
+            allocation={"hidden": 0.5, "channel": 0.5},
+            importance={"hidden": "activation", "channel": "magnitude"},
+        )  # fmt: skip
+
+    def observe(model: nn.Module) -> None:
+        with torch.no_grad():
+            for batch in _batches(3):
+                model(**batch)
+
+    clean, broken = build(), build()
+    assert list(broken.pruners) == ["hidden", "channel"]  # the hidden width steps first
+    for pruner in (clean, broken):
+        observe(pruner.model)
+        pruner.step(0)
+        observe(pruner.model)
+    weight = broken.model.model.layers[0].mlp.gate_proj.weight
+    value = weight[3, 0].item()
+    with torch.no_grad():
+        weight[3, 0] = float("nan")
+    before = copy.deepcopy(broken.state_dict())
+    check = unchanged(broken.model)
+    with pytest.raises(ValueError, match="finite importance scores"):
+        broken.step(1)
+    check()
+    assert _same(broken.state_dict(), before)
+    assert [pruner.last_step for pruner in broken.pruners.values()] == [0, 0]
+
+    with torch.no_grad():
+        weight[3, 0] = value
+    for pruner in (clean, broken):
+        pruner.step(1)
+        observe(pruner.model)
+        pruner.step(2)
+    assert broken.history == clean.history and {e[1] for e in clean.history} == {
+        "hidden",
+        "channel",
+    }
+    timed = "search_report"  # each search's own timing
+    assert _same(
+        {key: value for key, value in broken.state_dict().items() if key != timed},
+        {key: value for key, value in clean.state_dict().items() if key != timed},
+    )
+    assert _same(broken.model.state_dict(), clean.model.state_dict())
+
+
 def test_kind_schedule_scales_the_way_to_the_budget_and_round_trips() -> None:
     part = KindSchedule(CubicSchedule(end_step=8, frequency=2), 0.25)
     assert [part(step) for step in (0, 4, 8, 9)] == [

@@ -897,6 +897,32 @@ def test_rewind_step_without_its_snapshot_fails_and_leaves_the_model() -> None:
     assert pruner.last_step == -1
 
 
+def test_a_refused_step_keeps_no_snapshot_it_took() -> None:
+    """The snapshot due at a step whose scores the method refuses (a NaN weight) goes with the
+    step: once the weight is mended, the step snapshots and rewinds to the mended values, as a
+    run that never saw the NaN does."""
+    clean, broken = make_mlp(), make_mlp()
+    pruners = [Pruner(model, OneShotSchedule(0.5, step=1), rewind="step", rewind_step=1)
+               for model in (clean, broken)]  # fmt: skip
+    for pruner in pruners:
+        pruner.step(0)
+    value = broken[0].weight[0, 0].item()
+    with torch.no_grad():
+        broken[0].weight[0, 0] = float("nan")
+    check = unchanged(broken)
+    with pytest.raises(ValueError, match="finite"):
+        pruners[1].step(1)
+    check()
+    assert pruners[1].state_dict()["snapshot"] is None
+    with torch.no_grad():
+        broken[0].weight[0, 0] = value
+    for pruner in pruners:
+        pruner.step(1)
+    assert pruners[1].history == pruners[0].history
+    for found, expected in zip(values_of(broken), values_of(clean), strict=True):
+        assert torch.equal(found, expected)
+
+
 def random_pruner(model: nn.Module, seed: int | None) -> Pruner:
     return Pruner(model, EVERY_OTHER, method="random_unstructured", seed=seed)
 

@@ -29,7 +29,9 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from torch import Tensor, nn
@@ -71,7 +73,7 @@ from tensorplay.ao.pruning.structured.units.structure import UnitScores
 from tensorplay.ao.pruning.targets.parameters import KeepDense, ModuleType
 from tensorplay.ao.pruning.targets.tied import Target
 
-__all__ = ["Pruner"]
+__all__ = ["PrunedStep", "Pruner"]
 
 _FAR_STEP = 2**62  # any step after the schedule's last: its final target
 
@@ -368,25 +370,54 @@ class Pruner(OptimizerLinks):
             >>> [every_other.step(s) for s in (0, 2, 4, 6, 8)], every_other.history
             ([0, 0, 0, 50, 0], [(6, 0.5, 50)])
         """
+        return self.prune_step(step).finish()
+
+    def prune_step(self, step: int | None = None) -> PrunedStep:
+        """The first half of :meth:`step`, which changes the masks alone: check ``step``, take
+        the rewind snapshot if due, and prune to the schedule's target if a pruning step is due;
+        :meth:`PrunedStep.finish` does the rest (records the step, resets the scores, rewinds,
+        clears the optimizers' state). A conductor of several pruners prunes with every one
+        before it finishes any, all inside one
+        :func:`~tensorplay.ao.pruning.edits.changes.transaction`: a method that rejects one
+        pruner's scores then leaves every pruner, and the model, as they were.
+
+        Raises:
+            As :meth:`step`.
+
+        Example:
+            >>> from torch import nn
+            >>> from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
+            >>> pruner = Pruner(nn.Linear(4, 2), OneShotSchedule(0.5))
+            >>> pruned = pruner.prune_step()
+            >>> pruned.units, pruner.last_step  # the masks are pruned, the step not yet taken
+            (4, -1)
+            >>> pruned.finish(), pruner.last_step, pruner.history
+            (4, 0, [(0, 0.5, 4)])
+        """
         step = self.check_step(step)
-        pruning = self._progress.pruning_due(self.schedule, step)
         if snapshot_due(self.config, step, self.last_step, self._progress.snapshot is not None):
+            previous = self._progress.snapshot
             self.take_snapshot()
-        newly_pruned = 0
-        if pruning:
-            target = self.schedule(step)
-            devices = cuda_devices([target.parameter() for target in self._targets])
-            with seeded(self.seed, step, devices):
-                newly_pruned = self._prune_to(target, step)
-            self._progress.last_pruned_step = step
+            changes.on_undo(functools.partial(setattr, self._progress, "snapshot", previous))
+        if not self._progress.pruning_due(self.schedule, step):
+            return PrunedStep(self, step, None, 0)
+        target = self.schedule(step)
+        devices = cuda_devices([target.parameter() for target in self._targets])
+        with seeded(self.seed, step, devices):
+            return PrunedStep(self, step, target, self._prune_to(target, step))
+
+    def _finish_step(self, pruned: PrunedStep) -> int:
+        """Take the step whose masks :meth:`prune_step` pruned (see :class:`PrunedStep`)."""
+        if pruned.target is not None:
+            self._progress.last_pruned_step = pruned.step
             self._importance.after_pruning()
-            if newly_pruned:
-                self._progress.history.append((step, target, newly_pruned))
+            if pruned.units:
+                self._progress.history.append((pruned.step, pruned.target, pruned.units))
                 if self._progress.snapshot is not None:
                     self.rewind(self._progress.snapshot)
                 self._optimizers.after_pruning()
-        self._progress.last_step = step
-        return newly_pruned
+        self._progress.last_step = pruned.step
+        return pruned.units
 
     def check_step(self, step: int | None = None) -> int:
         """Raise what :meth:`step` would refuse ``step`` for, before it changes anything; the
@@ -737,3 +768,35 @@ class Pruner(OptimizerLinks):
         self._importance.load_state_dict(progress.importance, self._targets)
         progress.importance = {}  # the score holds it now
         self._progress = progress
+
+
+@dataclass(frozen=True)
+class PrunedStep:
+    """A step of a :class:`Pruner` whose masks are pruned and that is not taken yet
+    (:meth:`Pruner.prune_step`): the pruner's step counter, history, scores, optimizers and
+    rewinding are as they were until :meth:`finish`.
+
+    Args:
+        pruner: The pruner stepping.
+        step: The step checked.
+        target: The schedule's target at ``step``, if it is a pruning step; else ``None``.
+        units: The units newly pruned.
+
+    Example:
+        >>> from torch import nn
+        >>> from tensorplay.ao.pruning.pruner.schedules import OneShotSchedule
+        >>> pruner = Pruner(nn.Linear(4, 2), OneShotSchedule(0.5, step=1))
+        >>> pruner.prune_step()  # step 0 prunes nothing
+        PrunedStep(step=0, target=None, units=0)
+    """
+
+    pruner: Pruner = field(repr=False)
+    step: int
+    target: float | None
+    units: int
+
+    def finish(self) -> int:
+        """Take the step: the pruner records it, resets its scores where it pruned, rewinds
+        and clears its optimizers' state where it pruned something; the units newly pruned.
+        """
+        return self.pruner._finish_step(self)

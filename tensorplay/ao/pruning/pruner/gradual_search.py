@@ -317,13 +317,16 @@ class SearchedPruner:
     @changes.atomic
     def step(self, step: int | None = None) -> int:
         """Step every kind's pruner (see :meth:`~tensorplay.ao.pruning.pruner.Pruner.step`),
-        once each has said it can.
+        once each has said it can: every kind prunes, on the weights as they are, before any
+        takes its step (and rewinds, with ``rewind``).
 
         Returns:
             The units newly pruned, over the kinds.
 
         Raises:
-            As :meth:`~tensorplay.ao.pruning.pruner.Pruner.step`, before any pruner steps.
+            As :meth:`~tensorplay.ao.pruning.pruner.Pruner.step`. A refusal, also one that comes
+            while a kind ranks its scores, leaves every kind's pruner and the model as they
+            were.
         """
         widths = self._widths.values()
         if not widths:  # the depth alone, pruned when built: the steps count the way
@@ -335,7 +338,10 @@ class SearchedPruner:
                 f"Expected the kinds' pruners to be at one step, but they would take {taken}: "
                 "one of them was stepped on its own."
             )
-        return sum(pruner.step(step) for pruner in widths)
+        # Every kind prunes before any takes its step: a kind whose scores its method rejects
+        # then leaves the kinds before it unstepped (the transaction puts their masks back).
+        pruned = [pruner.prune_step(step) for pruner in widths]
+        return sum(part.finish() for part in pruned)
 
     def accumulate(self, optimizer: Optimizer | None = None) -> int:
         """Add the current gradients to every kind's importance (see
