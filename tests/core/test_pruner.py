@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import Tensor, nn
 
+from tensorplay.ao.pruning.edits import changes
 from tensorplay.ao.pruning.masking.restore import restore_pruning
 from tensorplay.ao.pruning.parity.base import BasePruningMethod
 from tensorplay.ao.pruning.parity.methods import CustomFromMask
@@ -1136,3 +1137,33 @@ def test_make_permanent_leaves_positive_zeros_that_export_compactly(tmp_path: Pa
     path = save_sparse(model, tmp_path / "w.safetensors")
     # bitmask (1/32 of fp32) + the 10% kept values, plus a small header
     assert path.stat().st_size < 0.16 * weight.numel() * 4 + 1024
+
+
+def test_a_pruned_step_is_finished_once_and_before_another_step() -> None:
+    model = make_mlp()
+    pruner = Pruner(model, EVERY_OTHER)
+    pruned = pruner.prune_step(2)
+    masks = [module.weight_mask.clone() for module in model if hasattr(module, "weight_mask")]
+    with pytest.raises(RuntimeError, match="step 2 that prune_step\\(\\) pruned to be finished"):
+        pruner.step(3)
+    with pytest.raises(RuntimeError, match="to be finished"):
+        pruner.prune_step(3)
+    assert pruner.last_step == -1 and pruner.history == []
+    assert pruned.finish() == pruned.units > 0
+    with pytest.raises(RuntimeError, match="finished already"):
+        pruned.finish()
+    assert pruner.history == [(2, pruned.target, pruned.units)] and pruner.last_step == 2
+    found = [module.weight_mask for module in model if hasattr(module, "weight_mask")]
+    assert all(torch.equal(a, b) for a, b in zip(found, masks, strict=True))
+    assert pruner.step(3) == 0 and pruner.last_step == 3
+
+
+def test_a_step_pruned_inside_a_refused_transaction_is_not_pending() -> None:
+    model = make_mlp()
+    pruner = Pruner(model, EVERY_OTHER)
+    check = unchanged(model)
+    with pytest.raises(KeyError), changes.transaction():
+        pruner.prune_step(2)
+        raise KeyError("a later pruner refused")
+    check()
+    assert pruner.step(2) > 0 and pruner.history[0][0] == 2

@@ -137,6 +137,8 @@ class Pruner(OptimizerLinks):
         (2, 8, 2)
     """
 
+    _pending: PrunedStep | None = None  # pruned by prune_step(), not finished yet
+
     @changes.atomic
     def __init__(
         self,
@@ -372,6 +374,7 @@ class Pruner(OptimizerLinks):
         """
         return self.prune_step(step).finish()
 
+    @changes.atomic
     def prune_step(self, step: int | None = None) -> PrunedStep:
         """The first half of :meth:`step`, which changes the masks alone: check ``step``, take
         the rewind snapshot if due, and prune to the schedule's target if a pruning step is due;
@@ -382,7 +385,7 @@ class Pruner(OptimizerLinks):
         pruner's scores then leaves every pruner, and the model, as they were.
 
         Raises:
-            As :meth:`step`.
+            As :meth:`step`; also a step pruned before and not finished.
 
         Example:
             >>> from torch import nn
@@ -399,15 +402,24 @@ class Pruner(OptimizerLinks):
             previous = self._progress.snapshot
             self.take_snapshot()
             changes.on_undo(functools.partial(setattr, self._progress, "snapshot", previous))
-        if not self._progress.pruning_due(self.schedule, step):
-            return PrunedStep(self, step, None, 0)
-        target = self.schedule(step)
-        devices = cuda_devices([target.parameter() for target in self._targets])
-        with seeded(self.seed, step, devices):
-            return PrunedStep(self, step, target, self._prune_to(target, step))
+        pruned = PrunedStep(self, step, None, 0)
+        if self._progress.pruning_due(self.schedule, step):
+            target = self.schedule(step)
+            devices = cuda_devices([target.parameter() for target in self._targets])
+            with seeded(self.seed, step, devices):
+                pruned = PrunedStep(self, step, target, self._prune_to(target, step))
+        self._pending = pruned
+        changes.on_undo(functools.partial(setattr, self, "_pending", None))
+        return pruned
 
     def _finish_step(self, pruned: PrunedStep) -> int:
         """Take the step whose masks :meth:`prune_step` pruned (see :class:`PrunedStep`)."""
+        if self._pending is not pruned:
+            raise RuntimeError(
+                f"Expected to finish the step {pruned.step} that prune_step() pruned once, but "
+                "it is finished already."
+            )
+        self._pending = None
         if pruned.target is not None:
             self._progress.last_pruned_step = pruned.step
             self._importance.after_pruning()
@@ -436,6 +448,11 @@ class Pruner(OptimizerLinks):
         """
         self._check_not_spent("step()")
         self._check_not_permanent("the reparametrization is gone, so nothing more can be pruned")
+        if self._pending is not None:
+            raise RuntimeError(
+                f"Expected the step {self._pending.step} that prune_step() pruned to be finished "
+                "(PrunedStep.finish()) before another step."
+            )
         step = self.last_step + 1 if step is None else check_int("step", step, 0)
         pruning = self._progress.pruning_due(self.schedule, step)
         own = counts_itself(self.method)
@@ -798,5 +815,8 @@ class PrunedStep:
     def finish(self) -> int:
         """Take the step: the pruner records it, resets its scores where it pruned, rewinds
         and clears its optimizers' state where it pruned something; the units newly pruned.
+
+        Raises:
+            RuntimeError: The step is finished already.
         """
         return self.pruner._finish_step(self)
