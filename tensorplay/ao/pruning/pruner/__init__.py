@@ -5,6 +5,6 @@ state, schedules, scopes, targets, optimizers, rewinding and seeding live beside
 :func:`~tensorplay.ao.pruning.pruner.one_shot.prune_one_shot` runs it once after calibration.
 """
 
-from tensorplay.ao.pruning.pruner.conductor import Pruner
+from tensorplay.ao.pruning.pruner.conductor import PrunedStep, Pruner
 
-__all__ = ["Pruner"]
+__all__ = ["PrunedStep", "Pruner"]
