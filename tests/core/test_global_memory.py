@@ -61,9 +61,10 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def measure(library: str, device: str) -> dict[str, float]:
+def run_fresh(script: str, *args: str) -> dict[str, float]:
+    """The JSON that ``script`` prints last, run in a fresh process (its own heap and peak)."""
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, library, device],
+        [sys.executable, "-c", script, *args],
         capture_output=True,
         text=True,
         check=True,
@@ -71,6 +72,10 @@ def measure(library: str, device: str) -> dict[str, float]:
     )
     result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+def measure(library: str, device: str) -> dict[str, float]:
+    return run_fresh(SCRIPT, library, device)
 
 
 @pytest.mark.slow
@@ -124,17 +129,7 @@ def pruner_peak(dtype: str, masking: str, runs: int = 3) -> float:
     of ``runs`` fresh processes. A process's peak only ever reads high (its heap can fragment
     more on a loaded machine: a run has read 0.25 bytes per parameter above its usual), so the
     least is the step's own need."""
-    peaks = []
-    for _ in range(runs):
-        done = subprocess.run(
-            [sys.executable, "-c", PRUNER_SCRIPT, dtype, masking],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=300,
-        )
-        peaks.append(float(json.loads(done.stdout.strip().splitlines()[-1])["peak"]))
-    return min(peaks)
+    return min(run_fresh(PRUNER_SCRIPT, dtype, masking)["peak"] for _ in range(runs))
 
 
 @pytest.mark.slow
