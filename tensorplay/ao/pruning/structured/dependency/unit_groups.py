@@ -33,7 +33,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from tensorplay.ao.pruning.parity.aliases import alias_map
+from tensorplay.ao.pruning.parity.aliases import ParameterTable
 
 __all__ = [
     "Slice",
@@ -237,7 +237,7 @@ def shapes_of(model: nn.Module) -> dict[str, torch.Size]:
         >>> shapes_of(nn.Linear(3, 2))
         {'weight': torch.Size([2, 3]), 'bias': torch.Size([2])}
     """
-    return {name: tied.parameter.shape for name, tied in alias_map(model).items()}
+    return ParameterTable.of(model).shapes
 
 
 def check_groups(groups: Iterable[UnitGroup], shapes: Mapping[str, torch.Size]) -> None:

@@ -57,13 +57,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
-import torch
 from torch import nn
 
-from tensorplay.ao.pruning.parity.aliases import ParameterTable, TiedParameter, alias_map
+from tensorplay.ao.pruning.parity.aliases import ParameterTable, alias_map
 from tensorplay.ao.pruning.parity.base import BasePruningMethod
 from tensorplay.ao.pruning.selection.sharding import first_sharded
 from tensorplay.ao.pruning.structured.dependency.blocks import hf_config_of
@@ -117,7 +116,7 @@ class HiddenStructure(UnitStructure):
             tied = aliases[name]
             found.setdefault(id(tied.parameter), Target(tied.names, tied.pairs))
         self.scored = list(found.values())
-        step = hidden_step(model, self.groups, self._shapes, aliases)
+        step = hidden_step(model, self.groups, ParameterTable(aliases))
         self._multiple = math.lcm(self._multiple, step)
         install_stream_norms(self._norms)
 
@@ -196,28 +195,24 @@ def _without(group: UnitGroup, blocks: Sequence[str]) -> UnitGroup:
 
 
 def hidden_step(
-    model: nn.Module,
-    groups: Sequence[UnitGroup],
-    shapes: Mapping[str, torch.Size] | None = None,
-    aliases: Mapping[str, TiedParameter] | None = None,
+    model: nn.Module, groups: Sequence[UnitGroup], table: ParameterTable | None = None
 ) -> int:
     """The multiple of hidden channels ``groups`` (the model's hidden group) are pruned in:
     transformers' experts kernel needs 16-byte rows, the fused expert tensors' hidden width
     too, and a config states ``hidden_size`` only as a multiple of the query heads where it
-    states ``head_dim`` apart (``shapes`` and ``aliases``: those of the model's
+    states ``head_dim`` apart (``table``: the model's
     :class:`~tensorplay.ao.pruning.parity.aliases.ParameterTable`, if read already; else its
-    parameters are read once here).
+    parameters are read here).
 
     Example:
         >>> hidden_step(nn.Linear(2, 2), [])
         1
     """
-    if shapes is None or aliases is None:
-        table = ParameterTable.of(model)
-        shapes = table.shapes if shapes is None else shapes
-        aliases = table.aliases if aliases is None else aliases
-    sizes = {name: tied.parameter.element_size() for name, tied in aliases.items()}
-    step = max((expert_width_step(group, sizes, shapes) for group in groups), default=1)
+    table = ParameterTable.of(model) if table is None else table
+    step = max(
+        (expert_width_step(group, table.element_sizes, table.shapes) for group in groups),
+        default=1,
+    )
     return math.lcm(step, _heads_step(model))
 
 

@@ -110,7 +110,7 @@ def read_search(
     graph = DependencyGraph(model)
     step = 1
     if "hidden" in kinds:  # the parameters read above, not read again
-        step = hidden_step(model, [graph.hidden().group], params.shapes, params.aliases)
+        step = hidden_step(model, [graph.hidden().group], params)
     return SearchReading(
         total, limits, planned, experts, "active_params" in limits or bool(experts), setting,
         table, graph, step,
